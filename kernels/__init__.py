@@ -1,0 +1,1 @@
+"""Kernel variants, one module each; sandbox.registry maps names to them."""

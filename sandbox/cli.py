@@ -1,0 +1,31 @@
+"""python -m sandbox COMMAND: each command is a module with add_arguments(parser) and main(args) -> int."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "list": ("sandbox.commands.list_variants", "list the registered variants and their limits"),
+    "check": ("sandbox.commands.check", "check variants against the reference on edge-case and random problems"),
+    "memory": ("sandbox.memory.cli", "memory-waste study: paged against contiguous KV allocation"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(command)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(importlib.import_module(args._module).main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The one list of variants: name -> module. Tests, check, benchmarks and the sweep walk it.
+
+Adding a variant is one module plus one line here. Modules load lazily, so importing the
+sandbox never imports numba.cuda or CuPy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+
+from .variant import Limits
+
+VARIANTS = {
+    "numpy.gather": "kernels.numpy_gather",
+}
+
+# Deliberately broken variants (negative controls): the checker must reject every one.
+WRONG_VARIANTS = {
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str
+    module: types.ModuleType
+
+    @property
+    def family(self) -> str:
+        """numpy | numba | cupy: decides the backend (for wrong.* the family of the broken kernel)."""
+        return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
+
+    @property
+    def limits(self) -> Limits:
+        return self.module.LIMITS
+
+    @property
+    def summary(self) -> str:
+        doc = (self.module.__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+    def prepare(self, problem, backend: str):
+        return self.module.prepare(problem, backend)
+
+
+def variants(family: str | None = None) -> list[str]:
+    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", or "wrong")."""
+    if family == "wrong":
+        return list(WRONG_VARIANTS)
+    names = list(VARIANTS)
+    return names if family is None else [n for n in names if n.split(".")[0] == family]
+
+
+def get(name: str) -> Variant:
+    """The variant called `name`; an unknown name lists the valid ones."""
+    path = VARIANTS.get(name) or WRONG_VARIANTS.get(name)
+    if path is None:
+        valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS))
+        raise ValueError(f"unknown variant {name!r}; valid names: {valid}")
+    return Variant(name, importlib.import_module(path))

@@ -1,0 +1,74 @@
+"""Input validation shared by sandbox.run and DecodeProblem: every failure names the argument and the bound."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SUPPORTED_DTYPES = ("float32", "float16")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _check_array(name: str, value, ndim: int) -> None:
+    _require(isinstance(value, np.ndarray), f"{name} must be a NumPy array, got {type(value).__name__}")
+    _require(value.ndim == ndim, f"{name} must have {ndim} dimensions, got shape {value.shape}")
+
+
+def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_lens, scale=None) -> None:
+    """Raise ValueError (naming the argument, index and bound) unless the inputs form a valid decode problem.
+
+    query [num_seqs, num_heads, head_dim]; key_cache/value_cache [num_blocks, block_size, num_kv_heads, head_dim];
+    block_tables [num_seqs, max_blocks_per_seq] int32; context_lens [num_seqs] int32.
+    """
+    _check_array("query", query, 3)
+    _check_array("key_cache", key_cache, 4)
+    _check_array("value_cache", value_cache, 4)
+    _check_array("block_tables", block_tables, 2)
+    _check_array("context_lens", context_lens, 1)
+
+    _require(query.dtype.name in SUPPORTED_DTYPES,
+             f"query.dtype must be one of {SUPPORTED_DTYPES}, got {query.dtype.name}")
+    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+        _require(cache.dtype == query.dtype, f"{name}.dtype must equal query.dtype ({query.dtype.name}), got {cache.dtype.name}")
+    _require(value_cache.shape == key_cache.shape,
+             f"value_cache.shape {value_cache.shape} must equal key_cache.shape {key_cache.shape}")
+    for name, arr in (("block_tables", block_tables), ("context_lens", context_lens)):
+        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {arr.dtype.name}")
+
+    num_seqs, num_heads, head_dim = query.shape
+    num_blocks, block_size, num_kv_heads, cache_head_dim = key_cache.shape
+    _require(num_seqs >= 1, f"query must hold at least one sequence, got shape {query.shape}")
+    _require(num_heads >= 1 and head_dim >= 1, f"query must have num_heads >= 1 and head_dim >= 1, got shape {query.shape}")
+    _require(num_blocks >= 1 and block_size >= 1 and num_kv_heads >= 1,
+             f"key_cache must have num_blocks, block_size, num_kv_heads >= 1, got shape {key_cache.shape}")
+    _require(cache_head_dim == head_dim, f"key_cache head_dim {cache_head_dim} must equal query head_dim {head_dim}")
+    _require(num_heads % num_kv_heads == 0,
+             f"num_heads ({num_heads}, from query) must be a multiple of num_kv_heads ({num_kv_heads}, from key_cache)")
+    _require(block_tables.shape[0] == num_seqs,
+             f"block_tables has {block_tables.shape[0]} rows, expected num_seqs = {num_seqs} (from query)")
+    _require(context_lens.shape[0] == num_seqs,
+             f"context_lens has {context_lens.shape[0]} entries, expected num_seqs = {num_seqs} (from query)")
+    max_blocks_per_seq = block_tables.shape[1]
+    _require(max_blocks_per_seq >= 1, f"block_tables must have at least one column, got shape {block_tables.shape}")
+
+    capacity = max_blocks_per_seq * block_size
+    bad = np.flatnonzero((context_lens < 1) | (context_lens > capacity))
+    if bad.size:
+        s = int(bad[0])
+        raise ValueError(f"context_lens[{s}] = {int(context_lens[s])} is out of range [1, {capacity}] "
+                         f"(max_blocks_per_seq {max_blocks_per_seq} x block_size {block_size})")
+
+    blocks_used = (context_lens.astype(np.int64) + block_size - 1) // block_size
+    used = np.arange(max_blocks_per_seq)[None, :] < blocks_used[:, None]
+    out_of_range = used & ((block_tables < 0) | (block_tables >= num_blocks))
+    if out_of_range.any():
+        s, i = (int(x) for x in np.argwhere(out_of_range)[0])
+        raise ValueError(f"block_tables[{s}, {i}] = {int(block_tables[s, i])} is out of range for {num_blocks} blocks")
+
+    if scale is not None:
+        _require(isinstance(scale, (int, float, np.floating, np.integer)) and math.isfinite(float(scale)) and float(scale) != 0.0,
+                 f"scale must be a finite non-zero number, got {scale!r}")

@@ -1,0 +1,120 @@
+"""DecodeProblem generator, the shared strategy's reach, validation messages, the comparison helper."""
+import numpy as np
+import pytest
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
+
+from sandbox.compare import TOLERANCES, compare
+from sandbox.problem import DecodeProblem
+from sandbox.strategies import decode_problems
+from sandbox.validate import validate_decode_inputs
+
+
+@given(st.integers(0, 2**31 - 1), st.sampled_from([1, 2, 16, 256]), st.integers(1, 5))
+def test_random_problem_has_the_promised_traps(seed, block_size, num_seqs):
+    p = DecodeProblem.random(seed, num_seqs=num_seqs, num_heads=4, num_kv_heads=2, head_dim=8,
+                             block_size=block_size, max_context_len=3 * block_size + 1)
+    capacity = p.max_blocks_per_seq * block_size
+    assert p.context_lens.max() == capacity, "one sequence fills its whole table"
+    used = {int(b) for s in range(num_seqs) for b in p.block_tables[s, :-(-int(p.context_lens[s]) // block_size)]}
+    order = [int(b) for b in p.block_tables[p.block_tables >= 0]]
+    assert len(order) < 2 or order != sorted(order) or order[0] != 0, "physical blocks are shuffled"
+    # Every slot no sequence reads is NaN; every slot read is finite.
+    read = np.zeros(p.key_cache.shape[:2], bool)
+    for s in range(num_seqs):
+        t = np.arange(p.context_lens[s])
+        read[p.block_tables[s, t // block_size], t % block_size] = True
+    assert np.isfinite(p.key_cache[read]).all() and np.isfinite(p.value_cache[read]).all()
+    assert np.isnan(p.key_cache[~read]).all() and np.isnan(p.value_cache[~read]).all()
+    assert used <= set(range(p.num_blocks))
+
+
+def test_random_problem_is_reproducible_from_its_seed():
+    a = DecodeProblem.random(42, dtype="float16", extreme_logits=True)
+    b = DecodeProblem.random(42, dtype="float16", extreme_logits=True)
+    for x, y in zip(a.arrays()[:5], b.arrays()[:5]):
+        np.testing.assert_array_equal(x, y)
+    assert "seed=42" in a.describe()
+
+
+def test_sharing_happens_for_some_seed():
+    shared = [DecodeProblem.random(seed, num_seqs=4, block_size=4, max_context_len=64) for seed in range(20)]
+    assert any(len(set(p.block_tables[p.block_tables >= 0].tolist())) < int((p.block_tables >= 0).sum()) for p in shared)
+
+
+def test_extreme_logits_would_overflow_a_naive_exp():
+    p = DecodeProblem.random(3, num_seqs=2, head_dim=64, block_size=16, max_context_len=64, extreme_logits=True)
+    s, h = 0, 0
+    keys = p.key_cache[p.block_tables[s, 0], :, h // 4].astype(np.float64)
+    logits = p.softmax_scale * keys[np.isfinite(keys[:, 0])] @ p.query[s, h].astype(np.float64)
+    assert np.abs(logits).max() > 88.7
+
+
+# The strategy must reach every edge case; `find` proves each one is reachable.
+@pytest.mark.parametrize("what, predicate", [
+    ("context length 1", lambda p: (p.context_lens == 1).any()),
+    ("k * block_size", lambda p: ((p.context_lens % p.block_size == 0) & (p.context_lens > p.block_size)).any()),
+    ("k * block_size + 1", lambda p: (p.block_size > 1 and ((p.context_lens % p.block_size == 1) & (p.context_lens > 1)).any())),
+    ("GQA ratio 8", lambda p: p.num_heads // p.num_kv_heads == 8),
+    ("GQA ratio 2", lambda p: p.num_heads // p.num_kv_heads == 2),
+    ("block size 1", lambda p: p.block_size == 1),
+    ("block size 256 with 257 tokens", lambda p: p.block_size == 256 and (p.context_lens == 257).any()),
+    ("float16", lambda p: p.dtype == np.float16),
+    ("float32", lambda p: p.dtype == np.float32),
+    ("shared physical blocks", lambda p: len(set(p.block_tables[p.block_tables >= 0].tolist())) < int((p.block_tables >= 0).sum())),
+])
+def test_strategy_reaches(what, predicate):
+    find(decode_problems(), predicate, settings=settings(max_examples=2000, database=None, derandomize=True))
+
+
+def _valid():
+    return DecodeProblem.random(0, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=8, block_size=4, max_context_len=10)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda a: a.update(block_tables=np.where(a["block_tables"] == a["block_tables"][1, 0], 9000, a["block_tables"]).astype(np.int32)),
+     r"block_tables\[\d, \d\] = 9000 is out of range for \d+ blocks"),
+    (lambda a: a.update(context_lens=np.array([0, 3], np.int32)), r"context_lens\[0\] = 0 is out of range \[1, 12\]"),
+    (lambda a: a.update(context_lens=np.array([3, 13], np.int32)), r"context_lens\[1\] = 13 is out of range \[1, 12\]"),
+    (lambda a: a.update(context_lens=a["context_lens"].astype(np.int64)), "context_lens.dtype must be int32"),
+    (lambda a: a.update(query=a["query"][:, :3]), r"num_heads \(3, from query\) must be a multiple of num_kv_heads \(2"),
+    (lambda a: a.update(query=a["query"].astype(np.float64)), "query.dtype must be one of"),
+    (lambda a: a.update(value_cache=a["value_cache"].astype(np.float16)), "value_cache.dtype must equal query.dtype"),
+    (lambda a: a.update(key_cache=a["key_cache"][..., :4], value_cache=a["value_cache"][..., :4]), "key_cache head_dim 4 must equal query head_dim 8"),
+    (lambda a: a.update(block_tables=a["block_tables"][:1]), "block_tables has 1 rows, expected num_seqs = 2"),
+    (lambda a: a.update(query=list(a["query"])), "query must be a NumPy array"),
+    (lambda a: a.update(scale=float("nan")), "scale must be a finite non-zero number"),
+])
+def test_validation_names_the_argument_and_the_bound(mutate, message):
+    p = _valid()
+    args = dict(query=p.query, key_cache=p.key_cache, value_cache=p.value_cache,
+                block_tables=p.block_tables, context_lens=p.context_lens, scale=None)
+    validate_decode_inputs(**args)
+    mutate(args)
+    with pytest.raises(ValueError, match=message):
+        validate_decode_inputs(**args)
+
+
+def test_unused_table_entries_may_be_minus_one():
+    p = DecodeProblem.random(0, num_seqs=2, num_heads=2, num_kv_heads=1, head_dim=8, block_size=4, context_lens=[1, 12])
+    assert (p.block_tables[0, 1:] == -1).all()
+    validate_decode_inputs(*p.arrays())
+
+
+def test_compare_explains_a_failure():
+    expected = np.zeros((2, 3, 4))
+    got = expected.copy().astype(np.float32)
+    got[1, 2, 3] = 0.5
+    got[0, 0, 0] = np.nan
+    result = compare(got, expected, "float32")
+    assert not result.ok and result.num_bad == 2
+    assert "2 of 24 elements differ" in result.report
+    assert "1 elements are NaN/inf" in result.report
+    assert "(1, 2, 3): got 0.5" in result.report
+    assert f"atol={TOLERANCES['float32'].atol:g}" in result.report
+
+
+def test_compare_passes_within_tolerance_and_reports_the_error():
+    expected = np.linspace(-1, 1, 24).reshape(2, 3, 4)
+    result = compare(expected.astype(np.float16), expected, "float16")
+    assert result.ok and 0 < result.max_abs_err < TOLERANCES["float16"].atol
