@@ -1,0 +1,4 @@
+"""Paged KV-cache bookkeeping: which physical block holds which tokens of which sequence."""
+from sandbox.paging.block_manager import BlockManager, OutOfBlocks
+
+__all__ = ["BlockManager", "OutOfBlocks"]
