@@ -16,7 +16,15 @@ VARIANTS = {
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
+# Named wrong.<family>.<flaw> so the family (and so the backend) is the broken kernel's own.
 WRONG_VARIANTS = {
+}
+
+# Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
+# prepare_write(key_cache, value_cache, key, value, slot_mapping, backend) -> Prepared whose
+# result() returns (key_cache, value_cache) as host arrays; inputs are validated by
+# sandbox.validate.validate_write_inputs first.
+CACHE_WRITERS = {
 }
 
 
@@ -32,7 +40,7 @@ class Variant:
 
     @property
     def limits(self) -> Limits:
-        return self.module.LIMITS
+        return getattr(self.module, "LIMITS", Limits())
 
     @property
     def summary(self) -> str:
@@ -49,6 +57,17 @@ def variants(family: str | None = None) -> list[str]:
         return list(WRONG_VARIANTS)
     names = list(VARIANTS)
     return names if family is None else [n for n in names if n.split(".")[0] == family]
+
+
+def cache_writers(family: str | None = None) -> list[str]:
+    """Registered cache-write kernels, optionally of one family."""
+    return [n for n in CACHE_WRITERS if family is None or n.split(".")[0] == family]
+
+
+def get_cache_writer(name: str) -> Variant:
+    if name not in CACHE_WRITERS:
+        raise ValueError(f"unknown cache writer {name!r}; valid names: {', '.join(CACHE_WRITERS)}")
+    return Variant(name, importlib.import_module(CACHE_WRITERS[name]))
 
 
 def get(name: str) -> Variant:

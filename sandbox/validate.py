@@ -72,3 +72,39 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     if scale is not None:
         _require(isinstance(scale, (int, float, np.floating, np.integer)) and math.isfinite(float(scale)) and float(scale) != 0.0,
                  f"scale must be a finite non-zero number, got {scale!r}")
+
+
+def validate_write_inputs(key_cache, value_cache, key, value, slot_mapping) -> None:
+    """Raise ValueError unless the inputs form a valid cache write.
+
+    key_cache/value_cache [num_blocks, block_size, num_kv_heads, head_dim]; key/value
+    [num_tokens, num_kv_heads, head_dim] of the caches' dtype; slot_mapping [num_tokens] integer,
+    each slot < 0 (skipped) or < num_blocks * block_size.
+    """
+    _check_array("key_cache", key_cache, 4)
+    _check_array("value_cache", value_cache, 4)
+    _check_array("key", key, 3)
+    _check_array("value", value, 3)
+    _check_array("slot_mapping", slot_mapping, 1)
+    _require(key_cache.dtype.name in SUPPORTED_DTYPES,
+             f"key_cache.dtype must be one of {SUPPORTED_DTYPES}, got {key_cache.dtype.name}")
+    for name, arr in (("value_cache", value_cache), ("key", key), ("value", value)):
+        _require(arr.dtype == key_cache.dtype, f"{name}.dtype must equal key_cache.dtype ({key_cache.dtype.name}), got {arr.dtype.name}")
+    _require(value_cache.shape == key_cache.shape,
+             f"value_cache.shape {value_cache.shape} must equal key_cache.shape {key_cache.shape}")
+    _require(value.shape == key.shape, f"value.shape {value.shape} must equal key.shape {key.shape}")
+    _require(key.shape[1:] == key_cache.shape[2:],
+             f"key.shape[1:] {key.shape[1:]} must equal key_cache's (num_kv_heads, head_dim) {key_cache.shape[2:]}")
+    _require(slot_mapping.dtype.kind in "iu", f"slot_mapping.dtype must be an integer type, got {slot_mapping.dtype.name}")
+    _require(slot_mapping.shape[0] == key.shape[0],
+             f"slot_mapping has {slot_mapping.shape[0]} entries, expected num_tokens = {key.shape[0]} (from key)")
+    num_slots = key_cache.shape[0] * key_cache.shape[1]
+    bad = np.flatnonzero(slot_mapping >= num_slots)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"slot_mapping[{i}] = {int(slot_mapping[i])} is out of range for {num_slots} slots "
+                         f"({key_cache.shape[0]} blocks x block_size {key_cache.shape[1]})")
+    used = slot_mapping[slot_mapping >= 0]
+    if np.unique(used).size != used.size:
+        values, counts = np.unique(used, return_counts=True)
+        raise ValueError(f"slot_mapping writes slot {int(values[counts > 1][0])} more than once (the result would depend on thread order)")
