@@ -24,7 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return int(importlib.import_module(args._module).main(args) or 0)
+    try:
+        return int(importlib.import_module(args._module).main(args) or 0)
+    except ValueError as exc:  # bad input from the user: the message says what and why
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
