@@ -1,0 +1,155 @@
+"""The whole memory-waste study: contiguous reservations, paged block sizes, sharing; one run folder.
+
+``run_study(config)`` draws the request lengths once (same requests for every configuration),
+simulates each configuration (see ``simulate``), measures sharing (see ``sharing``), appends one CSV
+row per configuration as it finishes and returns everything as a dict ready for JSON.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sandbox.memory import distributions, sharing, simulate
+from sandbox.results import CsvAppender, new_run_dir
+
+DEFAULT_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MEMORY_FIELDS = ["allocator", "block_size", "reserve", "utilization", "internal_waste", "external_waste",
+                 "budget_utilization", "max_concurrent_requests", "mean_concurrent_requests", "steps",
+                 "finished", "preemptions", "hit_step_cap", "budget_tokens", "seconds"]
+SHARING_FIELDS = ["kind", "width", "block_size", "requests", "blocks_with_sharing", "blocks_without_sharing",
+                  "saved", "copies", "seconds"]
+
+
+@dataclass
+class StudyConfig:
+    distribution: str = "sharegpt"
+    trace: str | None = None
+    budget_tokens: int = 0
+    budget_note: str = ""
+    max_len: int = 2048
+    block_sizes: tuple[int, ...] = DEFAULT_BLOCK_SIZES
+    num_requests: int = 2000
+    reserve: str = "max"
+    sharing_distribution: str = "alpaca"
+    sharing_requests: int = 1000
+    sharing_block_size: int = 16
+    sharing_widths: tuple[int, ...] = (2, 4, 8)
+    max_steps: int = 10**6
+    seed: int = 0
+    args: dict = field(default_factory=dict)
+
+
+def validate(config: StudyConfig) -> None:
+    """Raise ValueError naming the first bad setting."""
+    if config.max_len < 2:
+        raise ValueError(f"--max-len must be >= 2, got {config.max_len}")
+    if config.num_requests < 1:
+        raise ValueError(f"--num-requests must be >= 1, got {config.num_requests}")
+    if config.sharing_requests < 1:
+        raise ValueError(f"--sharing-requests must be >= 1, got {config.sharing_requests}")
+    if config.max_steps < 1:
+        raise ValueError(f"--max-steps must be >= 1, got {config.max_steps}")
+    if not config.block_sizes or min(config.block_sizes) < 1:
+        raise ValueError(f"--block-sizes must be positive integers, got {list(config.block_sizes)}")
+    if config.sharing_block_size < 1:
+        raise ValueError(f"--sharing-block-size must be >= 1, got {config.sharing_block_size}")
+    if config.budget_tokens < config.max_len:
+        raise ValueError(f"the KV budget ({config.budget_tokens} tokens{config.budget_note}) must hold at least "
+                         f"one request of --max-len {config.max_len} tokens")
+    for bs in config.block_sizes:
+        if config.budget_tokens // bs * bs < config.max_len:
+            raise ValueError(f"block size {bs}: the budget of {config.budget_tokens} tokens holds fewer than "
+                             f"--max-len {config.max_len} slots in whole blocks")
+    if config.reserve not in simulate.RESERVE_POLICIES:
+        raise ValueError(f"unknown reserve policy {config.reserve!r}")
+
+
+def request_lengths(config: StudyConfig):
+    if config.trace:
+        return distributions.load_trace(config.trace, config.max_len, config.num_requests)
+    rng = np.random.default_rng([config.seed, 0])
+    return distributions.sample_lengths(config.distribution, config.num_requests, config.max_len, rng)
+
+
+def run_sharing(config: StudyConfig, progress=None) -> tuple[list[dict], list[dict]]:
+    """Parallel sampling and beam search at every width, on the sharing distribution."""
+    rng = np.random.default_rng([config.seed, 1])
+    r, max_len, name = config.sharing_requests, config.max_len, config.sharing_distribution
+    prompts, outputs = distributions.sample_lengths(name, r, max_len, rng)
+    rows = {"parallel": [], "beam": []}
+    for width in config.sharing_widths:
+        t0 = time.perf_counter()
+        samples = np.stack([distributions.sample_lengths(name, r, max_len, rng)[1] for _ in range(width)], axis=1)
+        samples = np.minimum(samples, max_len - prompts[:, None])
+        row = sharing.parallel_sampling(prompts, samples, config.sharing_block_size).as_dict()
+        rows["parallel"].append(dict(row, seconds=time.perf_counter() - t0))
+        if progress:
+            progress(rows["parallel"][-1])
+    for width in config.sharing_widths:
+        t0 = time.perf_counter()
+        row = sharing.beam_search(prompts, outputs, width, config.sharing_block_size, rng).as_dict()
+        rows["beam"].append(dict(row, seconds=time.perf_counter() - t0))
+        if progress:
+            progress(rows["beam"][-1])
+    return rows["parallel"], rows["beam"]
+
+
+def run_study(config: StudyConfig, results_root: Path | None = None, show_progress: bool = True) -> dict:
+    """Simulate everything, write the run folder (CSV rows as they finish, meta.json, PNG); return the result."""
+    from tqdm import tqdm
+
+    from sandbox.memory.plot import plot_study
+
+    validate(config)
+    prompts, outputs = request_lengths(config)
+    run_dir = new_run_dir("memory", root=results_root)
+    workload = f"trace {Path(config.trace).name}" if config.trace else f"{config.distribution}-like lengths"
+    meta = dict(
+        workload=workload, seed=config.seed, budget_tokens=config.budget_tokens, budget_note=config.budget_note,
+        max_len=config.max_len, block_sizes=list(config.block_sizes), reserve=config.reserve,
+        lengths=simulate.lengths_summary(prompts, outputs), arrival="all requests at step 0 (offline batch)",
+        sharing=dict(distribution=config.sharing_distribution, requests=config.sharing_requests,
+                     block_size=config.sharing_block_size, widths=list(config.sharing_widths)),
+        args=config.args, run_dir=str(run_dir))
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    policies = [config.reserve] + [p for p in simulate.RESERVE_POLICIES if p != config.reserve]
+    steps = len(policies) + len(config.block_sizes) + 2 * len(config.sharing_widths)
+    bar = tqdm(total=steps, desc="memory study", unit="config", disable=not show_progress, leave=False)
+    contiguous, paged = [], []
+    t_start = time.perf_counter()
+    with CsvAppender(run_dir / "memory.csv", MEMORY_FIELDS) as csv_rows:
+        for policy in policies:
+            bar.set_postfix_str(f"contiguous {policy}")
+            t0 = time.perf_counter()
+            res = simulate.simulate_contiguous(prompts, outputs, config.budget_tokens, config.max_len, policy,
+                                               config.max_steps)
+            res.seconds = time.perf_counter() - t0
+            contiguous.append(res.as_dict())
+            csv_rows.write(contiguous[-1])
+            bar.update()
+        for bs in config.block_sizes:
+            bar.set_postfix_str(f"paged block size {bs}")
+            t0 = time.perf_counter()
+            res = simulate.simulate_paged(prompts, outputs, config.budget_tokens, bs, config.max_len, config.max_steps)
+            res.seconds = time.perf_counter() - t0
+            paged.append(res.as_dict())
+            csv_rows.write(paged[-1])
+            bar.update()
+    with CsvAppender(run_dir / "sharing.csv", SHARING_FIELDS) as csv_rows:
+        def on_sharing(row):
+            bar.set_postfix_str(f"sharing {row['kind']} {row['width']}")
+            csv_rows.write(row)
+            bar.update()
+        parallel, beam = run_sharing(config, on_sharing)
+    bar.close()
+    meta["seconds"] = time.perf_counter() - t_start
+    result = dict(meta=meta, contiguous=contiguous[0], contiguous_variants=contiguous[1:], paged=paged,
+                  sharing=dict(meta["sharing"], parallel=parallel, beam=beam), run_dir=str(run_dir))
+    result["plot"] = str(plot_study(result, run_dir / "memory.png"))
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return result
