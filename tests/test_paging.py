@@ -88,6 +88,10 @@ def test_prefix_sharing_of_full_blocks_only():
     m.allocate("e", [1, 2, 3])                  # partial: never shared
     assert m.block_table("e")[0] not in a
 
+    import numpy as np
+    m.allocate("f", np.array(ids[:8], dtype=np.int32))    # any integer sequence works
+    assert m.block_table("f") == a[:2]
+
 
 def test_allocate_by_count_never_shares():
     m = BlockManager(8, 2)
