@@ -29,6 +29,9 @@ def main(argv=None) -> int:
     except ValueError as exc:  # bad input from the user: the message says what and why
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `python -m sandbox ... | head`: the reader left, that is fine
+        sys.stdout = None
+        return 0
 
 
 if __name__ == "__main__":
