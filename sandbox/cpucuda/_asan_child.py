@@ -1,0 +1,57 @@
+"""Child process of an AddressSanitizer launch (see asan.py). Not imported by the package.
+
+Runs as ``python -S -E _asan_child.py IN OUT PTRS`` with libasan preloaded:
+reads the pickled launch from IN, copies each array into a malloc of exactly
+its size (so ASan knows its bounds), writes the buffer addresses to PTRS
+(so the parent can name the argument an ASan report points into), launches,
+and pickles the written arrays and any runtime error to OUT. An ASan error
+aborts this process before OUT is written; the parent reads the report from
+stderr. Only the standard library is used: the child starts fast.
+"""
+import ctypes
+import pickle
+import sys
+
+import _abi
+
+
+def main(inp: str, out: str, ptrs: str) -> int:
+    with open(inp, "rb") as f:
+        job = pickle.load(f)
+    lib = ctypes.CDLL(job["lib"])
+    lib.cpucuda_malloc.restype = ctypes.c_void_p
+    lib.cpucuda_malloc.argtypes = [ctypes.c_size_t]
+
+    buffers = {}  # buffer id -> (address, nbytes)
+    for bid, data in job["buffers"].items():
+        addr = lib.cpucuda_malloc(len(data))
+        ctypes.memmove(addr, data, len(data))
+        buffers[bid] = (addr, len(data))
+    with open(ptrs, "w") as f:
+        for bid, (addr, n) in buffers.items():
+            f.write(f"{bid} {addr} {n}\n")
+
+    n = len(job["args"])
+    slots = (ctypes.c_uint64 * max(n, 1))()
+    base = ctypes.addressof(slots)
+    argv = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))])
+    for i, (kind, value) in enumerate(job["args"]):
+        if kind == "buffer":
+            slots[i] = buffers[value][0]
+        elif kind == "null":
+            slots[i] = 0
+        else:  # raw little-endian bytes of a scalar
+            ctypes.memmove(base + 8 * i, value, len(value))
+
+    fn = _abi.launch_function(lib, job["entry"])
+    cfg = _abi.make_config(*job["config"])
+    err = ctypes.create_string_buffer(_abi.ERROR_BUFFER)
+    rc = fn(argv, ctypes.byref(cfg), err, len(err))
+    written = {bid: ctypes.string_at(addr, size) for bid, (addr, size) in buffers.items() if bid in job["writable"]}
+    with open(out, "wb") as f:
+        pickle.dump({"rc": rc, "error": err.value.decode(errors="replace"), "buffers": written}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4]))

@@ -1,0 +1,272 @@
+"""Compile CUDA C source to a shared object with g++, cached on disk.
+
+The source is rewritten (``source.rewrite_shared``), entry points are
+appended (one ``extern "C"`` launcher per kernel name or name expression), and
+g++ compiles it against ``include/cpucuda_runtime.h``. The shared object is
+cached under a hash of everything that affects it, written to a temporary
+name and renamed into place so parallel processes never see half a file.
+
+Cache folder: ``$SANDBOX_CPUCUDA_CACHE``, else
+``$XDG_CACHE_HOME/paged-attention-sandbox/cpucuda``, else
+``~/.cache/paged-attention-sandbox/cpucuda``.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import source as _source
+from .errors import CpuCompileError
+
+INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+CACHE_VERSION = "cpucuda-1"
+
+_BASE_FLAGS = [
+    "-fPIC", "-shared", "-fvisibility=hidden",
+    # CUDA code type-puns through reinterpret_cast (float4 loads of halves):
+    # strict aliasing would let g++ reorder those accesses.
+    "-fno-strict-aliasing",
+    "-fno-threadsafe-statics", "-w",
+]
+_MODE_FLAGS = {
+    "normal": ["-O2"],
+    "asan": ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"],
+}
+# Defines a GPU compile would have; passed before the user's options so that
+# a user -U (say -U__CUDA_ARCH__) can remove them.
+_CUDA_DEFINES = ["-D__CUDACC__=1", "-D__CUDA_ARCH__=800", "-D__CPUCUDA__=1", "-D__NVCC__=1"]
+# NVRTC/nvcc options that only mean something on a GPU: accepted and ignored.
+_IGNORED_PREFIXES = (
+    "-arch", "--gpu-architecture", "-code", "--use_fast_math", "-use_fast_math", "-lineinfo",
+    "--generate-line-info", "-G", "--device-debug", "-rdc", "--relocatable-device-code", "-ftz",
+    "--ftz", "-prec-div", "--prec-div", "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad", "-maxrregcount",
+    "--maxrregcount", "-Xptxas", "--ptxas-options", "-dlto", "--dlink-time-opt", "-default-device",
+    "--device-as-default-execution-space", "--expt-relaxed-constexpr", "-expt-relaxed-constexpr",
+    "--extended-lambda", "-extended-lambda", "-restrict", "--restrict", "-w", "--disable-warnings",
+    "-dopt", "--dopt", "-O", "-ewp", "--extensible-whole-program", "-dw", "--device-w", "-t",
+    "--split-compile", "-split-compile", "--fdevice-time-trace", "-builtin-move-forward",
+    "-builtin-initializer-list", "--minimal", "-minimal", "-no-source-include", "--no-source-include",
+    "-G", "-pch", "--pch", "-time", "--time",
+)
+
+
+def cache_dir() -> Path:
+    """Where compiled objects live (outside the repository)."""
+    env = os.environ.get("SANDBOX_CPUCUDA_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "paged-attention-sandbox" / "cpucuda"
+
+
+def compiler() -> str:
+    return os.environ.get("SANDBOX_CPUCUDA_CXX", "g++")
+
+
+@dataclass
+class Options:
+    """The parts of an NVRTC option list that mean something to g++."""
+
+    std: str = "c++17"
+    flags: list[str] = field(default_factory=list)  # -D/-U/-include, in order
+    include_dirs: list[Path] = field(default_factory=list)
+
+
+def parse_options(options) -> Options:
+    """Keep ``-D``/``-U``/``-I``/``-std``/``-include``; ignore GPU-only options.
+
+    Other options are ignored too (NVRTC has many that do not apply), except
+    ones that look like typos of the kept ones.
+    """
+    if isinstance(options, str):
+        options = (options,)
+    opts = Options()
+    items = list(options or ())
+    i = 0
+    while i < len(items):
+        opt = str(items[i])
+        i += 1
+        value = None
+        for short, long in (("-D", "--define-macro"), ("-U", "--undefine-macro"), ("-I", "--include-path"),
+                            ("-include", "--pre-include")):
+            if opt == short or opt == long:
+                if i >= len(items):
+                    raise ValueError(f"option {opt} needs a value")
+                value, i = str(items[i]), i + 1
+            elif opt.startswith(long + "="):
+                value = opt[len(long) + 1:]
+            elif opt.startswith(short) and short != "-include" and not opt.startswith("-include"):
+                value = opt[len(short):]
+            if value is not None:
+                if short == "-I":
+                    opts.include_dirs.append(Path(value).expanduser().resolve())
+                elif short == "-include":
+                    opts.flags += ["-include", value]
+                else:
+                    opts.flags.append(short + value)
+                break
+        if value is not None:
+            continue
+        m = re.fullmatch(r"--?std=(?:c|gnu)\+\+(\d+)", opt)
+        if m:
+            opts.std = f"c++{max(int(m.group(1)), 17)}" if m.group(1) not in ("03", "98") else "c++17"
+            continue
+        if opt.startswith(_IGNORED_PREFIXES) or not opt.startswith("-"):
+            continue
+        # Unknown NVRTC options are ignored, like GPU-only ones; nothing is lost on the CPU.
+    return opts
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version() -> str:
+    try:
+        out = subprocess.run([compiler(), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise CpuCompileError(f"cannot run {compiler()!r} (g++ is needed to run CUDA C on the CPU): {exc}") from exc
+    return out.splitlines()[0] if out else "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_fingerprint() -> str:
+    h = hashlib.sha256()
+    for path in sorted(INCLUDE_DIR.iterdir()):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def fiber_flags() -> list[str]:
+    """``SANDBOX_CPUCUDA_FIBERS=ucontext`` forces the portable context switch."""
+    impl = os.environ.get("SANDBOX_CPUCUDA_FIBERS", "auto")
+    if impl not in ("auto", "asm", "ucontext"):
+        raise ValueError(f"SANDBOX_CPUCUDA_FIBERS={impl!r}: use 'auto', 'asm' or 'ucontext'")
+    return ["-DCPUCUDA_UCONTEXT"] if impl == "ucontext" else []
+
+
+@dataclass(frozen=True)
+class Build:
+    """A compiled shared object and what it exports."""
+
+    so_path: Path
+    source_path: Path
+    entries: dict  # kernel name or name expression -> entry index
+    shared_names: dict  # generated __shared__ storage name -> source name
+    mode: str
+
+
+def entry_code(names: list[str]) -> str:
+    """One launcher, signature and parameter-name function per kernel name."""
+    lines = ["", "// ---- sandbox.cpucuda entry points (generated) ----"]
+    for i, name in enumerate(names):
+        label = json.dumps(name)  # a valid C string literal for these names
+        lines += [
+            f"CPUCUDA_EXPORT int cpucuda_launch_{i}(void** a, const ::cpucuda::LaunchConfig* c, char* e, size_t n)"
+            f" {{ return ::cpucuda::launch(&{name}, a, c, e, n, {label}); }}",
+            f"CPUCUDA_EXPORT const char* cpucuda_signature_{i}(void) {{ return ::cpucuda::signature(&{name}); }}",
+            f"CPUCUDA_EXPORT const char* cpucuda_param_type_{i}(int k)"
+            f" {{ return ::cpucuda::param_type_name(&{name}, k); }}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
+    """Compile ``code`` with launchers for ``names``; reuse the cached object if any."""
+    if mode not in _MODE_FLAGS:
+        raise ValueError(f"mode {mode!r}: use one of {sorted(_MODE_FLAGS)}")
+    opts = parse_options(options)
+    rewritten = _source.rewrite_shared(code)
+    shared_names = dict(rewritten.names)
+    headers = _source.user_includes(code, opts.include_dirs)
+    full = rewritten.source + entry_code(names)
+    flags = (["-std=" + opts.std] + _MODE_FLAGS[mode] + _BASE_FLAGS + fiber_flags() + _CUDA_DEFINES + opts.flags)
+
+    h = hashlib.sha256()
+    h.update(json.dumps([CACHE_VERSION, mode, flags, [str(d) for d in opts.include_dirs], names,
+                         _compiler_version(), _runtime_fingerprint()]).encode())
+    h.update(full.encode())
+    for path in headers:
+        h.update(str(path).encode() + b"\0" + path.read_bytes())
+    key = h.hexdigest()[:32]
+
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    so_path = root / f"{key}.so"
+    src_path = root / f"{key}.cu"
+    overlay = root / f"{key}.include"
+    overlay_flags = _write_overlay(headers, opts.include_dirs, overlay, shared_names)
+    if not so_path.exists():
+        _atomic_write(src_path, full.encode())
+        include_flags = ["-I", str(INCLUDE_DIR)] + overlay_flags
+        for d in opts.include_dirs:
+            include_flags += ["-I", str(d)]
+        _compile(src_path, so_path, flags, include_flags, names)
+    return Build(so_path, src_path, {n: i for i, n in enumerate(names)}, shared_names, mode)
+
+
+def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict) -> list[str]:
+    """Rewritten copies of user headers that declare ``__shared__``, searched first."""
+    flags: list[str] = []
+    for k, path in enumerate(headers):
+        text = path.read_text(errors="replace")
+        if not any(t.kind == "word" and t.text == "__shared__" for t in _source.tokenize(text)):
+            continue
+        rel = next((path.relative_to(d) for d in include_dirs if path.is_relative_to(d)), None)
+        if rel is None:
+            raise CpuCompileError(f"{path}: declares __shared__ but is not under an -I folder; pass its folder with -I")
+        rewritten = _source.rewrite_shared(text, tag=f"h{k}_")
+        shared_names.update(rewritten.names)
+        target = overlay / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # #line keeps g++ and ASan pointing at the user's file.
+        _atomic_write(target, f'#line 1 "{path}"\n{rewritten.source}'.encode())
+        flags += ["-iquote", str(path.parent)]
+    return (["-I", str(overlay)] if flags else []) + flags
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _compile(src: Path, so_path: Path, flags, include_flags, names) -> None:
+    fd, tmp = tempfile.mkstemp(dir=so_path.parent, prefix=so_path.name + ".", suffix=".tmp")
+    os.close(fd)
+    cmd = [compiler(), *flags, *include_flags, "-include", "cpucuda_runtime.h", "-x", "c++", str(src),
+           "-x", "none", "-o", tmp]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CpuCompileError(_explain(proc.stderr, src, names) + "\ncommand: " + shlex.join(cmd))
+        os.replace(tmp, so_path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _explain(stderr: str, src: Path, names: list[str]) -> str:
+    """g++'s errors, with a hint when a requested kernel name did not resolve."""
+    text = src.read_text()
+    first_entry_line = text.count("\n", 0, text.index("// ---- sandbox.cpucuda entry points")) + 2
+    bad = set()
+    for m in re.finditer(re.escape(str(src)) + r":(\d+):\d+: error", stderr):
+        line = int(m.group(1))
+        if line >= first_entry_line:
+            bad.add(names[(line - first_entry_line) // 3])
+    errors = [ln for ln in stderr.splitlines() if "error" in ln][:20]
+    msg = "g++ could not compile the kernel source:\n" + "\n".join(errors or stderr.splitlines()[-20:])
+    if bad:
+        msg = (f"no __global__ function matches {sorted(bad)} (check the name or name expression; templates need "
+               f"name_expressions with every template argument)\n" + msg)
+    return msg

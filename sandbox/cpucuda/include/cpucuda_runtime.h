@@ -1,0 +1,43 @@
+// cpucuda_runtime.h: CUDA's built-ins for g++, force-included (-include) before
+// every kernel source compiled by sandbox.cpucuda. One translation unit per
+// shared object, so everything here has internal linkage or is inline.
+#pragma once
+#define CPUCUDA_RUNTIME_H 1
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+#include <utility>
+
+// Execution-space and optimisation qualifiers: meaningless on the CPU.
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __managed__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __builtin_align__(n) __attribute__((aligned(n)))
+#define __cudart_builtin__
+#define __grid_constant__
+// `__shared__` declarations are rewritten by sandbox.cpucuda before g++ sees
+// them; one that escaped the rewrite (for example from a macro) fails here
+// with this name in the error instead of silently becoming a per-thread local.
+#define __shared__ __cpucuda_unrewritten_shared_declaration
+
+#include "cpucuda_vector_types.h"
+#include "cpucuda_half.h"
+#include "cpucuda_bf16.h"
+#include "cpucuda_math.h"
+#include "cpucuda_sched.h"
+#include "cpucuda_device.h"
+#include "cpucuda_launch.h"

@@ -1,0 +1,629 @@
+// cpucuda_sched.h: blocks run one after another; inside a block every CUDA
+// thread is a fiber on its own stack, and fibers switch only at barriers and
+// warp operations (cooperative: between two barriers a thread runs alone,
+// which is why plain read-modify-write serves as an atomic).
+//
+// The scheduler makes passes over the block's fibers (forward or reverse
+// order) resuming those that are READY; after a pass it releases a
+// __syncthreads once every thread has arrived and a warp rendezvous once
+// every lane of its mask has. A pass where nothing ran and nothing was
+// released is a deadlock. Errors end the launch: the runtime writes a message
+// and returns to Python; the abandoned fibers are reset by the next launch.
+#pragma once
+
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <pthread.h>
+#include <stdarg.h>
+
+#include "cpucuda_fiber.h"
+
+namespace cpucuda {
+
+template <class T> using type_t = T;  // lets rewritten __shared__ arrays name their type
+
+enum FiberState : int { READY = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3 };
+
+struct Fiber {
+    Context ctx;
+    char* stack_lo;      // usable stack [stack_lo, stack_lo + stack_size)
+    size_t stack_size;
+    uint3 tid;
+    unsigned linear, warp, lane;
+    int state;
+    const char* what;    // the operation it waits in, for messages
+    const char* file;
+    int line;
+    uint64_t wval;       // value a lane deposits at a warp rendezvous
+    int wsrc;            // lane it reads from; -1: its own value
+    int pred;            // predicate for ballot / vote / __syncthreads_count
+    uint64_t wres;       // result handed back on release
+    void* fake_stack;    // ASan's fake-stack handle while switched out
+};
+
+struct Warp {
+    unsigned existing;   // lanes that exist (the last warp may be partial)
+    unsigned mask;       // lanes taking part in the pending rendezvous
+    unsigned arrived;
+    int kind;
+    const char* what;
+    const char* file;
+    int line;
+};
+
+enum WarpKind : int { W_SYNC, W_SHFL, W_BALLOT, W_ANY, W_ALL, W_ADD, W_MIN, W_MAX };
+enum BarrierKind : int { B_SYNC, B_COUNT, B_AND, B_OR };
+
+struct LaunchConfig {  // mirrored by sandbox/cpucuda/_abi.py
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint64_t shared_mem;
+    uint64_t stack_size;
+    int32_t reverse;
+    int32_t flags;
+};
+
+struct Runtime {
+    // Per-launch.
+    const char* kernel;
+    char* err;
+    size_t errlen;
+    int rc;
+    void (*body)(void*);
+    void* body_ctx;
+    dim3 gridDim, blockDim;
+    uint3 blockIdx, threadIdx;  // threadIdx: copy of the running fiber's
+    unsigned nthreads, nwarps;
+    bool reverse;
+    unsigned char* dyn_smem;
+    size_t dyn_size;
+    // Per-block.
+    unsigned long block_gen;    // bumped per block: static __shared__ re-poisoning
+    unsigned done;
+    unsigned bar_arrived;
+    int bar_kind, bar_count;
+    const char* bar_what;
+    const char* bar_file;
+    int bar_line;
+    Warp warps[32];
+    // Fibers and their stacks (kept across launches).
+    Fiber* fibers;
+    unsigned fiber_cap;
+    char** stacks;              // each: guard page + stack_size bytes
+    unsigned nstacks;
+    size_t stack_size;
+    Fiber* cur;
+    Context main_ctx;
+    void* main_fake_stack;
+    const void* main_stack_bottom;
+    size_t main_stack_size;
+    // Crash capture (normal mode only).
+    sigjmp_buf crash_jmp;
+    pthread_t launch_thread;
+    volatile sig_atomic_t crash_sig;
+    void* volatile crash_addr;
+    Fiber* volatile crash_fiber;
+};
+static Runtime g;
+
+static const size_t kPage = 4096;
+static const size_t kCanary = 64;  // bytes after dynamic shared memory (normal mode)
+
+// ---------------------------------------------------------------- errors
+
+static void format_error(const char* fmt, va_list ap) {
+    if (g.rc) return;  // keep the first error
+    g.rc = 1;
+    if (g.err && g.errlen) vsnprintf(g.err, g.errlen, fmt, ap);
+}
+
+static void set_error(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    format_error(fmt, ap);
+    va_end(ap);
+}
+
+static inline void switch_to_main(Fiber* f, bool finished);
+
+// Report an error from inside a fiber and abandon the launch.
+[[noreturn]] static void fiber_fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    format_error(fmt, ap);
+    va_end(ap);
+    switch_to_main(g.cur, true);
+    __builtin_unreachable();
+}
+
+// "thread (x,y,z) of block (x,y,z)" into a small static buffer ring.
+static const char* where(const Fiber* f) {
+    static char bufs[4][96];
+    static int next;
+    char* b = bufs[next++ & 3];
+    snprintf(b, 96, "thread (%u,%u,%u) of block (%u,%u,%u)", f->tid.x, f->tid.y, f->tid.z,
+             g.blockIdx.x, g.blockIdx.y, g.blockIdx.z);
+    return b;
+}
+
+// ---------------------------------------------------------------- switching
+
+static inline void switch_to_main(Fiber* f, bool finished) {
+#if CPUCUDA_ASAN
+    __sanitizer_start_switch_fiber(finished ? nullptr : &f->fake_stack, g.main_stack_bottom, g.main_stack_size);
+#else
+    (void)finished;
+#endif
+    context_swap(&f->ctx, &g.main_ctx);
+    __asm__ __volatile__("" ::: "memory");  // other fibers ran: reload everything
+#if CPUCUDA_ASAN
+    __sanitizer_finish_switch_fiber(f->fake_stack, nullptr, nullptr);
+#endif
+}
+
+static inline void resume(Fiber* f) {
+    g.cur = f;
+    g.threadIdx = f->tid;
+#if CPUCUDA_ASAN
+    __sanitizer_start_switch_fiber(&g.main_fake_stack, f->stack_lo, f->stack_size);
+#endif
+    context_swap(&g.main_ctx, &f->ctx);
+    __asm__ __volatile__("" ::: "memory");
+#if CPUCUDA_ASAN
+    __sanitizer_finish_switch_fiber(g.main_fake_stack, nullptr, nullptr);
+#endif
+    g.cur = nullptr;
+}
+
+static void fiber_main(void*) {
+#if CPUCUDA_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &g.main_stack_bottom, &g.main_stack_size);
+#endif
+    g.body(g.body_ctx);
+    Fiber* f = g.cur;
+    f->state = DONE;
+    g.done++;
+    switch_to_main(f, true);
+    __builtin_unreachable();
+}
+
+// ---------------------------------------------------------------- barriers
+
+static inline bool same_site(const char* f1, int l1, const char* f2, int l2) {
+    return l1 == l2 && (f1 == f2 || strcmp(f1, f2) == 0);
+}
+
+static int block_barrier(int kind, int pred, const char* what, const char* file, int line) {
+    Fiber* f = g.cur;
+    if (g.bar_arrived == 0) {
+        g.bar_kind = kind;
+        g.bar_count = 0;
+        g.bar_what = what;
+        g.bar_file = file;
+        g.bar_line = line;
+    } else if (!same_site(file, line, g.bar_file, g.bar_line) || kind != g.bar_kind) {
+        const Fiber* other = nullptr;
+        for (unsigned i = 0; i < g.nthreads && !other; ++i)
+            if (g.fibers[i].state == AT_BARRIER) other = &g.fibers[i];
+        fiber_fail("divergent barrier: %s reached %s at %s:%d while %s waits at %s at %s:%d "
+                   "(every thread of a block must reach the same __syncthreads)",
+                   where(f), what, file, line, other ? where(other) : "another thread", g.bar_what,
+                   g.bar_file, g.bar_line);
+    }
+    g.bar_arrived++;
+    g.bar_count += pred != 0;
+    f->state = AT_BARRIER;
+    f->what = what;
+    f->file = file;
+    f->line = line;
+    switch_to_main(f, false);
+    return (int)f->wres;
+}
+
+static bool release_block_barrier() {
+    if (g.bar_arrived == 0 || g.bar_arrived != g.nthreads) return false;
+    int result = g.bar_kind == B_COUNT ? g.bar_count
+               : g.bar_kind == B_AND   ? g.bar_count == (int)g.nthreads
+               : g.bar_kind == B_OR    ? g.bar_count > 0
+                                       : 0;
+    for (unsigned i = 0; i < g.nthreads; ++i) {
+        g.fibers[i].state = READY;
+        g.fibers[i].wres = (uint64_t)(int64_t)result;
+    }
+    g.bar_arrived = 0;
+    return true;
+}
+
+// ---------------------------------------------------------------- warps
+
+// A warp operation is a rendezvous of the lanes in `mask`: each deposits its
+// value (and the lane it wants to read), waits, and on release every result
+// is computed from the deposits at once, so no lane can see a value that a
+// faster lane already replaced in the next operation.
+static uint64_t warp_rendezvous(int kind, unsigned mask, uint64_t val, int src, int pred,
+                                const char* what, const char* file, int line) {
+    Fiber* f = g.cur;
+    Warp& w = g.warps[f->warp];
+    const unsigned m = mask & w.existing;
+    if (!((m >> f->lane) & 1u))
+        fiber_fail("%s at %s:%d: %s (lane %u) passed mask 0x%08x, which does not include its own lane",
+                   what, file, line, where(f), f->lane, mask);
+    if (w.arrived == 0) {
+        w.mask = m;
+        w.kind = kind;
+        w.what = what;
+        w.file = file;
+        w.line = line;
+    } else if (w.mask != m) {
+        fiber_fail("%s at %s:%d: lanes of warp %u disagree on the mask (0x%08x vs 0x%08x at %s:%d); "
+                   "concurrent rendezvous of disjoint lane groups are not supported",
+                   what, file, line, f->warp, m, w.mask, w.file, w.line);
+    } else if (!same_site(file, line, w.file, w.line) || kind != w.kind) {
+        fiber_fail("divergent warp operation: %s reached %s at %s:%d while lanes of its warp wait at %s at %s:%d",
+                   where(f), what, file, line, w.what, w.file, w.line);
+    }
+    f->wval = val;
+    f->wsrc = src;
+    f->pred = pred;
+    f->state = AT_WARP;
+    f->what = what;
+    f->file = file;
+    f->line = line;
+    w.arrived |= 1u << f->lane;
+    switch_to_main(f, false);
+    return f->wres;
+}
+
+static bool release_warps() {
+    bool any = false;
+    for (unsigned wi = 0; wi < g.nwarps; ++wi) {
+        Warp& w = g.warps[wi];
+        if (w.arrived == 0 || w.arrived != w.mask) continue;
+        Fiber* lanes = g.fibers + wi * 32;
+        uint64_t ballot = 0, acc = 0;
+        bool first = true;
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!((w.mask >> l) & 1u)) continue;
+            if (lanes[l].pred) ballot |= 1ull << l;
+            int64_t v = (int64_t)lanes[l].wval;
+            if (first) acc = (uint64_t)v;
+            else if (w.kind == W_ADD) acc += (uint64_t)v;
+            else if (w.kind == W_MIN) acc = (uint64_t)(v < (int64_t)acc ? v : (int64_t)acc);
+            else if (w.kind == W_MAX) acc = (uint64_t)(v > (int64_t)acc ? v : (int64_t)acc);
+            first = false;
+        }
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!((w.mask >> l) & 1u)) continue;
+            Fiber& f = lanes[l];
+            switch (w.kind) {
+            case W_SHFL:
+                if (f.wsrc < 0) f.wres = f.wval;
+                else if ((w.mask >> f.wsrc) & 1u) f.wres = lanes[f.wsrc].wval;
+                else f.wres = ~0ull;  // undefined on a GPU: read as 0xFF bytes (NaN)
+                break;
+            case W_BALLOT: f.wres = ballot; break;
+            case W_ANY: f.wres = ballot != 0; break;
+            case W_ALL: f.wres = ballot == w.mask; break;
+            case W_ADD: case W_MIN: case W_MAX: f.wres = acc; break;
+            default: f.wres = 0;
+            }
+            f.state = READY;
+        }
+        w.arrived = 0;
+        any = true;
+    }
+    return any;
+}
+
+// ---------------------------------------------------------------- deadlock
+
+static void describe_deadlock() {
+    unsigned at_bar = 0, at_warp = 0, done = 0;
+    const Fiber* warp_waiter = nullptr;
+    for (unsigned i = 0; i < g.nthreads; ++i) {
+        const Fiber& f = g.fibers[i];
+        if (f.state == AT_BARRIER) at_bar++;
+        else if (f.state == AT_WARP) { at_warp++; if (!warp_waiter) warp_waiter = &f; }
+        else if (f.state == DONE) done++;
+    }
+    if (warp_waiter) {
+        const Warp& w = g.warps[warp_waiter->warp];
+        unsigned missing = w.mask & ~w.arrived, gone = 0;
+        const Fiber* other = nullptr;
+        for (unsigned l = 0; l < 32; ++l)
+            if ((missing >> l) & 1u) {
+                const Fiber& o = g.fibers[warp_waiter->warp * 32 + l];
+                if (o.state == DONE) gone++;
+                else if (!other) other = &o;
+            }
+        if (other)
+            set_error("deadlock in block (%u,%u,%u): lanes 0x%08x of warp %u wait at %s at %s:%d for lanes 0x%08x; "
+                      "%s waits at %s at %s:%d instead",
+                      g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, w.arrived, warp_waiter->warp, w.what, w.file,
+                      w.line, missing, where(other), other->what, other->file, other->line);
+        else
+            set_error("deadlock in block (%u,%u,%u): lanes 0x%08x of warp %u wait at %s at %s:%d for lanes "
+                      "0x%08x, which have exited (%u)",
+                      g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, w.arrived, warp_waiter->warp, w.what, w.file,
+                      w.line, missing, gone);
+        return;
+    }
+    set_error("deadlock in block (%u,%u,%u): %u thread(s) wait at %s at %s:%d but %u thread(s) have already "
+              "exited and will never arrive (every thread must reach each __syncthreads)",
+              g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, at_bar, g.bar_what, g.bar_file, g.bar_line, done);
+}
+
+// ---------------------------------------------------------------- memory
+
+// Fiber stacks: mmap'd with a PROT_NONE guard page below, so an overflow
+// faults (and is reported) instead of overwriting the neighbour's stack.
+static bool ensure_fibers(unsigned n, size_t stack_size) {
+    if (g.stack_size != stack_size) {
+        for (unsigned i = 0; i < g.nstacks; ++i) munmap(g.stacks[i], g.stack_size + kPage);
+        g.nstacks = 0;
+        g.stack_size = stack_size;
+    }
+    if (n > g.fiber_cap) {
+        Fiber* nf = (Fiber*)realloc(g.fibers, n * sizeof(Fiber));
+        char** ns = (char**)realloc(g.stacks, n * sizeof(char*));
+        if (!nf || !ns) return false;
+        g.fibers = nf;
+        g.stacks = ns;
+        g.fiber_cap = n;
+    }
+    while (g.nstacks < n) {
+        void* p = mmap(nullptr, stack_size + kPage, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        if (p == MAP_FAILED) return false;
+        mprotect(p, kPage, PROT_NONE);
+        g.stacks[g.nstacks++] = (char*)p;
+    }
+    return true;
+}
+
+static unsigned char* alloc_dynamic_shared(size_t n) {
+#if CPUCUDA_ASAN
+    return (unsigned char*)malloc(n ? n : 1);  // exact size: ASan bounds it
+#else
+    unsigned char* p = (unsigned char*)malloc(n + kCanary);
+    return p;
+#endif
+}
+
+// A write past the dynamic shared memory shows as a changed canary.
+static bool canary_intact() {
+#if CPUCUDA_ASAN
+    return true;
+#else
+    for (size_t i = 0; i < kCanary; ++i)
+        if (g.dyn_smem[g.dyn_size + i] != 0xA5) return false;
+    return true;
+#endif
+}
+
+// File-scope __shared__ variables register themselves here (static
+// initialisers); function-scope ones re-poison lazily (see shared_enter).
+struct SharedRegion { void* p; size_t n; void** dyn; };
+static SharedRegion* g_regions;
+static unsigned g_nregions;
+static unsigned g_region_cap;
+
+static int register_region(void* p, size_t n, void** dyn) {
+    if (g_nregions == g_region_cap) {
+        g_region_cap = g_region_cap ? 2 * g_region_cap : 16;
+        g_regions = (SharedRegion*)realloc(g_regions, g_region_cap * sizeof(SharedRegion));
+    }
+    g_regions[g_nregions++] = SharedRegion{p, n, dyn};
+    return 0;
+}
+
+// Static __shared__ storage is poisoned with 0xFF (NaN for float and half)
+// by the first thread of each block that reaches its declaration.
+static inline void shared_enter(void* p, size_t n, unsigned long* gen) {
+    if (*gen != g.block_gen) {
+        *gen = g.block_gen;
+        memset(p, 0xFF, n);
+    }
+}
+
+static inline void* dynamic_shared() { return g.dyn_smem; }
+
+// ---------------------------------------------------------------- crashes
+
+static char* g_altstack;
+static const size_t kAltStack = 1 << 16;
+static const int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+static struct sigaction g_old_actions[4];
+
+static void on_crash(int sig, siginfo_t* info, void*) {
+    if (!pthread_equal(pthread_self(), g.launch_thread)) {
+        // Not our launch: give the signal back to whoever handled it before.
+        for (int i = 0; i < 4; ++i)
+            if (kCrashSignals[i] == sig) sigaction(sig, &g_old_actions[i], nullptr);
+        return;  // the faulting instruction re-executes under the old handler
+    }
+    g.crash_sig = sig;
+    g.crash_addr = info->si_addr;
+    g.crash_fiber = g.cur;
+    siglongjmp(g.crash_jmp, 1);
+}
+
+static void install_crash_handlers(stack_t* old_stack) {
+    if (!g_altstack) g_altstack = (char*)malloc(kAltStack);
+    stack_t ss;
+    ss.ss_sp = g_altstack;
+    ss.ss_size = kAltStack;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, old_stack);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_crash;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 4; ++i) sigaction(kCrashSignals[i], &sa, &g_old_actions[i]);
+}
+
+static void remove_crash_handlers(const stack_t* old_stack) {
+    for (int i = 0; i < 4; ++i) sigaction(kCrashSignals[i], &g_old_actions[i], nullptr);
+    sigaltstack(old_stack, nullptr);
+}
+
+static void describe_crash() {
+    const Fiber* f = g.crash_fiber;
+    const char* who = f ? where(f) : "the scheduler";
+    uintptr_t a = (uintptr_t)g.crash_addr;
+    if (f && a >= (uintptr_t)(f->stack_lo - kPage) && a < (uintptr_t)f->stack_lo) {
+        set_error("stack overflow in %s (fiber stacks are %zu KiB; raise SANDBOX_CPUCUDA_STACK_KB)", who,
+                  g.stack_size >> 10);
+    } else if (g.crash_sig == SIGFPE) {
+        set_error("arithmetic exception (SIGFPE: integer division by zero?) in %s", who);
+    } else if (g.crash_sig == SIGILL) {
+        set_error("illegal instruction (SIGILL: __trap() or a compiler trap) in %s", who);
+    } else {
+        set_error("%s: invalid memory access at address %p in %s; run with asan=True for the file and line",
+                  g.crash_sig == SIGBUS ? "SIGBUS" : "SIGSEGV", g.crash_addr, who);
+    }
+    g.rc = (g.crash_sig == SIGSEGV || g.crash_sig == SIGBUS) ? 2 : 1;
+}
+
+// ---------------------------------------------------------------- grid
+
+static void init_block(unsigned bx, unsigned by, unsigned bz) {
+    g.blockIdx = uint3{bx, by, bz};
+    g.block_gen++;
+    g.done = 0;
+    g.bar_arrived = 0;
+    const unsigned n = g.nthreads;
+    for (unsigned i = 0; i < n; ++i) {
+        Fiber& f = g.fibers[i];
+        f.stack_lo = g.stacks[i] + kPage;
+        f.stack_size = g.stack_size;
+#if CPUCUDA_ASAN
+        // An abandoned or finished fiber leaves poisoned frames behind.
+        __asan_unpoison_memory_region(f.stack_lo, f.stack_size);
+#endif
+        context_init(&f.ctx, f.stack_lo, f.stack_size, fiber_main, nullptr);
+        f.tid = uint3{i % g.blockDim.x, (i / g.blockDim.x) % g.blockDim.y, i / (g.blockDim.x * g.blockDim.y)};
+        f.linear = i;
+        f.warp = i / 32;
+        f.lane = i % 32;
+        f.state = READY;
+        f.what = "";
+        f.file = "";
+        f.line = 0;
+        f.fake_stack = nullptr;
+    }
+    for (unsigned w = 0; w < g.nwarps; ++w) {
+        unsigned lanes = n - w * 32 >= 32 ? 32 : n - w * 32;
+        g.warps[w] = Warp{lanes == 32 ? ~0u : (1u << lanes) - 1u, 0, 0, 0, "", "", 0};
+    }
+    for (unsigned r = 0; r < g_nregions; ++r)
+        if (g_regions[r].dyn) *g_regions[r].dyn = g.dyn_smem;
+        else memset(g_regions[r].p, 0xFF, g_regions[r].n);
+    memset(g.dyn_smem, 0xFF, g.dyn_size);
+}
+
+static int run_block() {
+    const unsigned n = g.nthreads;
+    for (;;) {
+        bool ran = false;
+        for (unsigned k = 0; k < n; ++k) {
+            Fiber* f = &g.fibers[g.reverse ? n - 1 - k : k];
+            if (f->state != READY) continue;
+            resume(f);
+            ran = true;
+            if (g.rc) return g.rc;
+        }
+        if (g.done == n) break;
+        bool released = release_warps();
+        released |= release_block_barrier();
+        if (!ran && !released) {
+            describe_deadlock();
+            return g.rc;
+        }
+    }
+    if (!canary_intact()) {
+        set_error("write past the end of dynamic shared memory (%zu bytes requested at launch) in block (%u,%u,%u)",
+                  g.dyn_size, g.blockIdx.x, g.blockIdx.y, g.blockIdx.z);
+        return g.rc;
+    }
+    return 0;
+}
+
+#if CPUCUDA_ASAN
+// Before ASan aborts the child, say which CUDA thread was running.
+static void on_asan_death() {
+    if (g.cur) fprintf(stderr, "cpucuda: the faulting CUDA thread is %s\n", where(g.cur));
+}
+#endif
+
+static int run_grid(const LaunchConfig* cfg, void (*body)(void*), void* ctx, char* err, size_t errlen,
+                    const char* kernel) {
+#if CPUCUDA_ASAN
+    __sanitizer_set_death_callback(on_asan_death);
+#endif
+    g.kernel = kernel;
+    g.err = err;
+    g.errlen = errlen;
+    if (err && errlen) err[0] = 0;
+    g.rc = 0;
+    g.body = body;
+    g.body_ctx = ctx;
+    g.gridDim = dim3(cfg->grid[0], cfg->grid[1], cfg->grid[2]);
+    g.blockDim = dim3(cfg->block[0], cfg->block[1], cfg->block[2]);
+    g.nthreads = cfg->block[0] * cfg->block[1] * cfg->block[2];
+    g.nwarps = (g.nthreads + 31) / 32;
+    g.reverse = cfg->reverse != 0;
+    if (g.nthreads == 0 || g.nthreads > 1024) {
+        set_error("block of %u threads: must be 1..1024", g.nthreads);
+        return g.rc;
+    }
+    if (!ensure_fibers(g.nthreads, cfg->stack_size)) {
+        set_error("cannot allocate %u fiber stacks of %zu bytes", g.nthreads, (size_t)cfg->stack_size);
+        return g.rc;
+    }
+    g.dyn_size = cfg->shared_mem;
+    g.dyn_smem = alloc_dynamic_shared(g.dyn_size);
+#if !CPUCUDA_ASAN
+    memset(g.dyn_smem + g.dyn_size, 0xA5, kCanary);
+#endif
+    const uint64_t nblocks = (uint64_t)cfg->grid[0] * cfg->grid[1] * cfg->grid[2];
+
+#if !CPUCUDA_ASAN
+    stack_t old_stack;
+    g.launch_thread = pthread_self();
+    g.crash_fiber = nullptr;
+    install_crash_handlers(&old_stack);
+    if (sigsetjmp(g.crash_jmp, 1)) {
+        remove_crash_handlers(&old_stack);
+        describe_crash();
+        free(g.dyn_smem);
+        g.dyn_smem = nullptr;
+        return g.rc;
+    }
+#endif
+    for (uint64_t k = 0; k < nblocks && !g.rc; ++k) {
+        uint64_t b = g.reverse ? nblocks - 1 - k : k;
+        init_block((unsigned)(b % cfg->grid[0]), (unsigned)(b / cfg->grid[0] % cfg->grid[1]),
+                   (unsigned)(b / ((uint64_t)cfg->grid[0] * cfg->grid[1])));
+        run_block();
+    }
+#if !CPUCUDA_ASAN
+    remove_crash_handlers(&old_stack);
+#endif
+    free(g.dyn_smem);
+    g.dyn_smem = nullptr;
+    return g.rc;
+}
+
+}  // namespace cpucuda
+
+// The built-in variables. threadIdx is the running fiber's (copied in at
+// every switch), so reads after a barrier see the right thread.
+static const uint3& threadIdx = cpucuda::g.threadIdx;
+static const uint3& blockIdx = cpucuda::g.blockIdx;
+static const dim3& blockDim = cpucuda::g.blockDim;
+static const dim3& gridDim = cpucuda::g.gridDim;
+static constexpr int warpSize = 32;

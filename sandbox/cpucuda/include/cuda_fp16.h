@@ -1,0 +1,3 @@
+// Intercepts <cuda_fp16.h>: the runtime header already defines __half.
+#pragma once
+#include "cpucuda_runtime.h"
