@@ -1,0 +1,24 @@
+"""python -m sandbox compare RUN_A RUN_B: B time / A time per matching point; regressions flagged.
+
+Exit status 1 when any point regressed beyond --threshold or turned wrong, else 0.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..sweep import diff
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline: a sweep run folder or its sweep.csv")
+    parser.add_argument("run_b", type=Path, metavar="RUN_B", help="the new run: a sweep run folder or its sweep.csv")
+    parser.add_argument("--threshold", type=float, default=0.10,
+                        help="relative slow-down that counts as a regression (default 0.10 = 10%%)")
+
+
+def main(args) -> int:
+    if args.threshold < 0:
+        raise ValueError(f"--threshold must be >= 0, got {args.threshold}")
+    report = diff.compare_runs(args.run_a, args.run_b, args.threshold)
+    print(report.render())
+    return report.exit_code

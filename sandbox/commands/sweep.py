@@ -1,0 +1,126 @@
+"""python -m sandbox sweep: every variant x block size x shape, checked then timed; results/<UTC>-sweep/.
+
+Exit status: 0 when every point ran correct (or was unsupported/skipped), 1 when any point was
+wrong or raised, 130 when interrupted (the rows measured so far are kept).
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+from pathlib import Path
+
+from .. import backends, registry
+from ..sweep import shapes as shapes_mod, timing
+from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,16,256, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"block sizes must be integers >= 1, got {text!r}")
+    return tuple(sorted(set(values)))
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--variants", metavar="LIST",
+                        help="comma-separated variant names, families (numba, cupy, wrong) or globs (numba.*); "
+                             "default: every registered variant (negative controls only when named)")
+    parser.add_argument("--block-sizes", type=_int_list, metavar="LIST",
+                        help=f"comma-separated block sizes (default {','.join(map(str, shapes_mod.DEFAULT_BLOCK_SIZES))}; "
+                             f"--quick on the CPU: {','.join(map(str, shapes_mod.QUICK_CPU_BLOCK_SIZES))})")
+    parser.add_argument("--shapes", metavar="LIST",
+                        help="comma-separated SEQSxTOKENSxHEADS/KVHEADSxHEADDIMxDTYPE (e.g. 64x4096x32/8x128xfp16) or "
+                             f"presets {', '.join(shapes_mod.PRESETS)}; default: gpu or cpu (gpu-quick/cpu-quick with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small shapes and short timing (CPU: under a minute; GPU: a few seconds per shape)")
+    parser.add_argument("--backend", default="auto", choices=backends.BACKENDS,
+                        help="auto: the GPU when present, else the CPU; cpu forces emulation (default auto)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated K/V and paging (default 0)")
+    parser.add_argument("--max-seconds", type=float, metavar="S",
+                        help="time budget: points not started after S seconds are recorded as skipped")
+    parser.add_argument("--results-dir", type=Path, metavar="DIR",
+                        help="root of the run folders (default: $SANDBOX_RESULTS or results/)")
+    parser.add_argument("--dense", default=DENSE_BASELINE, metavar="NAME",
+                        help=f"no-paging baseline for paging_overhead (default {DENSE_BASELINE}; empty if not registered)")
+    parser.add_argument("--warmup-ms", type=float, help="GPU warm-up per point (default 25; --quick 10)")
+    parser.add_argument("--budget-ms", type=float, help="timed time per point, GPU (default 100; --quick 30)")
+    parser.add_argument("--max-repeats", type=int, help="most timed repeats per point (default GPU 500, CPU 5)")
+    parser.add_argument("--no-torch", action="store_true", help="leave torch.sdpa out even where torch is importable")
+    parser.add_argument("--no-resources", action="store_true", help="skip the static resources (resources.csv)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--list-shapes", action="store_true", help="print the shape presets and exit")
+
+
+def select_variants(text: str | None) -> list[str]:
+    """Registered names matching the comma-separated names, families or globs (unknown names raise ValueError)."""
+    if not text:
+        return registry.variants()
+    known = registry.variants() + registry.variants("wrong")
+    chosen: list[str] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if item in ("numpy", "numba", "cupy", "wrong"):
+            matches = registry.variants(item)
+        elif any(ch in item for ch in "*?["):
+            matches = fnmatch.filter(known, item)
+        else:
+            registry.get(item)  # unknown name: ValueError listing the valid ones
+            matches = [item]
+        if not matches:
+            raise ValueError(f"--variants {item!r} matches no registered variant; valid names: {', '.join(known)}")
+        chosen += [m for m in matches if m not in chosen]
+    return chosen
+
+
+def build_config(args) -> SweepConfig:
+    on_gpu = args.backend != "cpu" and backends.gpu_present()
+    shapes = shapes_mod.parse_shapes(args.shapes) if args.shapes else shapes_mod.default_shapes(on_gpu, args.quick)
+    if args.block_sizes:
+        block_sizes = args.block_sizes
+    elif args.quick and not on_gpu:
+        block_sizes = shapes_mod.QUICK_CPU_BLOCK_SIZES
+    else:
+        block_sizes = shapes_mod.DEFAULT_BLOCK_SIZES
+    gpu = timing.GPU_QUICK_TIMING if args.quick else timing.GPU_TIMING
+    cpu = timing.CPU_QUICK_TIMING if args.quick else timing.CPU_TIMING
+    overrides = {}
+    if args.warmup_ms is not None:
+        overrides["warmup_s"] = args.warmup_ms / 1e3
+    if args.budget_ms is not None:
+        overrides["budget_s"] = args.budget_ms / 1e3
+    if args.max_repeats is not None:
+        if args.max_repeats < 1:
+            raise ValueError(f"--max-repeats must be >= 1, got {args.max_repeats}")
+        overrides["max_repeats"] = args.max_repeats
+    gpu = _replace(gpu, **overrides)
+    cpu = _replace(cpu, **{k: v for k, v in overrides.items() if k != "warmup_s"})
+    if args.max_seconds is not None and args.max_seconds <= 0:
+        raise ValueError(f"--max-seconds must be > 0, got {args.max_seconds}")
+    return SweepConfig(variants=select_variants(args.variants), block_sizes=tuple(block_sizes), shapes=shapes,
+                       backend=args.backend, seed=args.seed, quick=args.quick, max_seconds=args.max_seconds,
+                       gpu_timing=gpu, cpu_timing=cpu, dense_baseline=args.dense, torch=not args.no_torch,
+                       resources=not args.no_resources, plots=not args.no_plots, progress=not args.no_progress,
+                       results_dir=args.results_dir)
+
+
+def _replace(config: timing.TimingConfig, **changes) -> timing.TimingConfig:
+    import dataclasses
+    new = dataclasses.replace(config, **changes)
+    return dataclasses.replace(new, min_repeats=min(new.min_repeats, new.max_repeats))
+
+
+def main(args) -> int:
+    if args.list_shapes:
+        for name, specs in shapes_mod.PRESETS.items():
+            print(f"{name:10} {', '.join(specs)}")
+        return 0
+    config = build_config(args)
+    outcome = run_sweep(config)
+    print(outcome.summary)
+    print(f"\nresults: {outcome.run_dir}")
+    return outcome.exit_code

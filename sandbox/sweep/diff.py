@@ -1,0 +1,127 @@
+"""Compare two sweep runs point by point: ratio = B time / A time per (variant, shape, block_size, backend)."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes")
+FLOAT_COLUMNS = ("max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us", "min_us", "gbps", "fraction_of_copy_bw",
+                 "paging_overhead", "dense_time_us", "point_s")
+
+
+def _typed(row: dict) -> dict:
+    out = dict(row)
+    for key in INT_COLUMNS:
+        if key in out:
+            out[key] = int(float(out[key])) if out[key] not in (None, "") else None
+    for key in FLOAT_COLUMNS:
+        if key in out:
+            out[key] = float(out[key]) if out[key] not in (None, "") else None
+    if "correct" in out:
+        out["correct"] = {"True": True, "False": False}.get(out["correct"])
+    out["note"] = out.get("note") or ""
+    return out
+
+
+def sweep_csv(path: Path) -> Path:
+    path = Path(path)
+    csv_path = path / "sweep.csv" if path.is_dir() else path
+    if not csv_path.is_file():
+        raise ValueError(f"{path} is not a sweep run folder (no sweep.csv) nor a sweep.csv")
+    return csv_path
+
+
+def load_rows(path: Path) -> list[dict]:
+    """The rows of a run folder's sweep.csv (or of a sweep.csv), with numbers and booleans typed."""
+    with open(sweep_csv(path), newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"variant", "shape", "block_size", "backend", "status", "time_us"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: sweep.csv lacks columns {sorted(missing)}")
+        return [_typed(r) for r in reader]
+
+
+def key(row: dict) -> tuple:
+    return (row["variant"], row["shape"], row["block_size"], row["backend"])
+
+
+def _fmt_key(k) -> str:
+    variant, shape, bs, backend = k
+    return f"{variant} [{backend}] {shape} bs={'-' if bs is None else bs}"
+
+
+@dataclasses.dataclass
+class Report:
+    threshold: float
+    ratios: list          # (key, a_us, b_us, ratio) for points timed in both
+    regressions: list     # subset of ratios above 1 + threshold
+    improvements: list    # subset of ratios below 1 - threshold
+    turned_wrong: list    # (key, a_status, b_status, b_note): correct in A, wrong/error in B
+    still_wrong: list     # (key, a_status, b_status, b_note): wrong/error in both
+    status_changes: list  # (key, a_status, b_status) other changes (ok -> unsupported, ...)
+    only_a: list
+    only_b: list
+    cpu_emulation: bool
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions or self.turned_wrong else 0
+
+    def render(self) -> str:
+        lines = [f"{len(self.ratios)} points timed in both runs; regression = B/A > {1 + self.threshold:.2f}"]
+        if self.cpu_emulation:
+            lines.append("note: CPU-emulation timings (not GPU performance); expect noise on a busy machine")
+        if self.ratios:
+            lines.append(f"  {'point':<60} {'A us':>10} {'B us':>10} {'B/A':>7}")
+            for k, a, b, ratio in sorted(self.ratios, key=lambda t: -t[3]):
+                flag = "  REGRESSION" if ratio > 1 + self.threshold else ("  faster" if ratio < 1 - self.threshold else "")
+                lines.append(f"  {_fmt_key(k):<60} {a:>10.2f} {b:>10.2f} {ratio:>7.3f}{flag}")
+        for title, items in (("TURNED WRONG (correct in A, not in B)", self.turned_wrong),
+                             ("still wrong in B", self.still_wrong)):
+            if items:
+                lines.append(f"{title}: {len(items)}")
+                lines += [f"  {_fmt_key(k)}: {sa} -> {sb}: {note[:200]}" for k, sa, sb, note in items]
+        if self.status_changes:
+            lines.append(f"status changed: {len(self.status_changes)}")
+            lines += [f"  {_fmt_key(k)}: {sa} -> {sb}" for k, sa, sb in self.status_changes]
+        for title, items in (("only in A", self.only_a), ("only in B", self.only_b)):
+            if items:
+                lines.append(f"{title}: {len(items)}")
+                lines += [f"  {_fmt_key(k)}" for k in items]
+        verdict = (f"FAIL: {len(self.regressions)} regression(s), {len(self.turned_wrong)} turned wrong"
+                   if self.exit_code else f"OK: no regression beyond {self.threshold:.0%}, nothing turned wrong")
+        if self.improvements:
+            verdict += f"; {len(self.improvements)} faster beyond {self.threshold:.0%}"
+        lines.append(verdict)
+        return "\n".join(lines)
+
+
+def compare_rows(rows_a: list[dict], rows_b: list[dict], threshold: float = 0.10) -> Report:
+    a = {key(r): r for r in rows_a}
+    b = {key(r): r for r in rows_b}
+    ratios, turned, still, changes = [], [], [], []
+    for k in a.keys() & b.keys():
+        ra, rb = a[k], b[k]
+        sa, sb = ra["status"], rb["status"]
+        if sb in ("wrong", "error"):
+            (still if sa in ("wrong", "error") else turned).append((k, sa, sb, rb["note"]))
+        elif sa == sb == "ok" and ra["time_us"] and rb["time_us"] is not None:
+            ratios.append((k, ra["time_us"], rb["time_us"], rb["time_us"] / ra["time_us"]))
+        elif sa != sb:
+            changes.append((k, sa, sb))
+    order = lambda items: sorted(items, key=lambda t: tuple("" if x is None else str(x) for x in t[0]))  # noqa: E731
+    return Report(
+        threshold=threshold,
+        ratios=order(ratios),
+        regressions=order([t for t in ratios if t[3] > 1 + threshold]),
+        improvements=order([t for t in ratios if t[3] < 1 - threshold]),
+        turned_wrong=order(turned), still_wrong=order(still), status_changes=order(changes),
+        only_a=sorted(a.keys() - b.keys(), key=lambda k: tuple(map(str, k))),
+        only_b=sorted(b.keys() - a.keys(), key=lambda k: tuple(map(str, k))),
+        cpu_emulation=any(r.get("timing") == "cpu-emulation" for r in rows_a + rows_b),
+    )
+
+
+def compare_runs(run_a: Path, run_b: Path, threshold: float = 0.10) -> Report:
+    return compare_rows(load_rows(run_a), load_rows(run_b), threshold)

@@ -1,0 +1,112 @@
+"""The three H200 goals, checked from a sweep's rows (only GPU points count; on the CPU: not measured).
+
+1. copy_bw_fraction: the best paged variant at 64x4096x32/8x128xfp16, block size 16, reaches >= 85%
+   of the measured device copy bandwidth.
+2. paging_overhead: at every block size >= 16 of every GPU shape, best paged time / dense time <= 1.05.
+3. block_size_8_vs_128: at every GPU shape, best paged time at block size 8 <= 1.10 x at block size 128.
+"Paged" means a registry variant other than the dense baseline (and not torch.sdpa).
+"""
+from __future__ import annotations
+
+import json
+
+from .shapes import GOAL_SHAPE
+
+COPY_BW_FRACTION = 0.85
+PAGING_OVERHEAD = 1.05
+BS8_VS_128 = 1.10
+
+TEXT = {
+    "copy_bw_fraction": f"best paged variant at {GOAL_SHAPE}, block size 16: >= {COPY_BW_FRACTION:.0%} of copy bandwidth",
+    "paging_overhead": f"paging overhead (best paged / dense) at block size >= 16: <= {PAGING_OVERHEAD - 1:.0%}",
+    "block_size_8_vs_128": f"best paged at block size 8 within {BS8_VS_128 - 1:.0%} of block size 128",
+}
+
+
+def _check(goal_id, threshold, measured=None, passed=None, detail="", status=None) -> dict:
+    if status is None:
+        status = "PASS" if passed else "FAIL"
+    return dict(id=goal_id, goal=TEXT[goal_id], threshold=threshold, measured=measured, passed=passed,
+                status=status, detail=detail)
+
+
+def best_paged(rows, dense_name: str) -> dict:
+    """{(shape, block_size): fastest correct paged GPU row}."""
+    best = {}
+    for r in rows:
+        if (r["status"] != "ok" or r["backend"] != "gpu" or r["block_size"] is None or r["variant"] == dense_name
+                or r["family"] == "torch" or r["variant"].startswith("wrong.")):
+            continue
+        key = (r["shape"], r["block_size"])
+        if key not in best or r["time_us"] < best[key]["time_us"]:
+            best[key] = r
+    return best
+
+
+def evaluate(rows, on_gpu: bool, dense_name: str) -> dict:
+    """{"on_gpu", "goal_shape", "checks": [{id, goal, threshold, measured, passed, status, detail}]}."""
+    if not on_gpu:
+        return {"on_gpu": False, "goal_shape": GOAL_SHAPE,
+                "checks": [_check(g, t, status="not measured (no GPU)")
+                           for g, t in (("copy_bw_fraction", COPY_BW_FRACTION), ("paging_overhead", PAGING_OVERHEAD),
+                                        ("block_size_8_vs_128", BS8_VS_128))]}
+    best = best_paged(rows, dense_name)
+    dense = {(r["shape"], r["block_size"]): r for r in rows
+             if r["variant"] == dense_name and r["status"] == "ok" and r["backend"] == "gpu"}
+    shapes = list(dict.fromkeys(r["shape"] for r in rows if r["backend"] == "gpu"))
+    return {"on_gpu": True, "goal_shape": GOAL_SHAPE,
+            "checks": [_copy_fraction(best), _overhead(best, dense, shapes, dense_name), _bs8(best, shapes)]}
+
+
+def _copy_fraction(best) -> dict:
+    row = best.get((GOAL_SHAPE, 16))
+    if row is None:
+        return _check("copy_bw_fraction", COPY_BW_FRACTION, status=f"not measured (no correct paged GPU point at {GOAL_SHAPE}, block size 16)")
+    fraction = row["fraction_of_copy_bw"]
+    if fraction is None:
+        return _check("copy_bw_fraction", COPY_BW_FRACTION, status="not measured (copy bandwidth unknown)")
+    return _check("copy_bw_fraction", COPY_BW_FRACTION, round(fraction, 4), fraction >= COPY_BW_FRACTION,
+                  f"{row['variant']}: {row['time_us']:.1f} us, {row['gbps']:.0f} GB/s = {fraction:.1%} of copy")
+
+
+def _overhead(best, dense, shapes, dense_name) -> dict:
+    ratios = []
+    for shape in shapes:
+        for (s, bs), row in sorted(best.items(), key=lambda kv: kv[0][1]):
+            if s == shape and bs >= 16 and (s, bs) in dense:
+                ratios.append((row["time_us"] / dense[(s, bs)]["time_us"], shape, bs, row["variant"]))
+    if not ratios:
+        return _check("paging_overhead", PAGING_OVERHEAD,
+                      status=f"not measured (no {dense_name} and paged GPU points at block size >= 16)")
+    worst = max(ratios)
+    detail = "; ".join(f"{shape} bs{bs} {name} {ratio:.3f}" for ratio, shape, bs, name in ratios)
+    return _check("paging_overhead", PAGING_OVERHEAD, round(worst[0], 4), worst[0] <= PAGING_OVERHEAD,
+                  f"worst {worst[0]:.3f} at {worst[1]} bs{worst[2]} ({worst[3]}); all: {detail}")
+
+
+def _bs8(best, shapes) -> dict:
+    ratios = []
+    for shape in shapes:
+        if (shape, 8) in best and (shape, 128) in best:
+            a, b = best[(shape, 8)], best[(shape, 128)]
+            ratios.append((a["time_us"] / b["time_us"], shape, a["variant"], b["variant"]))
+    if not ratios:
+        return _check("block_size_8_vs_128", BS8_VS_128,
+                      status="not measured (no correct paged GPU points at both block sizes 8 and 128)")
+    worst = max(ratios)
+    detail = "; ".join(f"{shape}: {v8} / {v128} = {ratio:.3f}" for ratio, shape, v8, v128 in ratios)
+    return _check("block_size_8_vs_128", BS8_VS_128, round(worst[0], 4), worst[0] <= BS8_VS_128, detail)
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"
+
+
+def render(report: dict) -> list[str]:
+    lines = ["Goals (H200):"]
+    for c in report["checks"]:
+        measured = "" if c["measured"] is None else f" measured {c['measured']:g} (threshold {c['threshold']:g})"
+        lines.append(f"  [{c['status']}] {c['goal']}{measured}")
+        if c["detail"]:
+            lines.append(f"         {c['detail']}")
+    return lines

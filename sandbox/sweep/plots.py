@@ -1,0 +1,239 @@
+"""PNG plots of a sweep: time and GB/s against block size (one panel per shape, one line per variant),
+paging overhead, and static resources. CPU runs say "CPU emulation" in every title.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+GPU_TAG = "GPU {name}: CUDA events, L2 flushed, median (bars: IQR)"
+CPU_TAG = "CPU EMULATION (simulator / executor wall clock): NOT GPU performance"
+
+
+def _mpl():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _colors(names):
+    plt = _mpl()
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {n: cmap(i % cmap.N) for i, n in enumerate(sorted(names))}
+
+
+MARKERS = "osD^vP*Xh<>p"
+
+
+def _markers(names):
+    return {n: MARKERS[i % len(MARKERS)] for i, n in enumerate(sorted(names))}
+
+
+def _plain_log_labels(ax):
+    from matplotlib.ticker import FuncFormatter
+    fmt = FuncFormatter(lambda y, _: f"{y:g}")
+    ax.yaxis.set_major_formatter(fmt)
+    ax.yaxis.set_minor_formatter(fmt)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+
+
+def _grid(n: int):
+    cols = min(n, 3)
+    return math.ceil(n / cols), cols
+
+
+def _log2_axis(ax, sizes):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([str(s) for s in sizes])
+    ax.set_xlabel("block size (tokens per block)")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=False, yfloor=None, dense=""):
+    """One figure: a panel per shape, a line per variant; wrong/error points marked at the panel's bottom."""
+    plt = _mpl()
+    from matplotlib.transforms import blended_transform_factory
+
+    shapes = list(dict.fromkeys(r["shape"] for r in rows))
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    colors, markers = _colors(variants), _markers(variants)
+    sizes = sorted({r["block_size"] for r in rows if r["block_size"] is not None})
+    nrows, ncols = _grid(len(shapes))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.6 * ncols, 8.0), 4.4 * nrows + 1.2), squeeze=False)
+    handles = {}
+    for ax, shape in zip(axes.flat, shapes):
+        here = [r for r in rows if r["shape"] == shape]
+        bottom = blended_transform_factory(ax.transData, ax.transAxes)
+        for variant in variants:
+            mine = sorted((r for r in here if r["variant"] == variant), key=lambda r: r["block_size"] or 0)
+            ok = [r for r in mine if r["status"] == "ok" and value(r) is not None]
+            label = f"{variant} [{mine[0]['backend']}]" if mine else variant
+            if ok and ok[0]["block_size"] is None:  # per-shape peer: a horizontal reference line
+                handles[label] = ax.axhline(value(ok[0]), color=colors[variant], ls=":", lw=1.6, label=label)
+            elif ok:
+                xs = [r["block_size"] for r in ok]
+                ys = [value(r) for r in ok]
+                style = dict(ls="-.", lw=2.2) if variant == dense else dict(ls="-", lw=1.6)
+                handles[label], = ax.plot(xs, ys, marker=markers[variant], ms=5, color=colors[variant], label=label,
+                                          **style)
+                if value.__name__ == "time_value":
+                    lo = [max(y - (r["q1_us"] or y), 0) for r, y in zip(ok, ys)]
+                    hi = [max((r["q3_us"] or y) - y, 0) for r, y in zip(ok, ys)]
+                    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor=colors[variant], alpha=0.6, capsize=2)
+            bad = [r for r in mine if r["status"] in ("wrong", "error") and r["block_size"] is not None]
+            for r in bad:
+                ax.plot(r["block_size"], 0.03, marker="X", ms=11, color="red", transform=bottom, clip_on=False)
+                ax.text(r["block_size"], 0.08, f"{variant}\n{r['status'].upper()}", color="red", fontsize=7,
+                        ha="center", transform=bottom)
+        if ceiling:
+            handles[ceiling_label] = ax.axhline(ceiling, color="black", ls="--", lw=1.2, label=ceiling_label)
+        if sizes:
+            _log2_axis(ax, sizes)
+        if logy:
+            ax.set_yscale("log")
+            _plain_log_labels(ax)
+        elif yfloor is not None:
+            ax.set_ylim(bottom=yfloor)
+        ax.set_ylabel(ylabel)
+        ax.set_title(shape, fontsize=10)
+    for ax in list(axes.flat)[len(shapes):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=11)
+    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=min(4, max(1, len(handles))),
+               fontsize=8, frameon=False)
+    legend_rows = math.ceil(len(handles) / min(4, max(1, len(handles))))
+    fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 0.93))
+    return fig
+
+
+def time_value(r):
+    return r["time_us"]
+
+
+def gbps_value(r):
+    return r["gbps"]
+
+
+def overhead_value(r):
+    return r["paging_overhead"]
+
+
+def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, log, dense: str = "cupy.dense"
+              ) -> list[str]:
+    """Write the PNGs into run_dir; returns their names. A plotting failure is logged, never fatal."""
+    try:
+        plt = _mpl()
+    except ImportError:
+        log("note: matplotlib is not installed: no plots")
+        return []
+    tag = GPU_TAG.format(name=(gpu_info or {}).get("name", "?")) if on_gpu else CPU_TAG
+    written = []
+
+    def save(fig, name):
+        fig.savefig(Path(run_dir) / name, dpi=110)
+        plt.close(fig)
+        written.append(name)
+
+    try:
+        if any(r["status"] in ("ok", "wrong", "error") for r in rows):
+            save(_panels(rows, "time per call (us, log)", f"Decode time vs block size\n{tag}", time_value,
+                         logy=True, dense=dense), "time_vs_block_size.png")
+            ceiling = copy.gbps if copy else None
+            label = (f"copy bandwidth (D2D, read+write) {copy.gbps:.0f} GB/s" if on_gpu else
+                     f"host memcpy bandwidth {copy.gbps:.1f} GB/s") if copy else ""
+            save(_panels(rows, "GB/s (bytes_moved / time)", f"Achieved bandwidth vs block size\n{tag}", gbps_value,
+                         ceiling=ceiling, ceiling_label=label, logy=not on_gpu, yfloor=0, dense=dense),
+                 "gbps_vs_block_size.png")
+        paged = [r for r in rows if r["paging_overhead"] is not None]
+        if paged:
+            save(_panels(paged, "time / dense time", f"Paging overhead vs block size\n{tag}", overhead_value,
+                         ceiling=1.05 if on_gpu else 1.0, ceiling_label="goal: 1.05" if on_gpu else "dense = 1.0"),
+                 "paging_overhead.png")
+        if resource_rows:
+            fig = resource_figure(resource_rows)
+            if fig is not None:
+                save(fig, "resources.png")
+    except Exception as exc:  # a plot must never cost the measured rows
+        log(f"note: plotting failed: {type(exc).__name__}: {exc}")
+    return written
+
+
+# Resource columns by meaning; sandbox.resources names them, we find them by keyword.
+RESOURCE_PANELS = (
+    ("registers", ("registers", "regs"), "registers per thread"),
+    ("shared", ("shared", "smem"), "shared memory per block (KiB)"),
+    ("occupancy", ("occupancy",), "theoretical occupancy"),
+    ("spills", ("spill",), "spill bytes (stores + loads)"),
+)
+
+
+def _number(v):
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _resource_columns(rows) -> dict:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    found = {}
+    for panel, words, _ in RESOURCE_PANELS:
+        cols = [k for k in keys if any(w in k.lower() for w in words)
+                and any(_number(r.get(k)) is not None for r in rows)]
+        if panel == "occupancy":
+            cols = [k for k in cols if "limit" not in k.lower()][:1] or cols[:1]
+        if cols:
+            found[panel] = cols
+    return found
+
+
+def resource_figure(rows):
+    """Registers, shared memory, occupancy and spills against block size, one line per variant (or None)."""
+    plt = _mpl()
+    name_key = next((k for k in ("variant", "name") if k in rows[0]), None)
+    if name_key is None or "block_size" not in rows[0]:
+        return None
+    columns = _resource_columns(rows)
+    if not columns:
+        return None
+    variants = list(dict.fromkeys(r[name_key] for r in rows))
+    colors, markers = _colors(variants), _markers(variants)
+    sizes = sorted({int(r["block_size"]) for r in rows if _number(r.get("block_size")) is not None})
+    panels = [p for p in RESOURCE_PANELS if p[0] in columns]
+    nrows, ncols = (1, len(panels)) if len(panels) <= 2 else (2, 2)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, 4.2 * nrows + 1.0), squeeze=False)
+    shared_in_bytes = any("byte" in c.lower() for c in columns.get("shared", ()))
+    for ax, (panel, _, ylabel) in zip(axes.flat, panels):
+        for variant in variants:
+            mine = sorted((r for r in rows if r[name_key] == variant and _number(r.get("block_size")) is not None),
+                          key=lambda r: float(r["block_size"]))
+            xs, ys = [], []
+            for r in mine:
+                values = [_number(r.get(c)) for c in columns[panel]]
+                values = [v for v in values if v is not None]
+                if not values:
+                    continue
+                y = sum(values) if panel == "spills" else values[0]
+                if panel == "shared" and shared_in_bytes:
+                    y /= 1024  # bytes -> KiB
+                xs.append(int(float(r["block_size"])))
+                ys.append(y)
+            if xs:
+                ax.plot(xs, ys, marker=markers[variant], ms=5, color=colors[variant], label=variant)
+        if sizes:
+            _log2_axis(ax, sizes)
+        if panel == "spills":
+            ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1]))
+        ax.set_ylabel(ylabel if panel != "shared" or shared_in_bytes else "shared memory per block")
+        ax.set_title(f"{panel} ({', '.join(columns[panel])})", fontsize=9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(5, max(1, len(labels))), fontsize=8, frameon=False)
+    fig.suptitle("Static resources per variant and block size (compiled for sm_90, head dim 128, float16; "
+                 "no GPU needed)", fontsize=11)
+    fig.tight_layout(rect=(0, 0.04 * math.ceil(len(labels) / 5) + 0.02, 1, 0.94))
+    return fig

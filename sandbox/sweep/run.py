@@ -1,0 +1,353 @@
+"""The sweep: every variant x shape x block size, checked against the reference, then timed, then recorded.
+
+One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
+output is compared with the expected output -> only if correct, timed repeats (CUDA events and
+an L2 flush on a GPU; wall clock on the CPU) -> one row appended to sweep.csv at once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from .. import backends, registry, runner
+from ..check import expected_output
+from ..compare import compare
+from ..results import CsvAppender, new_run_dir
+from . import bandwidth, device, goals as goals_mod, meta as meta_mod, peers, shapes as shapes_mod, timing
+
+DENSE_BASELINE = "cupy.dense"
+
+COLUMNS = [
+    "variant", "family", "backend", "timing", "shape", "num_seqs", "context_len", "num_heads", "num_kv_heads",
+    "head_dim", "dtype", "block_size", "status", "correct", "max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us",
+    "min_us", "repeats", "bytes", "gbps", "fraction_of_copy_bw", "paging_overhead", "dense_time_us", "point_s", "note",
+]
+# ok: correct and timed | wrong: output differs from the reference (never timed) | error: raised while
+# preparing or running | unsupported: outside the variant's limits, or not runnable here | skipped: --max-seconds spent
+STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
+FAILED = ("wrong", "error")
+
+
+def backend_label(family: str, resolved: str) -> str:
+    """What a point ran on: gpu, or the CPU stand-in of its family (never mistaken for a GPU time)."""
+    if resolved == "gpu":
+        return "gpu"
+    return {"numba": "cpu-sim", "cupy": "cpu-executor", "numpy": "cpu-numpy"}.get(family, "cpu")
+
+
+@dataclasses.dataclass
+class Candidate:
+    """What a point runs: a registry variant or a sweep-internal peer (torch.sdpa)."""
+
+    name: str
+    family: str
+    limits: object
+    prepare: Callable  # (problem, resolved_backend) -> prepared with launch()/result()
+    per_shape: bool = False  # no block table: measured once per shape
+    note: Callable[[], str] = lambda: ""
+
+    @classmethod
+    def from_registry(cls, name: str) -> "Candidate":
+        v = registry.get(name)
+        return cls(name, v.family, v.limits, lambda problem, backend: runner.prepare(name, problem, backend)[0])
+
+    @classmethod
+    def from_peer(cls, peer) -> "Candidate":
+        return cls(peer.name, peer.family, peer.limits, peer.prepare, per_shape=True, note=lambda: peer.note)
+
+
+@dataclasses.dataclass
+class SweepConfig:
+    variants: list[str]
+    block_sizes: tuple[int, ...]
+    shapes: list  # [shapes_mod.Shape]
+    backend: str = "auto"
+    seed: int = 0
+    quick: bool = False
+    max_seconds: float | None = None
+    gpu_timing: timing.TimingConfig = timing.GPU_TIMING
+    cpu_timing: timing.TimingConfig = timing.CPU_TIMING
+    dense_baseline: str = DENSE_BASELINE
+    torch: bool = True
+    resources: bool = True
+    plots: bool = True
+    progress: bool = True
+    results_dir: Path | None = None
+
+    def describe(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["shapes"] = [s.name for s in self.shapes]
+        d["results_dir"] = str(self.results_dir) if self.results_dir else None
+        return d
+
+
+@dataclasses.dataclass
+class Environment:
+    """Where points run and what times them; made once per sweep."""
+
+    on_gpu: bool
+    copy: bandwidth.CopyBandwidth | None = None
+    flush: Callable[[], None] | None = None
+    _gpu_timer: object = None
+
+    def timer_for(self, family: str, resolved: str):
+        if resolved != "gpu":
+            return timing.WallClockTimer(lambda: backends.synchronize(resolved))
+        if family == "torch":
+            return timing.TorchEventTimer()
+        if self._gpu_timer is None:
+            self._gpu_timer = timing.gpu_timer()
+        return self._gpu_timer
+
+    @classmethod
+    def create(cls, on_gpu: bool, quick: bool, log: Callable[[str], None]) -> "Environment":
+        env = cls(on_gpu)
+        try:
+            if on_gpu:
+                env.flush = device.L2Flusher(device.device_info().get("l2_cache_bytes"))
+                env.copy = bandwidth.gpu_copy_bandwidth()
+            else:
+                env.copy = bandwidth.host_copy_bandwidth(
+                    bandwidth.CPU_QUICK_COPY_BYTES if quick else bandwidth.CPU_COPY_BYTES)
+        except Exception as exc:  # the sweep still runs; fraction_of_copy_bw stays empty
+            log(f"note: copy bandwidth not measured: {type(exc).__name__}: {exc}")
+        return env
+
+
+class _ShapeData:
+    """Lazily built tokens, paged problems (one block size at a time) and the expected output of one shape."""
+
+    def __init__(self, shape, seed: int):
+        self.shape, self.seed = shape, seed
+        self._tokens = self._expected = None
+        self._problem = (None, None)
+
+    def problem(self, block_size: int):
+        if self._problem[0] != block_size:
+            self._problem = (None, None)
+            if self._tokens is None:
+                self._tokens = shapes_mod.make_tokens(self.shape, self.seed)
+            self._problem = (block_size, shapes_mod.paged_problem(self._tokens, block_size))
+        return self._problem[1]
+
+    def expected(self, problem):
+        # Every block size pages the same tokens, so one expected output serves them all.
+        if self._expected is None:
+            self._expected = expected_output(problem)
+        return self._expected
+
+
+def _blank_row(candidate: Candidate, shape, block_size, label: str, on_gpu: bool) -> dict:
+    row = dict.fromkeys(COLUMNS)
+    row.update(variant=candidate.name, family=candidate.family, backend=label,
+               timing="cuda-events" if label == "gpu" else "cpu-emulation", block_size=block_size, note="")
+    row.update(shape.columns())
+    return row
+
+
+def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size: int, env: Environment,
+              config: timing.TimingConfig) -> dict:
+    """Check, then time, one (candidate, shape, block size): one sweep.csv row. Never raises for the variant's faults."""
+    started = time.perf_counter()
+    label = backend_label(candidate.family, resolved)
+    row = _blank_row(candidate, data.shape, None if candidate.per_shape else block_size, label, env.on_gpu)
+
+    def done(status, note="", **values):
+        row.update(status=status, note=note.strip(), point_s=round(time.perf_counter() - started, 3), **values)
+        return row
+
+    problem = data.problem(block_size)
+    try:
+        candidate.limits.check(candidate.name, problem, resolved)
+        prepared = candidate.prepare(problem, resolved)
+    except ValueError as exc:
+        return done("unsupported", str(exc))
+    except Exception as exc:
+        return done("error", f"prepare raised {type(exc).__name__}: {exc}")
+    try:
+        first = time.perf_counter()
+        prepared.launch()
+        got = prepared.result()
+        first_s = time.perf_counter() - first
+    except Exception as exc:
+        return done("error", f"launch/result raised {type(exc).__name__}: {exc}")
+    verdict = compare(got, data.expected(problem), problem.dtype)
+    row.update(correct=verdict.ok, max_abs_err=verdict.max_abs_err)
+    if not verdict.ok:
+        return done("wrong", verdict.report.replace("\n", " | "))
+    try:
+        stats = timing.measure(prepared.launch, env.timer_for(candidate.family, resolved), config,
+                               flush=env.flush if resolved == "gpu" else None, estimate_s=first_s)
+    except Exception as exc:
+        return done("error", f"timing raised {type(exc).__name__}: {exc}")
+    nbytes = problem.bytes_moved()
+    gbps = bandwidth.kernel_gbps(nbytes, stats.median)
+    return done("ok", candidate.note(), time_us=stats.median * 1e6, iqr_us=stats.iqr * 1e6, q1_us=stats.q1 * 1e6,
+                q3_us=stats.q3 * 1e6, min_us=stats.min * 1e6, repeats=stats.repeats, bytes=nbytes, gbps=gbps,
+                fraction_of_copy_bw=(gbps / env.copy.gbps) if env.copy else None)
+
+
+def add_paging_overhead(row: dict, dense_times: dict, dense_name: str) -> None:
+    """time / dense time at the same shape, backend and block size (else the same shape at any block size)."""
+    if row["status"] != "ok" or row["block_size"] is None:
+        return
+    key = (row["shape"], row["backend"])
+    if row["variant"] == dense_name:
+        dense_times.setdefault(key, {})[row["block_size"]] = row["time_us"]
+        return
+    same_shape = dense_times.get(key)
+    if not same_shape:
+        return
+    dense = same_shape.get(row["block_size"])
+    if dense is None:
+        dense = next(iter(same_shape.values()))
+        row["note"] = (row["note"] + "; " if row["note"] else "") + "dense baseline from another block size"
+    row["dense_time_us"] = dense
+    row["paging_overhead"] = row["time_us"] / dense
+
+
+def ordered_candidates(names: list[str], dense_name: str) -> list[Candidate]:
+    """Registry candidates with the dense baseline first (so paged rows find its time at once)."""
+    names = sorted(names, key=lambda n: n != dense_name)
+    return [Candidate.from_registry(n) for n in names]
+
+
+@dataclasses.dataclass
+class SweepOutcome:
+    run_dir: Path
+    rows: list[dict]
+    interrupted: bool
+    goals: dict
+    summary: str
+
+    @property
+    def failed(self) -> list[dict]:
+        return [r for r in self.rows if r["status"] in FAILED]
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if self.failed else 0
+
+
+def _progress(total: int, enabled: bool):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="pt", file=sys.stderr, disable=not enabled, dynamic_ncols=True,
+                desc="sweep", leave=True)
+
+
+def _log_via(bar) -> Callable[[str], None]:
+    if bar is not None:
+        return lambda msg: bar.write(msg, file=sys.stderr)
+    return lambda msg: print(msg, file=sys.stderr, flush=True)
+
+
+def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Callable[[dict], None] | None = None
+              ) -> SweepOutcome:
+    """Run the whole sweep into a new results/<UTC>-sweep/ folder; see the module docstring."""
+    on_gpu = config.backend != "cpu" and backends.gpu_present()
+    run_dir = new_run_dir("sweep", root=config.results_dir)
+    meta = meta_mod.collect(argv, config.seed, on_gpu)
+    meta["config"] = config.describe()
+    meta_mod.write(run_dir / "meta.json", meta)
+
+    candidates = ordered_candidates(config.variants, config.dense_baseline)
+    candidates += [Candidate.from_peer(p) for p in peers.peers(on_gpu, config.torch)]
+    per_shape = sum(1 for c in candidates if c.per_shape)
+    total = len(config.shapes) * (per_shape + len(config.block_sizes) * (len(candidates) - per_shape))
+    bar = _progress(total, config.progress)
+    log = _log_via(bar)
+    log(f"sweep: {len(candidates)} variants x {len(config.block_sizes)} block sizes x {len(config.shapes)} shapes "
+        f"on {'the GPU' if on_gpu else 'the CPU (emulation: times are not GPU performance)'} -> {run_dir}")
+    env = Environment.create(on_gpu, config.quick, log)
+    meta["copy_bandwidth"] = env.copy.as_dict() if env.copy else None
+    meta_mod.write(run_dir / "meta.json", meta)
+
+    resolved = {}
+    for c in candidates:
+        try:
+            resolved[c.name] = (backends.resolve(config.backend, c.family) if c.family != "torch" else "gpu", None)
+        except ValueError as exc:
+            resolved[c.name] = (None, str(exc))
+        if on_gpu and resolved[c.name][0] == "cpu":
+            resolved[c.name] = (None, "runs on the CPU only: not raced in a GPU sweep (--backend cpu runs it)")
+
+    deadline = time.monotonic() + config.max_seconds if config.max_seconds else None
+    rows: list[dict] = []
+    dense_times: dict = {}
+    interrupted = False
+    csv = CsvAppender(run_dir / "sweep.csv", COLUMNS)
+    try:
+        for shape in config.shapes:
+            data = _ShapeData(shape, config.seed)
+            for index, block_size in enumerate(config.block_sizes):
+                for c in candidates:
+                    if c.per_shape and index > 0:
+                        continue
+                    backend, why_not = resolved[c.name]
+                    if bar is not None:
+                        bar.set_postfix_str(f"{shape.name} bs={block_size} {c.name}", refresh=False)
+                    if deadline is not None and time.monotonic() > deadline:
+                        row = _blank_row(c, shape, None if c.per_shape else block_size,
+                                         backend_label(c.family, backend or "cpu"), on_gpu)
+                        row.update(status="skipped", note=f"time budget (--max-seconds {config.max_seconds:g}) spent")
+                    elif backend is None:
+                        row = _blank_row(c, shape, None if c.per_shape else block_size,
+                                         backend_label(c.family, "cpu"), on_gpu)
+                        row.update(status="unsupported", note=why_not)
+                    else:
+                        row = run_point(c, backend, data, block_size, env,
+                                        config.gpu_timing if backend == "gpu" else config.cpu_timing)
+                        add_paging_overhead(row, dense_times, config.dense_baseline)
+                    csv.write(row)
+                    rows.append(row)
+                    if row["status"] in FAILED:
+                        log(f"!!! {row['status'].upper()}: {row['variant']} at {shape.name} block_size={block_size}: "
+                            f"{row['note'][:400]}")
+                    if bar is not None:
+                        bar.update()
+                    if point_hook is not None:
+                        point_hook(row)
+                if on_gpu:
+                    device.free_device_memory()
+            del data
+    except KeyboardInterrupt:
+        interrupted = True
+        log(f"interrupted: {len(rows)} points kept in {run_dir / 'sweep.csv'}")
+    finally:
+        csv.close()
+        if bar is not None:
+            bar.close()
+    return finish(config, run_dir, rows, meta, env, on_gpu, interrupted, log)
+
+
+def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment, on_gpu: bool,
+           interrupted: bool, log) -> SweepOutcome:
+    """Resources, goals, plots, summary and the final meta.json (also after an interruption)."""
+    from . import plots, static_resources, summary as summary_mod
+
+    resource_rows = []
+    if config.resources and not interrupted:
+        resource_rows, note = static_resources.collect_into(run_dir, config.variants, config.block_sizes)
+        meta["resources"] = note
+        if note:
+            log(note)
+    goal_report = goals_mod.evaluate(rows, on_gpu, config.dense_baseline)
+    (run_dir / "goals.json").write_text(goals_mod.to_json(goal_report))
+    if config.plots:
+        meta["plots"] = plots.write_all(run_dir, rows, resource_rows, env.copy, on_gpu, meta.get("gpu"), log,
+                                        config.dense_baseline)
+    text = summary_mod.render(rows, env.copy, on_gpu, meta.get("gpu"), goal_report, config.dense_baseline,
+                              resource_rows)
+    (run_dir / "summary.txt").write_text(text + "\n")
+    counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
+    meta.update(end_utc=meta_mod.utc_now(), interrupted=interrupted, points=counts, goals=goal_report)
+    meta_mod.write(run_dir / "meta.json", meta)
+    return SweepOutcome(run_dir, rows, interrupted, goal_report, text)

@@ -1,0 +1,44 @@
+"""Static resources per variant x block size (registers, shared memory, spills, occupancy), via sandbox.resources.
+
+Compiled for the GPU goal configuration (head dim 128, float16, sm_90) whatever the sweep's shapes:
+these numbers describe the H200 kernels even when the sweep itself runs on the CPU.
+"""
+from __future__ import annotations
+
+import csv
+import importlib
+from pathlib import Path
+
+HEAD_DIM, DTYPE, ARCH = 128, "float16", "sm_90"
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """All keys of all rows, in first-seen order."""
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dtype: str = DTYPE,
+                 arch: str = ARCH) -> tuple[list[dict], str]:
+    """(rows, note): rows also written to run_dir/resources.csv; note says why there are none, if so."""
+    try:
+        resources = importlib.import_module("sandbox.resources")
+    except ModuleNotFoundError as exc:
+        if exc.name != "sandbox.resources":
+            return [], f"note: sandbox.resources could not be imported ({exc}); resources.csv skipped"
+        return [], "note: sandbox.resources is not available yet: static resources (resources.csv) skipped"
+    try:
+        rows = resources.collect(variants=list(names), block_sizes=tuple(block_sizes), head_dim=head_dim,
+                                 dtype=dtype, arch=arch)
+    except Exception as exc:  # a compiler missing or failing must not lose the measured sweep
+        return [], f"note: static resources failed ({type(exc).__name__}: {exc}); resources.csv skipped"
+    rows = [dict(r) for r in rows]
+    if not rows:
+        return [], "note: sandbox.resources reported nothing for these variants"
+    write_csv(Path(run_dir) / "resources.csv", rows)
+    return rows, ""

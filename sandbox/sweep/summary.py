@@ -1,0 +1,153 @@
+"""The summary printed at the end of a sweep (and saved as summary.txt): who wins where, what broke, the goals."""
+from __future__ import annotations
+
+from . import goals as goals_mod
+
+CPU_BANNER = "CPU EMULATION: wall-clock times of the Numba simulator / CUDA C executor / NumPy, NOT GPU performance"
+
+
+def fmt_us(value) -> str:
+    if value is None:
+        return "-"
+    if value < 10:
+        return f"{value:.2f}"
+    if value < 1000:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def table(header: list[str], body: list[list[str]], indent: str = "  ") -> list[str]:
+    """Left-aligned first column, right-aligned others."""
+    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
+    def line(r):
+        cells = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(r)]
+        return indent + "  ".join(cells).rstrip()
+    return [line(header), *map(line, body)]
+
+
+def _cell(row, best_key) -> str:
+    if row is None:
+        return ""
+    status = row["status"]
+    if status == "ok":
+        return fmt_us(row["time_us"]) + ("*" if best_key else "")
+    return {"wrong": "WRONG", "error": "ERROR", "unsupported": "-", "skipped": "skip"}[status]
+
+
+def _shapes(rows):
+    return list(dict.fromkeys(r["shape"] for r in rows))
+
+
+def _block_sizes(rows):
+    return sorted({r["block_size"] for r in rows if r["block_size"] is not None})
+
+
+def time_tables(rows) -> list[str]:
+    lines = ["Time per call (us, median; * = fastest at that block size; - = unsupported)"]
+    for shape in _shapes(rows):
+        here = [r for r in rows if r["shape"] == shape]
+        sizes = _block_sizes(here)
+        fastest = {}
+        for r in here:
+            if r["status"] == "ok" and r["block_size"] is not None:
+                b = r["block_size"]
+                if b not in fastest or r["time_us"] < fastest[b]["time_us"]:
+                    fastest[b] = r
+        body = []
+        for variant in dict.fromkeys(r["variant"] for r in here):
+            mine = [r for r in here if r["variant"] == variant]
+            if mine[0]["block_size"] is None:  # per-shape peer (torch.sdpa): one time for every block size
+                body.append([variant, mine[0]["backend"], *[_cell(mine[0], False)] * len(sizes)])
+                continue
+            by_bs = {r["block_size"]: r for r in mine}
+            body.append([variant, mine[0]["backend"],
+                         *[_cell(by_bs.get(b), by_bs.get(b) is not None and fastest.get(b) is by_bs.get(b)) for b in sizes]])
+        lines.append(f" shape {shape}")
+        lines += table(["variant", "backend", *[f"bs{b}" for b in sizes]], body)
+    return lines
+
+
+def best_table(rows, dense_name: str) -> list[str]:
+    body = []
+    for shape in _shapes(rows):
+        for b in _block_sizes(rows):
+            ok = [r for r in rows if r["shape"] == shape and r["block_size"] == b and r["status"] == "ok"]
+            if not ok:
+                continue
+            best = min(ok, key=lambda r: r["time_us"])
+            paged = [r for r in ok if r["variant"] != dense_name]
+            best_paged = min(paged, key=lambda r: r["time_us"]) if paged else None
+            overhead = best_paged["paging_overhead"] if best_paged else None
+            frac = best["fraction_of_copy_bw"]
+            body.append([shape, b, best["variant"], fmt_us(best["time_us"]), f"{best['gbps']:.3g}",
+                         "-" if frac is None else f"{frac:.1%}",
+                         best_paged["variant"] if best_paged else "-",
+                         "-" if overhead is None else f"{overhead:.3f}"])
+    if not body:
+        return ["Best per shape and block size: no correct timed point"]
+    return ["Best per shape and block size (GB/s = bytes_moved / time; % of copy bandwidth)",
+            *table(["shape", "bs", "fastest", "time_us", "GB/s", "% copy", "fastest paged", f"paged/{dense_name}"], body)]
+
+
+def overhead_tables(rows, dense_name: str) -> list[str]:
+    with_overhead = [r for r in rows if r["paging_overhead"] is not None]
+    if not with_overhead:
+        return [f"Paging overhead: not measured ({dense_name} not registered or has no correct point on this backend)"]
+    lines = [f"Paging overhead (time / {dense_name} time at the same shape, block size and backend)"]
+    for shape in _shapes(with_overhead):
+        here = [r for r in with_overhead if r["shape"] == shape]
+        sizes = _block_sizes(here)
+        body = []
+        for variant in dict.fromkeys(r["variant"] for r in here):
+            by_bs = {r["block_size"]: r for r in here if r["variant"] == variant}
+            body.append([variant, *[f"{by_bs[b]['paging_overhead']:.3f}" if b in by_bs else "" for b in sizes]])
+        lines.append(f" shape {shape}")
+        lines += table(["variant", *[f"bs{b}" for b in sizes]], body)
+    return lines
+
+
+def failure_lines(rows) -> list[str]:
+    bad = [r for r in rows if r["status"] in ("wrong", "error")]
+    if not bad:
+        return ["Correctness: every timed point matched the reference (wrong points: 0)"]
+    lines = ["!" * 78, f"!!! {len(bad)} POINT(S) WRONG OR FAILED: their times are not recorded", "!" * 78]
+    for r in bad:
+        lines.append(f"  {r['status'].upper():5} {r['variant']} [{r['backend']}] {r['shape']} bs={r['block_size']}: "
+                     f"{(r['note'] or '')[:300]}")
+    return lines
+
+
+def unsupported_lines(rows) -> list[str]:
+    reasons = {}
+    for r in rows:
+        if r["status"] == "unsupported":
+            reasons.setdefault((r["variant"], r["note"]), []).append(r["block_size"])
+    if not reasons:
+        return []
+    lines = ["Unsupported points (declared limits, or not runnable here)"]
+    for (variant, note), sizes in reasons.items():
+        shown = sorted({s for s in sizes if s is not None})
+        lines.append(f"  {variant} x{len(sizes)}{' at bs ' + ','.join(map(str, shown)) if shown else ''}: {note[:160]}")
+    return lines
+
+
+def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, resource_rows=()) -> str:
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "wrong", "error", "unsupported", "skipped")}
+    if on_gpu:
+        head = f"Sweep summary: GPU {(gpu_info or {}).get('name', '?')} (CUDA events, L2 flushed before each call, median)"
+    else:
+        head = f"Sweep summary: {CPU_BANNER}"
+    lines = ["=" * len(head), head, "=" * len(head)]
+    if copy is not None:
+        where = "device-to-device" if on_gpu else "host memory (CPU)"
+        lines.append(f"Copy bandwidth ({where}, read+write): {copy.gbps:.1f} GB/s")
+    lines.append("Points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    for section in (time_tables(rows), best_table(rows, dense_name), overhead_tables(rows, dense_name),
+                    unsupported_lines(rows), failure_lines(rows), goals_mod.render(goal_report)):
+        if section:
+            lines += ["", *section]
+    if resource_rows:
+        lines += ["", f"Static resources: {len(resource_rows)} rows in resources.csv (sm_90, head dim 128, float16)"]
+    if not on_gpu:
+        lines += ["", CPU_BANNER]
+    return "\n".join(lines)

@@ -1,0 +1,399 @@
+"""The sweep on the CPU: statistics and units, shapes, one point's check-then-time, an end-to-end
+--quick run into a temporary results root, wrong and crashing variants, interruption, plots, goals.
+GPU-only code (events, L2 flush, device copy) is kept small and is exercised by scripts/gpu-check.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from sandbox import cli, registry
+from sandbox.check import expected_output
+from sandbox.commands import sweep as sweep_cmd
+from sandbox.sweep import bandwidth, device, goals, plots, run, shapes, static_resources, summary, timing
+from sandbox.variant import Limits
+
+import kernels.numpy_gather as gather
+
+TINY = "2x24x4/2x32xfp32"
+
+
+# ---------------------------------------------------------------- statistics, units, timing
+
+def test_stats_median_and_quartiles():
+    s = timing.Stats.from_samples([5, 1, 3, 2, 4])
+    assert (s.median, s.q1, s.q3, s.min, s.repeats) == (3, 2, 4, 1, 5)
+    assert s.iqr == 2
+    one = timing.Stats.from_samples([7.0])
+    assert one.median == one.q1 == one.q3 == 7.0 and one.iqr == 0
+    with pytest.raises(ValueError):
+        timing.Stats.from_samples([])
+
+
+def test_repeats_fill_the_budget_within_bounds():
+    config = timing.TimingConfig(warmup_s=0, budget_s=0.1, min_repeats=10, max_repeats=500)
+    assert timing.repeats_for(0.001, config) == 100
+    assert timing.repeats_for(1.0, config) == 10
+    assert timing.repeats_for(1e-9, config) == 500
+    assert timing.repeats_for(0.0, config) == 500
+
+
+class FakeTimer:
+    """Returns scripted durations and advances a fake clock by them."""
+
+    def __init__(self, durations):
+        self.durations = list(durations)
+        self.now = 0.0
+        self.calls = 0
+
+    def clock(self):
+        return self.now
+
+    def time(self, fn):
+        fn()
+        self.calls += 1
+        d = self.durations.pop(0) if len(self.durations) > 1 else self.durations[0]
+        self.now += d
+        return d
+
+
+def test_measure_warms_up_by_time_then_flushes_before_every_timed_call():
+    timer = FakeTimer([0.01])
+    flushes, launches = [], []
+    config = timing.TimingConfig(warmup_s=0.05, budget_s=0.1, min_repeats=3, max_repeats=50)
+    stats = timing.measure(lambda: launches.append(1), timer, config, flush=lambda: flushes.append(1), clock=timer.clock)
+    warmups = 5  # 0.05 s of 0.01 s calls
+    assert stats.repeats == 10 and stats.median == pytest.approx(0.01)
+    assert len(launches) == warmups + 10 and len(flushes) == len(launches)
+
+
+def test_measure_without_warmup_uses_the_estimate_and_no_flush_when_disabled():
+    timer = FakeTimer([2.0, 1.0, 3.0])
+    flushes = []
+    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING, flush=lambda: flushes.append(1), estimate_s=2.0)
+    assert stats.repeats == 1 and not flushes  # budget 1 s at 2 s per call: the minimum, one repeat
+    timer = FakeTimer([0.3, 0.1, 0.2])
+    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING, estimate_s=0.3)
+    assert stats.repeats == 4 and stats.median == pytest.approx(0.2)
+
+
+def test_wall_clock_timer_synchronizes_inside_the_timed_region():
+    ticks = iter([10.0, 10.5])
+    order = []
+    timer = timing.WallClockTimer(synchronize=lambda: order.append("sync"), clock=lambda: next(ticks))
+    assert timer.time(lambda: order.append("launch")) == 0.5
+    assert order == ["launch", "sync"]
+
+
+def test_bandwidth_units():
+    assert bandwidth.copy_gbps(10**9, 1.0) == 2.0  # read + write
+    assert bandwidth.kernel_gbps(3 * 10**9, 0.5) == 6.0
+    with pytest.raises(ValueError):
+        bandwidth.kernel_gbps(1, 0)
+    host = bandwidth.host_copy_bandwidth(1 << 20, repeats=2)
+    assert host.gbps > 0 and host.nbytes == 1 << 20 and "host" in host.method
+    assert host.as_dict()["convention"].startswith("2 * nbytes")
+
+
+def test_flush_is_at_least_twice_the_l2_and_256_mib():
+    assert device.flush_bytes(60 * 2**20) == 256 * 2**20     # H200: 2 x 60 MB < 256 MiB
+    assert device.flush_bytes(200 * 2**20) == 400 * 2**20
+    assert device.flush_bytes(None) == 256 * 2**20
+
+
+def test_device_info_is_empty_without_a_gpu():
+    from sandbox.backends import gpu_present
+    if not gpu_present():
+        assert device.device_info() == {}
+
+
+# ---------------------------------------------------------------- shapes and problems
+
+def test_parse_shape_and_presets():
+    s = shapes.parse_shape("64x4096x32/8x128xfp16")
+    assert (s.num_seqs, s.context_len, s.num_heads, s.num_kv_heads, s.head_dim, s.dtype) == (64, 4096, 32, 8, 128, "float16")
+    assert s.name == "64x4096x32/8x128xfp16" and shapes.parse_shape("2x3x4/2x8").dtype == "float16"
+    assert shapes.parse_shape("2x3x4/2x8xfloat32").name == "2x3x4/2x8xfp32"
+    assert [x.name for x in shapes.parse_shapes("cpu-quick,2x40x4/2x64xfp16,2x8x2/1x32")] == \
+        ["2x40x4/2x64xfp16", "2x8x2/1x32xfp16"]
+    for bad in ("64x4096", "2x3x5/2x8", "2x3x4/2x8xbf16", "0x3x4/2x8"):
+        with pytest.raises(ValueError):
+            shapes.parse_shapes(bad)
+    assert shapes.GOAL_SHAPE in shapes.GPU_SHAPES
+
+
+@pytest.mark.parametrize("block_size", [1, 7, 16, 64])
+def test_every_block_size_pages_the_same_tokens(block_size):
+    tokens = shapes.make_tokens(shapes.parse_shape("3x50x4/2x16xfp32"), seed=3)
+    problem = shapes.paged_problem(tokens, block_size)
+    reference_problem = shapes.paged_problem(tokens, 50)
+    np.testing.assert_array_equal(expected_output(problem), expected_output(reference_problem))
+    assert problem.block_size == block_size and (problem.context_lens == 50).all()
+    used = np.zeros(problem.num_blocks, dtype=bool)
+    used[problem.block_tables.ravel()] = True
+    assert np.isnan(problem.key_cache[~used]).all()                 # spare blocks are NaN
+    if block_size > 1:
+        assert not np.array_equal(problem.block_tables.ravel(), np.arange(problem.block_tables.size))
+    if 50 % block_size:
+        assert np.isnan(problem.value_cache[problem.block_tables[0, -1], 50 % block_size:]).all()
+    assert problem.bytes_moved() == 2 * 3 * 50 * 2 * 16 * 4 + 2 * problem.query.nbytes + \
+        3 * -(-50 // block_size) * 4 + 3 * 4
+
+
+# ---------------------------------------------------------------- fake variants for the sweep
+
+def _fake_module(monkeypatch, name, result=None, prepare_error=None, limits=None):
+    """Register a numpy-family variant `name` whose output is `result(problem, correct_output)`."""
+    module = types.ModuleType(f"fake_sweep_{name.replace('.', '_')}")
+    module.LIMITS = limits or Limits(block_sizes=None, backends=("cpu",))
+
+    class Prepared:
+        def __init__(self, problem):
+            self.problem, self.inner = problem, gather.prepare(problem, "cpu")
+
+        def launch(self):
+            self.inner.launch()
+
+        def result(self):
+            out = self.inner.result()
+            return result(self.problem, out) if result else out
+
+    def prepare(problem, backend):
+        if prepare_error:
+            raise prepare_error
+        return Prepared(problem)
+
+    module.prepare = prepare
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(registry.VARIANTS, name, module.__name__)
+
+
+def sweep(tmp_path, *args, hook=None, monkeypatch=None):
+    """Run the sweep command in-process into tmp_path; returns (exit code, run folder, rows)."""
+    parser = cli.build_parser()
+    ns = parser.parse_args(["sweep", "--results-dir", str(tmp_path), "--no-progress", *args])
+    config = sweep_cmd.build_config(ns)
+    outcome = run.run_sweep(config, point_hook=hook)
+    with open(outcome.run_dir / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return outcome, rows
+
+
+# ---------------------------------------------------------------- end to end
+
+def test_quick_sweep_end_to_end(tmp_path, capsys):
+    code = cli.main(["sweep", "--quick", "--variants", "numpy.gather", "--results-dir", str(tmp_path), "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    (run_dir,) = tmp_path.iterdir()
+    assert run_dir.name.endswith("-sweep")
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"sweep.csv", "meta.json", "goals.json", "summary.txt", "time_vs_block_size.png",
+            "gbps_vs_block_size.png"} <= names
+    with open(run_dir / "sweep.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    required = {"variant", "family", "block_size", "backend", "correct", "max_abs_err", "time_us", "gbps",
+                "fraction_of_copy_bw", "paging_overhead", "iqr_us", "repeats", "status", "note", "shape",
+                "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "dtype", "timing"}
+    assert required <= set(reader.fieldnames)
+    assert len(rows) == len(shapes.CPU_QUICK_SHAPES) * len(shapes.QUICK_CPU_BLOCK_SIZES)
+    for row in rows:
+        assert row["status"] == "ok" and row["correct"] == "True" and row["backend"] == "cpu-numpy"
+        assert row["timing"] == "cpu-emulation"
+        assert float(row["time_us"]) > 0 and int(row["repeats"]) >= 1
+        assert float(row["gbps"]) == pytest.approx(int(row["bytes"]) / float(row["time_us"]) / 1e3)
+        assert 0 < float(row["fraction_of_copy_bw"]) and row["paging_overhead"] == ""
+    meta = json.loads((run_dir / "meta.json").read_text())
+    for key in ("gpu", "cpu", "packages", "git", "command", "seed", "copy_bandwidth", "start_utc", "end_utc", "goals"):
+        assert key in meta, key
+    assert meta["timing"] == "cpu-emulation" and meta["interrupted"] is False
+    assert meta["command"].startswith("python -m sandbox") or "sweep" in meta["command"]
+    assert {"numpy", "numba", "numba-cuda", "cupy", "cuda-bindings"} <= set(meta["packages"])
+    assert meta["copy_bandwidth"]["gbps"] > 0
+    g = json.loads((run_dir / "goals.json").read_text())
+    assert [c["status"] for c in g["checks"]] == ["not measured (no GPU)"] * 3
+    assert "CPU EMULATION" in out and "not measured (no GPU)" in out and "numpy.gather" in out
+
+
+def test_wrong_variant_is_recorded_wrong_never_timed_and_fails_the_run(tmp_path, monkeypatch):
+    _fake_module(monkeypatch, "numpy.zeros", result=lambda p, out: np.zeros_like(out))
+    outcome, rows = sweep(tmp_path, "--quick", "--variants", "numpy.gather,numpy.zeros", "--no-plots")
+    wrong = [r for r in rows if r["variant"] == "numpy.zeros"]
+    assert wrong and all(r["status"] == "wrong" and r["correct"] == "False" and r["time_us"] == "" for r in wrong)
+    assert all("differ beyond" in r["note"] for r in wrong)
+    assert all(r["status"] == "ok" for r in rows if r["variant"] == "numpy.gather")
+    assert outcome.exit_code == 1
+    assert "POINT(S) WRONG" in outcome.summary and "WRONG" in (outcome.run_dir / "summary.txt").read_text()
+
+
+def test_unsupported_and_crashing_variants_are_recorded_not_raised(tmp_path, monkeypatch):
+    _fake_module(monkeypatch, "numpy.toolong", prepare_error=ValueError("context too long for shared memory"))
+    _fake_module(monkeypatch, "numpy.crash", prepare_error=RuntimeError("boom"))
+    _fake_module(monkeypatch, "numpy.bs16", limits=Limits(block_sizes=(16,), backends=("cpu",)))
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "1,16",
+                          "--variants", "numpy.toolong,numpy.crash,numpy.bs16", "--no-plots")
+    by = {(r["variant"], r["block_size"]): r for r in rows}
+    assert by[("numpy.toolong", "1")]["status"] == "unsupported"
+    assert "too long for shared memory" in by[("numpy.toolong", "1")]["note"]
+    assert by[("numpy.crash", "16")]["status"] == "error" and "boom" in by[("numpy.crash", "16")]["note"]
+    assert by[("numpy.bs16", "1")]["status"] == "unsupported" and "block_size=1" in by[("numpy.bs16", "1")]["note"]
+    assert by[("numpy.bs16", "16")]["status"] == "ok"
+    assert outcome.exit_code == 1  # the crash
+
+
+def test_paging_overhead_against_the_dense_baseline(tmp_path, monkeypatch):
+    _fake_module(monkeypatch, "numpy.paged")
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "4,8", "--variants", "numpy.paged,numpy.gather",
+                          "--dense", "numpy.gather", "--no-plots")
+    assert outcome.exit_code == 0
+    assert [r["variant"] for r in rows[:2]] == ["numpy.gather", "numpy.paged"]  # the baseline runs first
+    for r in rows:
+        if r["variant"] == "numpy.paged":
+            assert float(r["paging_overhead"]) == pytest.approx(float(r["time_us"]) / float(r["dense_time_us"]))
+        else:
+            assert r["paging_overhead"] == ""
+    assert "Paging overhead (time / numpy.gather" in outcome.summary
+
+
+def test_interrupted_sweep_keeps_its_rows(tmp_path):
+    seen = []
+
+    def hook(row):
+        seen.append(row)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "1,2,4,8", "--variants", "numpy.gather",
+                          "--no-plots", hook=hook)
+    assert outcome.interrupted and outcome.exit_code == 130
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
+    meta = json.loads((outcome.run_dir / "meta.json").read_text())
+    assert meta["interrupted"] is True and meta["points"]["ok"] == 2
+
+
+def test_time_budget_records_the_rest_as_skipped(tmp_path):
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "1,2", "--variants", "numpy.gather",
+                          "--max-seconds", "1e-9", "--no-plots")
+    assert [r["status"] for r in rows] == ["skipped", "skipped"] and outcome.exit_code == 0
+    assert "--max-seconds" in rows[0]["note"]
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    assert cli.main(["sweep", "--variants", "numpy.nope"]) == 2
+    assert "unknown variant 'numpy.nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "--block-sizes", "0,16"])
+    assert cli.main(["sweep", "--shapes", "2x3x5/2x8"]) == 2
+    assert cli.main(["sweep", "--list-shapes"]) == 0
+    assert "gpu-quick" in capsys.readouterr().out
+
+
+def test_variant_selection_by_family_and_glob():
+    assert sweep_cmd.select_variants(None) == registry.variants()
+    assert sweep_cmd.select_variants("numpy") == registry.variants("numpy")
+    assert sweep_cmd.select_variants("numpy.*,numpy.gather") == ["numpy.gather"]
+    with pytest.raises(ValueError, match="matches no registered variant"):
+        sweep_cmd.select_variants("nothing.*")
+
+
+def test_backend_labels():
+    assert run.backend_label("numba", "cpu") == "cpu-sim"
+    assert run.backend_label("cupy", "cpu") == "cpu-executor"
+    assert run.backend_label("numpy", "cpu") == "cpu-numpy"
+    assert run.backend_label("cupy", "gpu") == "gpu"
+
+
+# ---------------------------------------------------------------- synthetic GPU rows: goals, summary, plots
+
+def gpu_row(variant, block_size, time_us, shape=shapes.GOAL_SHAPE, status="ok", copy_gbps=4000.0, nbytes=10**9):
+    row = dict.fromkeys(run.COLUMNS)
+    row.update(variant=variant, family=variant.split(".")[0], backend="gpu", timing="cuda-events", shape=shape,
+               block_size=block_size, status=status, note="", correct=status == "ok")
+    if status == "ok":
+        gbps = nbytes / (time_us * 1e-6) / 1e9
+        row.update(time_us=time_us, q1_us=time_us * 0.98, q3_us=time_us * 1.02, iqr_us=time_us * 0.04, gbps=gbps,
+                   bytes=nbytes, repeats=100, fraction_of_copy_bw=gbps / copy_gbps)
+    return row
+
+
+def synthetic_gpu_rows(paged_bs16_us=280.0):
+    rows = []
+    for bs in shapes.DEFAULT_BLOCK_SIZES:
+        dense = gpu_row("cupy.dense", bs, 270.0)
+        rows.append(dense)
+        for name, t in (("cupy.v2", paged_bs16_us if bs == 16 else 275.0 + (200 if bs == 1 else 0)),
+                        ("numba.block", 400.0)):
+            r = gpu_row(name, bs, t)
+            run.add_paging_overhead(r, {}, "cupy.dense")
+            r["paging_overhead"] = t / 270.0
+            r["dense_time_us"] = 270.0
+            rows.append(r)
+    rows.append(gpu_row("numba.split", 16, None, status="wrong"))
+    rows.append(gpu_row("torch.sdpa", None, 300.0))
+    return rows
+
+
+def test_goals_pass_and_fail_on_synthetic_gpu_rows():
+    report = goals.evaluate(synthetic_gpu_rows(280.0), True, "cupy.dense")
+    by = {c["id"]: c for c in report["checks"]}
+    assert by["copy_bw_fraction"]["passed"] and by["copy_bw_fraction"]["measured"] == pytest.approx(
+        10**9 / 280e-6 / 1e9 / 4000, rel=1e-3)
+    assert by["paging_overhead"]["passed"] and by["block_size_8_vs_128"]["passed"]
+    slow = goals.evaluate(synthetic_gpu_rows(600.0), True, "cupy.dense")
+    by = {c["id"]: c for c in slow["checks"]}
+    assert by["copy_bw_fraction"]["status"] == "FAIL" and by["paging_overhead"]["status"] == "FAIL"
+    assert "bs16" in by["paging_overhead"]["detail"]
+    none = goals.evaluate([r for r in synthetic_gpu_rows() if r["variant"] != "cupy.dense"], True, "cupy.dense")
+    assert none["checks"][1]["status"].startswith("not measured")
+    assert all(c["status"] == "not measured (no GPU)" for c in goals.evaluate([], False, "cupy.dense")["checks"])
+
+
+def test_summary_and_plots_from_synthetic_gpu_rows(tmp_path):
+    rows = synthetic_gpu_rows()
+    rows += [gpu_row("cupy.v2", bs, 100.0, shape="32x1024x32/8x128xfp16") for bs in (8, 16)]
+    copy = bandwidth.CopyBandwidth(4000.0, 2**30, 5.4e-4, 10, "test")
+    report = goals.evaluate(rows, True, "cupy.dense")
+    text = summary.render(rows, copy, True, {"name": "NVIDIA H200"}, report, "cupy.dense")
+    assert "GPU NVIDIA H200" in text and "CPU EMULATION" not in text
+    assert "WRONG" in text and "numba.split" in text and "[PASS]" in text
+    assert "Paging overhead (time / cupy.dense" in text
+    resources = [dict(variant=v, block_size=bs, registers=40 + bs // 8, shared_bytes=1024 * bs, spill_stores=0,
+                      spill_loads=0, occupancy=1.0 / (1 + bs / 64)) for v in ("cupy.v1", "numba.block")
+                 for bs in shapes.DEFAULT_BLOCK_SIZES]
+    written = plots.write_all(tmp_path, rows, resources, copy, True, {"name": "NVIDIA H200"}, print)
+    assert written == ["time_vs_block_size.png", "gbps_vs_block_size.png", "paging_overhead.png", "resources.png"]
+    for name in written:
+        assert (tmp_path / name).stat().st_size > 10_000
+
+
+def test_static_resources_written_when_the_module_exists(tmp_path, monkeypatch):
+    fake = types.ModuleType("sandbox.resources")
+    calls = []
+
+    def collect(variants=None, block_sizes=(), head_dim=128, dtype="float16", arch="sm_90"):
+        calls.append((variants, block_sizes, head_dim, dtype, arch))
+        return [dict(variant=v, block_size=b, registers=32) for v in variants for b in block_sizes]
+
+    fake.collect = collect
+    monkeypatch.setitem(sys.modules, "sandbox.resources", fake)
+    rows, note = static_resources.collect_into(tmp_path, ["numpy.gather"], (1, 16))
+    assert note == "" and len(rows) == 2
+    assert calls == [(["numpy.gather"], (1, 16), 128, "float16", "sm_90")]
+    assert (tmp_path / "resources.csv").read_text().splitlines()[0] == "variant,block_size,registers"
+    fake.collect = lambda **kw: (_ for _ in ()).throw(RuntimeError("no nvrtc"))
+    rows, note = static_resources.collect_into(tmp_path, ["numpy.gather"], (1,))
+    assert rows == [] and "no nvrtc" in note
+
+
+def test_sweep_csv_values_round_trip_through_compare_loader(tmp_path):
+    from sandbox.sweep import diff
+    outcome, _ = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "2", "--variants", "numpy.gather", "--no-plots")
+    (row,) = diff.load_rows(outcome.run_dir)
+    assert row["block_size"] == 2 and row["correct"] is True and math.isfinite(row["time_us"])
