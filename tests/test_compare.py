@@ -1,0 +1,103 @@
+"""python -m sandbox compare RUN_A RUN_B on synthetic run folders: ratios, regressions, wrong points, exit codes."""
+from __future__ import annotations
+
+import pytest
+
+from sandbox import cli
+from sandbox.results import CsvAppender
+from sandbox.sweep import diff
+from sandbox.sweep.run import COLUMNS
+
+SHAPE = "64x4096x32/8x128xfp16"
+
+
+def point(variant, block_size, time_us, status="ok", backend="gpu", shape=SHAPE, note=""):
+    row = dict.fromkeys(COLUMNS, "")
+    row.update(variant=variant, family=variant.split(".")[0], backend=backend, shape=shape, block_size=block_size,
+               status=status, correct={"ok": True, "wrong": False}.get(status, ""), note=note,
+               timing="cuda-events" if backend == "gpu" else "cpu-emulation",
+               time_us="" if time_us is None else time_us)
+    return row
+
+
+def make_run(folder, rows):
+    folder.mkdir(parents=True)
+    with CsvAppender(folder / "sweep.csv", COLUMNS) as out:
+        for r in rows:
+            out.write(r)
+    return folder
+
+
+BASE = [point("cupy.v1", 16, 100.0), point("cupy.v1", 32, 200.0), point("numba.block", 16, 300.0),
+        point("numba.split", 16, 50.0), point("cupy.old", 16, 10.0), point("torch.sdpa", "", 90.0)]
+
+
+def test_identical_runs_pass(tmp_path, capsys):
+    a = make_run(tmp_path / "a", BASE)
+    b = make_run(tmp_path / "b", BASE)
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "6 points timed in both runs" in out and "OK: no regression" in out
+
+
+def test_regression_beyond_threshold_is_flagged_and_fails(tmp_path, capsys):
+    a = make_run(tmp_path / "a", BASE)
+    b_rows = [dict(r) for r in BASE]
+    b_rows[0]["time_us"] = 115.0   # +15%: a regression at the default 10%
+    b_rows[1]["time_us"] = 205.0   # +2.5%: noise
+    b_rows[2]["time_us"] = 150.0   # 2x faster
+    b = make_run(tmp_path / "b", b_rows)
+    report = diff.compare_runs(a, b)
+    assert [r[0] for r in report.regressions] == [("cupy.v1", SHAPE, 16, "gpu")]
+    assert report.regressions[0][3] == pytest.approx(1.15)
+    assert [r[0][0] for r in report.improvements] == ["numba.block"]
+    assert report.exit_code == 1
+    assert cli.main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "FAIL: 1 regression(s)" in out
+    assert cli.main(["compare", str(a), str(b), "--threshold", "0.2"]) == 0  # 15% is within 20%
+
+
+def test_turned_wrong_fails_still_wrong_is_listed(tmp_path):
+    a_rows = [dict(r) for r in BASE] + [point("wrong.x", 16, None, status="wrong")]
+    b_rows = [dict(r) for r in BASE] + [point("wrong.x", 16, None, status="wrong", note="1 of 9 elements differ")]
+    b_rows[3] = point("numba.split", 16, None, status="wrong", note="12 of 4096 elements differ")
+    report = diff.compare_runs(make_run(tmp_path / "a", a_rows), make_run(tmp_path / "b", b_rows))
+    assert [k[0] for k, *_ in report.turned_wrong] == ["numba.split"]
+    assert [k[0] for k, *_ in report.still_wrong] == ["wrong.x"]
+    assert report.exit_code == 1
+    text = report.render()
+    assert "TURNED WRONG" in text and "12 of 4096" in text
+
+
+def test_points_in_one_run_only_and_status_changes_are_listed(tmp_path):
+    b_rows = [r for r in BASE if r["variant"] != "cupy.old"] + [point("cupy.new", 16, 5.0)]
+    b_rows = [dict(r) for r in b_rows]
+    b_rows[1] = point("cupy.v1", 32, None, status="unsupported", note="shared memory")
+    report = diff.compare_runs(make_run(tmp_path / "a", BASE), make_run(tmp_path / "b", b_rows))
+    assert report.only_a == [("cupy.old", SHAPE, 16, "gpu")]
+    assert report.only_b == [("cupy.new", SHAPE, 16, "gpu")]
+    assert report.status_changes == [(("cupy.v1", SHAPE, 32, "gpu"), "ok", "unsupported")]
+    assert report.exit_code == 0
+    text = report.render()
+    assert "only in A: 1" in text and "only in B: 1" in text and "ok -> unsupported" in text
+
+
+def test_backend_is_part_of_the_key_and_cpu_runs_are_labelled(tmp_path):
+    a = make_run(tmp_path / "a", [point("cupy.v1", 16, 100.0, backend="cpu-executor")])
+    b = make_run(tmp_path / "b", [point("cupy.v1", 16, 100.0, backend="gpu")])
+    report = diff.compare_runs(a, b)
+    assert not report.ratios and len(report.only_a) == len(report.only_b) == 1
+    assert report.cpu_emulation and "CPU-emulation" in report.render()
+
+
+def test_csv_path_accepted_and_bad_paths_fail_clearly(tmp_path, capsys):
+    a = make_run(tmp_path / "a", BASE)
+    assert cli.main(["compare", str(a / "sweep.csv"), str(a)]) == 0
+    assert cli.main(["compare", str(a), str(tmp_path / "missing")]) == 2
+    assert "not a sweep run folder" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "sweep.csv").write_text("a,b\n1,2\n")
+    assert cli.main(["compare", str(a), str(bad)]) == 2
+    assert cli.main(["compare", str(a), str(a), "--threshold", "-1"]) == 2
