@@ -167,11 +167,12 @@ def entry_code(names: list[str]) -> str:
     for i, name in enumerate(names):
         label = json.dumps(name)  # a valid C string literal for these names
         lines += [
-            f"CPUCUDA_EXPORT int cpucuda_launch_{i}(void** a, const ::cpucuda::LaunchConfig* c, char* e, size_t n)"
-            f" {{ return ::cpucuda::launch(&{name}, a, c, e, n, {label}); }}",
+            f"CPUCUDA_EXPORT int cpucuda_launch_{i}(void** cpucuda_args, const ::cpucuda::LaunchConfig* cpucuda_cfg,"
+            f" char* cpucuda_err, size_t cpucuda_errlen) {{ return ::cpucuda::launch(&{name}, cpucuda_args,"
+            f" cpucuda_cfg, cpucuda_err, cpucuda_errlen, {label}); }}",
             f"CPUCUDA_EXPORT const char* cpucuda_signature_{i}(void) {{ return ::cpucuda::signature(&{name}); }}",
-            f"CPUCUDA_EXPORT const char* cpucuda_param_type_{i}(int k)"
-            f" {{ return ::cpucuda::param_type_name(&{name}, k); }}",
+            f"CPUCUDA_EXPORT const char* cpucuda_param_type_{i}(int cpucuda_index)"
+            f" {{ return ::cpucuda::param_type_name(&{name}, cpucuda_index); }}",
         ]
     return "\n".join(lines) + "\n"
 
@@ -226,7 +227,7 @@ def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict) -> 
         target.parent.mkdir(parents=True, exist_ok=True)
         # #line keeps g++ and ASan pointing at the user's file.
         _atomic_write(target, f'#line 1 "{path}"\n{rewritten.source}'.encode())
-        flags += ["-iquote", str(path.parent)]
+        flags += ["-idirafter", str(path.parent)]  # its own quoted includes, after all else
     return (["-I", str(overlay)] if flags else []) + flags
 
 

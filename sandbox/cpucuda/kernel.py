@@ -42,6 +42,15 @@ def default_asan() -> bool:
     return os.environ.get("SANDBOX_CPUCUDA_ASAN", "").lower() in ("1", "true", "yes", "on")
 
 
+def _resolve_asan(asan, sanitize):
+    """``sanitize="address"`` is an alias of ``asan=True``."""
+    if sanitize in (None, "", "none"):
+        return asan
+    if sanitize != "address":
+        raise ValueError(f"sanitize={sanitize!r}: only 'address' (AddressSanitizer) is supported")
+    return True
+
+
 def stack_size(asan: bool) -> int:
     """Bytes per fiber stack: ``SANDBOX_CPUCUDA_STACK_KB`` (default 256; x4 under ASan)."""
     kib = int(os.environ.get("SANDBOX_CPUCUDA_STACK_KB", "256"))
@@ -120,7 +129,7 @@ class CpuRawKernel:
     max_threads_per_block = 1024
 
     def __init__(self, code, name, options=(), backend="nvrtc", translate_cucomplex=False, *,
-                 enable_cooperative_groups=False, jitify=False, asan=None, thread_order=None,
+                 enable_cooperative_groups=False, jitify=False, asan=None, thread_order=None, sanitize=None,
                  _program=None):
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"name must be the kernel's name, got {name!r}")
@@ -128,7 +137,7 @@ class CpuRawKernel:
         self.name = name
         self.options = tuple(options) if not isinstance(options, str) else (options,)
         self.backend = backend
-        self.asan = asan
+        self.asan = _resolve_asan(asan, sanitize)
         self.thread_order = thread_order
         self.max_dynamic_shared_size_bytes = 0
         self._program = _program or _Program(code, self.options, [name])
@@ -201,7 +210,7 @@ class CpuRawModule:
 
     def __init__(self, *, code=None, path=None, options=(), backend="nvrtc", translate_cucomplex=False,
                  enable_cooperative_groups=False, name_expressions=None, jitify=False, asan=None,
-                 thread_order=None):
+                 thread_order=None, sanitize=None):
         if code is None:
             raise ValueError("CpuRawModule needs code= (CUDA C source); path= (cubin/PTX) cannot run on the CPU")
         if isinstance(name_expressions, str):
@@ -210,7 +219,7 @@ class CpuRawModule:
         self.options = tuple(options) if not isinstance(options, str) else (options,)
         self.backend = backend
         self.name_expressions = tuple(name_expressions or ())
-        self.asan = asan
+        self.asan = _resolve_asan(asan, sanitize)
         self.thread_order = thread_order
         self._kernels = find_kernels(code)
         plain = [k.name for k in self._kernels if not k.is_template and not k.in_namespace]

@@ -41,3 +41,5 @@
 #include "cpucuda_sched.h"
 #include "cpucuda_device.h"
 #include "cpucuda_launch.h"
+// NVRTC offers assert() without an include; so do we (ours: see assert.h).
+#include "assert.h"

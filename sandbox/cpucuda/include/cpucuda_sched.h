@@ -109,7 +109,10 @@ struct Runtime {
 static Runtime g;
 
 static const size_t kPage = 4096;
-static const size_t kCanary = 64;  // bytes after dynamic shared memory (normal mode)
+// Normal mode puts a canary after dynamic shared memory, as large as the
+// buffer itself (at least 256 bytes): overflows up to that size are reported
+// without corrupting the heap. ASan mode allocates the exact size instead.
+static inline size_t canary_size(size_t n) { return n > 256 ? n : 256; }
 
 // ---------------------------------------------------------------- errors
 
@@ -387,8 +390,7 @@ static unsigned char* alloc_dynamic_shared(size_t n) {
 #if CPUCUDA_ASAN
     return (unsigned char*)malloc(n ? n : 1);  // exact size: ASan bounds it
 #else
-    unsigned char* p = (unsigned char*)malloc(n + kCanary);
-    return p;
+    return (unsigned char*)malloc(n + canary_size(n));
 #endif
 }
 
@@ -397,7 +399,7 @@ static bool canary_intact() {
 #if CPUCUDA_ASAN
     return true;
 #else
-    for (size_t i = 0; i < kCanary; ++i)
+    for (size_t i = 0; i < canary_size(g.dyn_size); ++i)
         if (g.dyn_smem[g.dyn_size + i] != 0xA5) return false;
     return true;
 #endif
@@ -587,7 +589,7 @@ static int run_grid(const LaunchConfig* cfg, void (*body)(void*), void* ctx, cha
     g.dyn_size = cfg->shared_mem;
     g.dyn_smem = alloc_dynamic_shared(g.dyn_size);
 #if !CPUCUDA_ASAN
-    memset(g.dyn_smem + g.dyn_size, 0xA5, kCanary);
+    memset(g.dyn_smem + g.dyn_size, 0xA5, canary_size(g.dyn_size));
 #endif
     const uint64_t nblocks = (uint64_t)cfg->grid[0] * cfg->grid[1] * cfg->grid[2];
 
