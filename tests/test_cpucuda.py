@@ -17,6 +17,7 @@ from sandbox.cpucuda import (CpuCompileError, CpuKernelError, CpuKernelMemoryErr
 # Several small kernels in one module: one g++ run for all of them.
 BASICS = r"""
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
@@ -95,6 +96,15 @@ extern "C" __global__ void half2_ops(const __half* a, const __half* b, float* ou
     out[4 * i + 1] = __high2float(s);
     out[4 * i + 2] = __half2float(m);
     out[4 * i + 3] = (float)(a[2 * i] > b[2 * i]);
+}
+
+extern "C" __global__ void bf16_round_trip(const float* in, unsigned short* bits, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        __nv_bfloat16 b = __float2bfloat16(in[i]);
+        bits[i] = __bfloat16_as_ushort(b);
+        if (__bfloat162float(b) != __bfloat162float(b) && in[i] == in[i]) bits[i] = 1;  // never: nan only from nan
+    }
 }
 
 // Scalars by value with their exact C types, and the built-in variables.
@@ -189,6 +199,19 @@ __global__ void __launch_bounds__(BLOCK) scale_by_max(const T* __restrict__ x, f
 namespace ops {
 template <typename T>
 __global__ void fill(T* out, T value) { out[blockIdx.x * blockDim.x + threadIdx.x] = value; }
+}
+
+// __shared__ at file scope, static and dynamic.
+__shared__ float file_buf[32];
+extern __shared__ int file_dyn[];
+
+extern "C" __global__ void file_scope_shared(float* out, int write) {
+    if (write) {
+        file_buf[threadIdx.x] = (float)threadIdx.x;
+        file_dyn[threadIdx.x] = 2 * (int)threadIdx.x;
+    }
+    __syncthreads();
+    out[blockIdx.x * 32 + threadIdx.x] = file_buf[31 - threadIdx.x] + (float)file_dyn[31 - threadIdx.x];
 }
 """
 
@@ -289,6 +312,17 @@ def test_half2_and_half_operators(basics):
     np.testing.assert_array_equal(got[:, 3], (a[0::2] > b[0::2]).astype(np.float32))
 
 
+def test_bfloat16_rounds_to_nearest_even(basics):
+    x = _half_inputs()
+    bits = np.zeros(x.size, np.uint16)
+    basics.get_function("bf16_round_trip")(((x.size + 127) // 128,), (128,), (x, bits, np.int32(x.size)))
+    u = x.view(np.uint32).astype(np.uint64)
+    expected = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    ok = ~np.isnan(x)
+    np.testing.assert_array_equal(bits[ok], expected[ok])
+    assert ((bits[~ok] & 0x7F80) == 0x7F80).all() and ((bits[~ok] & 0x7F) != 0).all()
+
+
 def test_scalars_pass_with_their_exact_c_types(basics):
     out = np.zeros(7, np.int64)
     basics.get_function("scalars")(1, 1, (out, np.int64(2**40 + 3), np.float64(1.25), np.uint32(4_000_000_000),
@@ -366,6 +400,15 @@ def test_templated_kernel_by_name_expression(templated):
     ints = np.zeros(10, np.int32)
     templated.get_function("ops::fill<int>")(2, 5, (ints, np.int32(7)))
     np.testing.assert_array_equal(ints, 7)
+
+
+def test_file_scope_shared_memory(templated):
+    k = templated.get_function("file_scope_shared")
+    out = np.zeros(64, np.float32)
+    k(2, 32, (out, np.int32(1)), shared_mem=32 * 4)
+    np.testing.assert_array_equal(out, np.tile(3.0 * np.arange(32)[::-1], 2))
+    k(1, 32, (out, np.int32(0)), shared_mem=32 * 4)  # nothing written: both poisoned
+    assert np.isnan(out[:32]).all()
 
 
 def test_template_without_name_expression_is_a_clear_error(templated):

@@ -1,6 +1,29 @@
 """Run CUDA C kernels on the CPU, called exactly like ``cupy.RawKernel`` / ``cupy.RawModule``.
 
-(Full docs: README.md in this folder.)
+    from sandbox.cpucuda import CpuRawKernel, CpuRawModule
+    k = CpuRawKernel(code, "name", options=("-std=c++17",))
+    k(grid, block, (out, x, np.int32(n)), shared_mem=0)
+    m = CpuRawModule(code=code, options=(...), name_expressions=["k<16, __half>"])
+    m.get_function("k<16, __half>")(grid, block, args)
+
+g++ compiles the source against a small runtime header (cached on disk);
+blocks run one after another, every CUDA thread of a block is a fiber that
+switches at barriers and warp operations. NumPy arrays pass as pointers and
+are written in place; NumPy scalars pass by value with their exact C type.
+
+Checks a GPU does not give: shared memory filled with NaN bytes before every
+block; ``thread_order="reverse"`` (or ``SANDBOX_CPUCUDA_ORDER=reverse``) to
+expose missing barriers; divergent ``__syncthreads``, deadlocks, failed
+asserts and crashes raise ``CpuKernelError`` / ``CpuKernelMemoryError`` naming
+the kernel, line and thread; ``asan=True`` (or ``SANDBOX_CPUCUDA_ASAN=1``) runs
+each launch under AddressSanitizer in a child process and turns an
+out-of-bounds access into ``CpuKernelMemoryError`` with file and line.
+
+Not modelled: the memory model and data races between barriers (threads are
+cooperative, so a racy kernel can look right), warp-synchronous code without
+``__syncwarp`` (lanes are not in lockstep), exact half-precision rounding of
+intrinsics (half math goes through float; fast intrinsics are libm's), and
+performance (nothing here predicts GPU speed). README.md has the details.
 """
 from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError
 from .kernel import CpuRawKernel, CpuRawModule
