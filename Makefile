@@ -14,9 +14,17 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The main job: the block-size sweep (on the CPU where there is no GPU).
+# The main job: the block-size sweep (on the CPU where there is no GPU), then the memory study.
+# ARGS go to the sweep, MEMORY_ARGS to the memory study; a wrong sweep point still fails make.
 sweep: $(STAMP)
-	$(PY) -m sandbox sweep $(ARGS)
+	$(PY) -m sandbox sweep $(ARGS); status=$$?; $(PY) -m sandbox memory $(MEMORY_ARGS) && exit $$status
+
+# Timed benchmarks (pytest-benchmark): every variant x block size, cache writes, append_slot.
+# The JSON goes to a new results/<UTC>-bench/bench.json.
+bench: $(STAMP)
+	dir=$$($(PY) -c 'from sandbox.results import new_run_dir; print(new_run_dir("bench"))') && \
+	$(PY) -m pytest tests/test_bench_*.py --benchmark-enable --benchmark-json "$$dir/bench.json" $(ARGS) && \
+	echo "benchmark JSON: $$dir/bench.json"
 
 # The whole test suite (hypothesis profile "ci" unless HYPOTHESIS_PROFILE says otherwise).
 test: $(STAMP)
