@@ -36,14 +36,6 @@ def test_stats_median_and_quartiles():
         timing.Stats.from_samples([])
 
 
-def test_repeats_fill_the_budget_within_bounds():
-    config = timing.TimingConfig(warmup_s=0, budget_s=0.1, min_repeats=10, max_repeats=500)
-    assert timing.repeats_for(0.001, config) == 100
-    assert timing.repeats_for(1.0, config) == 10
-    assert timing.repeats_for(1e-9, config) == 500
-    assert timing.repeats_for(0.0, config) == 500
-
-
 class FakeTimer:
     """Returns scripted durations and advances a fake clock by them."""
 
@@ -64,23 +56,32 @@ class FakeTimer:
 
 
 def test_measure_warms_up_by_time_then_flushes_before_every_timed_call():
-    timer = FakeTimer([0.01])
+    timer = FakeTimer([1 / 64])
     flushes, launches = [], []
     config = timing.TimingConfig(warmup_s=0.05, budget_s=0.1, min_repeats=3, max_repeats=50)
     stats = timing.measure(lambda: launches.append(1), timer, config, flush=lambda: flushes.append(1), clock=timer.clock)
-    warmups = 5  # 0.05 s of 0.01 s calls
-    assert stats.repeats == 10 and stats.median == pytest.approx(0.01)
-    assert len(launches) == warmups + 10 and len(flushes) == len(launches)
+    warmups = 4  # calls until 0.05 s have passed
+    assert stats.repeats == 7 and stats.median == 1 / 64  # 7 / 64 s >= the 0.1 s budget
+    assert len(launches) == warmups + 7 and len(flushes) == len(launches)
+    config = timing.TimingConfig(warmup_s=0.0, budget_s=10.0, min_repeats=3, max_repeats=20)
+    assert timing.measure(lambda: None, FakeTimer([1.0]), config).repeats == 10
+    config = timing.TimingConfig(warmup_s=0.0, budget_s=0.1, min_repeats=3, max_repeats=20)
+    assert timing.measure(lambda: None, FakeTimer([1.0]), config).repeats == 3
 
 
-def test_measure_without_warmup_uses_the_estimate_and_no_flush_when_disabled():
+def test_measure_without_warmup_repeats_until_the_budget_and_no_flush_when_disabled():
     timer = FakeTimer([2.0, 1.0, 3.0])
     flushes = []
-    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING, flush=lambda: flushes.append(1), estimate_s=2.0)
-    assert stats.repeats == 1 and not flushes  # budget 1 s at 2 s per call: the minimum, one repeat
+    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING, flush=lambda: flushes.append(1))
+    assert stats.repeats == 1 and not flushes  # one 2 s call spends the 1 s budget
     timer = FakeTimer([0.3, 0.1, 0.2])
-    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING, estimate_s=0.3)
-    assert stats.repeats == 4 and stats.median == pytest.approx(0.2)
+    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING)
+    assert stats.repeats == 5 and stats.median == pytest.approx(0.2)  # 0.8 s after 4 calls: a fifth, the max
+    timer = FakeTimer([1.5, 0.001])  # a slow first call does not starve a fast kernel of samples
+    config = timing.TimingConfig(warmup_s=0, budget_s=1.0, min_repeats=1, max_repeats=50)
+    assert timing.measure(lambda: None, timer, config).repeats == 1
+    timer = FakeTimer([0.001])
+    assert timing.measure(lambda: None, timer, config).repeats == 50
 
 
 def test_wall_clock_timer_synchronizes_inside_the_timed_region():

@@ -99,3 +99,14 @@ def free_device_memory() -> None:
         cupy.get_default_pinned_memory_pool().free_all_blocks()
     except Exception:
         pass
+
+
+def synchronize_device() -> None:
+    """Wait for all work on the current GPU (CuPy's or Numba's view of it; both share the primary context)."""
+    try:
+        import cupy
+    except ImportError:
+        from numba import cuda
+        cuda.synchronize()
+        return
+    cupy.cuda.Device().synchronize()

@@ -168,10 +168,8 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
     except Exception as exc:
         return done("error", f"prepare raised {type(exc).__name__}: {exc}")
     try:
-        first = time.perf_counter()
         prepared.launch()
         got = prepared.result()
-        first_s = time.perf_counter() - first
     except Exception as exc:
         return done("error", f"launch/result raised {type(exc).__name__}: {exc}")
     verdict = compare(got, data.expected(problem), problem.dtype)
@@ -180,7 +178,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         return done("wrong", verdict.report.replace("\n", " | "))
     try:
         stats = timing.measure(prepared.launch, env.timer_for(candidate.family, resolved), config,
-                               flush=env.flush if resolved == "gpu" else None, estimate_s=first_s)
+                               flush=env.flush if resolved == "gpu" else None)
     except Exception as exc:
         return done("error", f"timing raised {type(exc).__name__}: {exc}")
     nbytes = problem.bytes_moved()

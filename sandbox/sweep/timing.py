@@ -8,7 +8,6 @@ tested on the CPU with a fake timer.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 import time
 from typing import Callable, Protocol
@@ -58,7 +57,7 @@ class TimingConfig:
 # GPU: warm-up 25 ms like Triton's do_bench; ~100 ms of repeats is hundreds of calls at these shapes.
 GPU_TIMING = TimingConfig(warmup_s=0.025, budget_s=0.1, min_repeats=10, max_repeats=500)
 GPU_QUICK_TIMING = TimingConfig(warmup_s=0.01, budget_s=0.03, min_repeats=5, max_repeats=100)
-# CPU: the correctness run already warmed up (and estimated the cost); a few wall-clock repeats.
+# CPU: the correctness run already warmed up; a few wall-clock repeats (one when a call takes > budget).
 CPU_TIMING = TimingConfig(warmup_s=0.0, budget_s=1.0, min_repeats=1, max_repeats=5, flush=False)
 CPU_QUICK_TIMING = TimingConfig(warmup_s=0.0, budget_s=0.2, min_repeats=1, max_repeats=3, flush=False)
 
@@ -67,31 +66,24 @@ class Timer(Protocol):
     def time(self, fn: Callable[[], None]) -> float: ...
 
 
-def repeats_for(estimate_s: float, config: TimingConfig) -> int:
-    """Repeats that fill the budget at `estimate_s` per call, clamped to the config's bounds."""
-    if estimate_s <= 0 or not math.isfinite(estimate_s):
-        return config.max_repeats
-    return max(config.min_repeats, min(config.max_repeats, math.ceil(config.budget_s / estimate_s)))
-
-
 def measure(fn: Callable[[], None], timer: Timer, config: TimingConfig, flush: Callable[[], None] | None = None,
-            estimate_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> Stats:
-    """Warm up for config.warmup_s, then time repeats of `fn`, flushing the L2 before each call.
+            clock: Callable[[], float] = time.perf_counter) -> Stats:
+    """Warm up for config.warmup_s, then time calls of `fn` (flushing the L2 before each) until the
+    timed calls add up to config.budget_s, within [min_repeats, max_repeats].
 
-    estimate_s: a known cost per call (e.g. the correctness run on the CPU) when there is no warm-up.
+    Repeating until the budget is spent (rather than for a count fixed in advance) keeps a slow first
+    call (a compile, a cold cache) from deciding how many samples a fast kernel gets.
     """
     flush = flush if (flush is not None and config.flush) else (lambda: None)
-    warm = []
     if config.warmup_s > 0:
         start = clock()
-        while not warm or clock() - start < config.warmup_s:
+        calls = 0
+        while not calls or clock() - start < config.warmup_s:
             flush()
-            warm.append(timer.time(fn))
-    if warm:
-        estimate_s = statistics.median(warm)
-    repeats = repeats_for(estimate_s if estimate_s is not None else 0.0, config)
-    samples = []
-    for _ in range(repeats):
+            timer.time(fn)
+            calls += 1
+    samples: list[float] = []
+    while len(samples) < config.min_repeats or (sum(samples) < config.budget_s and len(samples) < config.max_repeats):
         flush()
         samples.append(timer.time(fn))
     return Stats.from_samples(samples)
