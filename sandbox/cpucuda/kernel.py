@@ -16,6 +16,7 @@ from .source import find_kernels
 # its scheduler state in globals (ctypes releases the GIL during the call).
 _LAUNCH_LOCK = threading.Lock()
 _LIBS: dict[str, ctypes.CDLL] = {}
+_last_lib: list = [None]  # the library whose fiber stacks are mapped (see cpucuda_release)
 _ORDERS = ("forward", "reverse")
 _MAX_DEFAULT_DYNAMIC_SMEM = 48 * 1024  # above this CUDA wants the kernel attribute raised
 _MAX_DYNAMIC_SMEM = 227 * 1024  # sm_90's opt-in limit per block
@@ -143,6 +144,7 @@ class CpuRawKernel:
         self._program = _program or _Program(code, self.options, [name])
         self._program.add(name)
         self._params = None
+        self._launchers = {}  # shared-object path -> ctypes launcher
 
     def compile(self, log_stream=None) -> None:
         """Compile now instead of at the first launch (as CuPy's RawModule.compile)."""
@@ -180,11 +182,17 @@ class CpuRawKernel:
                          self.params, items)
             return
         build = self._program.build("normal")
-        fn = _abi.launch_function(_load(build.so_path), build.entries[self.name])
+        lib = _load(build.so_path)
+        fn = self._launchers.get(build.so_path)
+        if fn is None:
+            fn = self._launchers[build.so_path] = _abi.launch_function(lib, build.entries[self.name])
         packed = _args.pack(items)
         cfg = _abi.make_config(grid, block, shared_mem, stack_size(False), order == "reverse")
         err = ctypes.create_string_buffer(_abi.ERROR_BUFFER)
         with _LAUNCH_LOCK:
+            if _last_lib[0] is not None and _last_lib[0] is not lib:
+                _last_lib[0].cpucuda_release()
+            _last_lib[0] = lib
             rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))
         if rc:
             raise_launch_error(self.name, rc, err.value.decode(errors="replace"))

@@ -66,5 +66,6 @@ static int launch(void (*k)(P...), void** args, const LaunchConfig* cfg, char* e
 }  // namespace cpucuda
 
 CPUCUDA_EXPORT const char* cpucuda_fiber_impl(void) { return CPUCUDA_FIBER_IMPL; }
+CPUCUDA_EXPORT void cpucuda_release(void) { cpucuda::release_fibers(); }
 CPUCUDA_EXPORT void* cpucuda_malloc(size_t n) { return malloc(n); }
 CPUCUDA_EXPORT void cpucuda_free(void* p) { free(p); }

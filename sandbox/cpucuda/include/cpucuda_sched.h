@@ -386,6 +386,15 @@ static bool ensure_fibers(unsigned n, size_t stack_size) {
     return true;
 }
 
+// Unmap the fiber stacks. Each shared object has its own pool, and every
+// stack with its guard page costs the process two memory mappings (the
+// kernel caps them near 65k), so Python releases the pool of the previous
+// library whenever a launch goes to a different one.
+static void release_fibers() {
+    for (unsigned i = 0; i < g.nstacks; ++i) munmap(g.stacks[i], g.stack_size + kPage);
+    g.nstacks = 0;
+}
+
 static unsigned char* alloc_dynamic_shared(size_t n) {
 #if CPUCUDA_ASAN
     return (unsigned char*)malloc(n ? n : 1);  // exact size: ASan bounds it
@@ -617,6 +626,7 @@ static int run_grid(const LaunchConfig* cfg, void (*body)(void*), void* ctx, cha
 #endif
     free(g.dyn_smem);
     g.dyn_smem = nullptr;
+    fflush(stdout);  // the kernel's printf before Python prints anything else
     return g.rc;
 }
 
