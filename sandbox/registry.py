@@ -13,11 +13,17 @@ from .variant import Limits
 
 VARIANTS = {
     "numpy.gather": "kernels.numpy_gather",
+    "cupy.v1": "kernels.cupy_raw.v1",
+    "cupy.v2": "kernels.cupy_raw.v2",
+    "cupy.gqa": "kernels.cupy_raw.gqa",
+    "cupy.dense": "kernels.cupy_raw.dense",
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
 # Named wrong.<family>.<flaw> so the family (and so the backend) is the broken kernel's own.
 WRONG_VARIANTS = {
+    "wrong.cupy.ignores_table": "kernels.wrong.cupy_ignores_table",
+    "wrong.cupy.off_by_one": "kernels.wrong.cupy_off_by_one",
 }
 
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
@@ -25,6 +31,7 @@ WRONG_VARIANTS = {
 # result() returns (key_cache, value_cache) as host arrays; inputs are validated by
 # sandbox.validate.validate_write_inputs first.
 CACHE_WRITERS = {
+    "cupy.write_cache": "kernels.cupy_raw.write_cache",
 }
 
 

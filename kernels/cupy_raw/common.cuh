@@ -1,0 +1,335 @@
+// common.cuh: what the CUDA C paged-attention variants share (kernels/cupy_raw/*.cu).
+//
+// attend(): one thread block computes attention for TILE query heads of one KV head over the
+// token range [start, end) of one sequence (vLLM's paged_attention_kernel design):
+//   K: thread groups of max(32 / BLOCK_SIZE, 1) lanes per token; a warp walks one cache block at
+//      a time; each lane loads 16-byte vectors (4 floats / 8 halves), interleaved across the group
+//      so a group reads contiguous bytes; the dot product is finished with xor-shuffles in the group.
+//   softmax: logits in dynamic shared memory; max and sum by warp shuffles + one shared-memory
+//      step across the 4 warps; accumulation in float32.
+//   V: a token row is split across min(head_dim / VEC, 32) lanes in 16-byte vectors; a warp
+//      takes several token rows at once; rows, then warps, are summed (shuffles, then shared memory).
+// Tokens at or past `end` are never loaded (their slots may hold NaN), and only the blocks that
+// hold tokens of [start, end) are looked up in the block table (unused entries may be -1).
+// The KV policy (PagedKV, DenseKV) maps a logical block to its first token row in the cache.
+//
+// reduce kernel: combines the partitions of split-KV variants (log-sum-exp rescaling).
+#pragma once
+#include <cuda_fp16.h>
+
+namespace pa {
+
+constexpr int WARP = 32;
+constexpr int NUM_THREADS = 128;
+constexpr int NUM_WARPS = NUM_THREADS / WARP;
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+// 16 bytes of T: one vector load / store (ld.global.v4).
+template <typename T>
+struct alignas(16) Pack16 {
+  T v[16 / sizeof(T)];
+};
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ void store(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store(__half* p, float x) { *p = __float2half(x); }
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+
+// Sum over aligned groups of WIDTH lanes (a power of two <= 32); every lane of the warp calls it.
+template <int WIDTH>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int m = WIDTH / 2; m >= 1; m /= 2) x += __shfl_xor_sync(FULL_MASK, x, m);
+  return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int m = WARP / 2; m >= 1; m /= 2) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, m));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) { return group_sum<WARP>(x); }
+
+// Logical block b of a sequence starts at token row table[b] * BLOCK_SIZE of the paged cache.
+template <int BLOCK_SIZE>
+struct PagedKV {
+  const int* table;  // this sequence's block-table row
+  __device__ __forceinline__ long long first_row(int b) const { return (long long)table[b] * BLOCK_SIZE; }
+};
+
+// A contiguous cache [num_seqs, max_context, ...]: no table, BLOCK_SIZE only sets the thread mapping.
+template <int BLOCK_SIZE>
+struct DenseKV {
+  long long seq_row;  // seq * max_context
+  __device__ __forceinline__ long long first_row(int b) const { return seq_row + (long long)b * BLOCK_SIZE; }
+};
+
+// Shared memory: static q tile + reduction slots; dynamic `smem` must hold
+// max(TILE * logits_stride, NUM_WARPS * TILE * HEAD_DIM) floats (logits, then the warps' partial outputs).
+//
+// q:        the tile's first query head; heads are HEAD_DIM apart; heads >= num_heads_here are not read
+// out:      out + g * out_head_stride + d  <- normalized output of head g (OutT: T, or float for partitions)
+// max_out, sum_out (nullable): + g * stats_stride <- the range's max logit and sum of exp(logit - max)
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV, typename OutT>
+__device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __restrict__ value_cache,
+                       const T* __restrict__ q, int num_heads_here, int kv_head, int num_kv_heads, float scale,
+                       int start, int end, int logits_stride, float* __restrict__ smem,
+                       OutT* __restrict__ out, long long out_head_stride,
+                       float* __restrict__ max_out, float* __restrict__ sum_out, long long stats_stride) {
+  constexpr int VEC = 16 / sizeof(T);
+  static_assert(HEAD_DIM % VEC == 0, "head_dim * sizeof(T) must be a multiple of 16 bytes");
+  constexpr int NUM_VECS = HEAD_DIM / VEC;
+  // K phase: thread groups of TGS lanes per token.
+  constexpr int TGS = BLOCK_SIZE < WARP ? WARP / BLOCK_SIZE : 1;
+  constexpr int GROUPS_PER_WARP = WARP / TGS;
+  constexpr int TOKENS_PER_GROUP = BLOCK_SIZE / GROUPS_PER_WARP;
+  static_assert(TOKENS_PER_GROUP * GROUPS_PER_WARP == BLOCK_SIZE, "block size must divide 32 or be a multiple of 32");
+  constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;
+  // V phase: LPT lanes per token row, ROWS rows per warp.
+  constexpr int LPT = NUM_VECS < WARP ? NUM_VECS : WARP;
+  constexpr int ROWS = WARP / LPT;
+  constexpr int V_VECS = (NUM_VECS + LPT - 1) / LPT;
+
+  __shared__ __align__(16) float q_smem[TILE * HEAD_DIM];
+  __shared__ float red_max[TILE][NUM_WARPS];
+  __shared__ float red_sum[TILE][NUM_WARPS];
+
+  const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
+  const long long kv_stride = (long long)num_kv_heads * HEAD_DIM;  // between token rows
+
+  for (int i = tid; i < TILE * HEAD_DIM; i += NUM_THREADS)
+    q_smem[i] = i / HEAD_DIM < num_heads_here ? to_float(q[i]) : 0.f;
+  __syncthreads();
+
+  // ---- K: logits[g][t - start] = scale * q_g . k_t
+  float* logits = smem;
+  const int group = lane / TGS, lane_in_group = lane % TGS;
+  float qk_max[TILE];
+#pragma unroll
+  for (int g = 0; g < TILE; ++g) qk_max[g] = neg_inf();
+  const int first_block = start / BLOCK_SIZE, end_block = (end + BLOCK_SIZE - 1) / BLOCK_SIZE;
+  for (int b = first_block + warp; b < end_block; b += NUM_WARPS) {
+    const long long row0 = kv.first_row(b);
+#pragma unroll
+    for (int i = 0; i < TOKENS_PER_GROUP; ++i) {
+      const int offset = group + i * GROUPS_PER_WARP;
+      const int token = b * BLOCK_SIZE + offset;
+      const bool valid = token < end;
+      float qk[TILE];
+#pragma unroll
+      for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
+      if (valid) {
+        const T* k = key_cache + (row0 + offset) * kv_stride + (long long)kv_head * HEAD_DIM;
+#pragma unroll
+        for (int j = 0; j < K_VECS; ++j) {
+          const int v = lane_in_group + j * TGS;
+          if (K_VECS * TGS == NUM_VECS || v < NUM_VECS) {
+            const Pack16<T> kp = *reinterpret_cast<const Pack16<T>*>(k + v * VEC);
+            float kf[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) kf[e] = to_float(kp.v[e]);
+#pragma unroll
+            for (int g = 0; g < TILE; ++g) {
+              const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
+#pragma unroll
+              for (int e = 0; e < VEC / 4; ++e) {
+                const float4 qq = q4[e];
+                qk[g] += qq.x * kf[4 * e] + qq.y * kf[4 * e + 1] + qq.z * kf[4 * e + 2] + qq.w * kf[4 * e + 3];
+              }
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < TILE; ++g) qk[g] = group_sum<TGS>(qk[g]) * scale;
+      if (valid) {
+#pragma unroll
+        for (int g = 0; g < TILE; ++g) {
+          qk_max[g] = fmaxf(qk_max[g], qk[g]);
+          if (lane_in_group == 0) logits[g * logits_stride + token - start] = qk[g];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < TILE; ++g) {
+    const float m = warp_max(qk_max[g]);
+    if (lane == 0) red_max[g][warp] = m;
+  }
+  __syncthreads();
+
+  // ---- softmax numerators exp(logit - max), and their sums
+  const int n = end - start;
+  float row_max[TILE], sums[TILE];
+#pragma unroll
+  for (int g = 0; g < TILE; ++g) {
+    row_max[g] = red_max[g][0];
+#pragma unroll
+    for (int w = 1; w < NUM_WARPS; ++w) row_max[g] = fmaxf(row_max[g], red_max[g][w]);
+    sums[g] = 0.f;
+  }
+  for (int i = tid; i < n; i += NUM_THREADS) {
+#pragma unroll
+    for (int g = 0; g < TILE; ++g) {
+      const float e = __expf(logits[g * logits_stride + i] - row_max[g]);
+      logits[g * logits_stride + i] = e;
+      sums[g] += e;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < TILE; ++g) {
+    const float s = warp_sum(sums[g]);
+    if (lane == 0) red_sum[g][warp] = s;
+  }
+  __syncthreads();
+
+  // ---- V: acc[g] = sum_t p_g[t] * v_t  (normalized at the end)
+  const int row = lane / LPT, lane_in_row = lane % LPT;
+  float acc[TILE][V_VECS * VEC];
+#pragma unroll
+  for (int g = 0; g < TILE; ++g)
+#pragma unroll
+    for (int x = 0; x < V_VECS * VEC; ++x) acc[g][x] = 0.f;
+  if (row < ROWS) {
+    for (int t = start + warp * ROWS + row; t < end; t += NUM_WARPS * ROWS) {
+      const T* vrow = value_cache + (kv.first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE) * kv_stride +
+                      (long long)kv_head * HEAD_DIM;
+      float p[TILE];
+#pragma unroll
+      for (int g = 0; g < TILE; ++g) p[g] = logits[g * logits_stride + t - start];
+#pragma unroll
+      for (int j = 0; j < V_VECS; ++j) {
+        const int v = lane_in_row + j * LPT;
+        if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
+          const Pack16<T> vp = *reinterpret_cast<const Pack16<T>*>(vrow + v * VEC);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float vf = to_float(vp.v[e]);
+#pragma unroll
+            for (int g = 0; g < TILE; ++g) acc[g][j * VEC + e] += p[g] * vf;
+          }
+        }
+      }
+    }
+  }
+  // Rows of a warp -> row 0 (rows are LPT lanes apart).
+#pragma unroll
+  for (int g = 0; g < TILE; ++g)
+#pragma unroll
+    for (int x = 0; x < V_VECS * VEC; ++x) {
+      float a = acc[g][x];
+      if constexpr ((LPT & (LPT - 1)) == 0) {  // rows fill the warp: xor tree
+#pragma unroll
+        for (int m = LPT; m < ROWS * LPT; m *= 2) a += __shfl_xor_sync(FULL_MASK, a, m);
+      } else {
+        float total = a;
+#pragma unroll
+        for (int r = 1; r < ROWS; ++r) total += __shfl_down_sync(FULL_MASK, a, r * LPT);
+        a = total;
+      }
+      acc[g][x] = a;
+    }
+  __syncthreads();  // everyone is done with the logits: reuse smem for the warps' partial outputs
+  float* partial = smem;  // [NUM_WARPS][TILE][HEAD_DIM]
+  if (row == 0) {
+#pragma unroll
+    for (int j = 0; j < V_VECS; ++j) {
+      const int v = lane_in_row + j * LPT;
+      if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
+#pragma unroll
+        for (int g = 0; g < TILE; ++g)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) partial[(warp * TILE + g) * HEAD_DIM + v * VEC + e] = acc[g][j * VEC + e];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < num_heads_here * HEAD_DIM; i += NUM_THREADS) {
+    const int g = i / HEAD_DIM, d = i % HEAD_DIM;
+    float s = 0.f, total = 0.f;
+#pragma unroll
+    for (int w = 0; w < NUM_WARPS; ++w) {
+      s += partial[(w * TILE + g) * HEAD_DIM + d];
+      total += red_sum[g][w];
+    }
+    store(out + g * out_head_stride + d, s / total);
+  }
+  if (max_out != nullptr) {
+    for (int g = tid; g < num_heads_here; g += NUM_THREADS) {
+      float m = red_max[g][0], total = 0.f;
+#pragma unroll
+      for (int w = 0; w < NUM_WARPS; ++w) {
+        m = fmaxf(m, red_max[g][w]);
+        total += red_sum[g][w];
+      }
+      max_out[g * stats_stride] = m;
+      sum_out[g * stats_stride] = total;
+    }
+  }
+}
+
+// Query heads [head0, head0 + num_heads_here) of one KV head, served by block x of a grid with
+// ceil(group / TILE) blocks per KV head (TILE = 1: one block per query head, x = head).
+template <int TILE>
+struct HeadTile {
+  int kv_head, head0, num_heads_here;
+  __device__ HeadTile(int x, int num_heads, int num_kv_heads) {
+    const int group = num_heads / num_kv_heads;
+    const int chunks = (group + TILE - 1) / TILE;
+    kv_head = x / chunks;
+    head0 = kv_head * group + (x % chunks) * TILE;
+    num_heads_here = imin(TILE, group - (x % chunks) * TILE);
+  }
+};
+
+// Split-KV, second pass: combine the partitions of one (sequence, head) with log-sum-exp weights
+//   w_p = exp_sum_p * exp(max_p - max),  out = sum_p w_p * tmp_out_p / sum_p w_p.
+// Reads only this sequence's ceil(context_len / partition_size) partitions (empty ones are never
+// written). Grid (num_heads, num_seqs); dynamic shared memory: max_partitions floats.
+template <int HEAD_DIM, typename T>
+__global__ void __launch_bounds__(NUM_THREADS)
+    paged_attention_reduce(T* __restrict__ out, const float* __restrict__ tmp_out, const float* __restrict__ max_logits,
+                           const float* __restrict__ exp_sums, const int* __restrict__ context_lens, int num_heads,
+                           int max_partitions, int partition_size) {
+  extern __shared__ float weights[];
+  __shared__ float red[2][NUM_WARPS];
+  const int head = blockIdx.x, seq = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
+  const int parts = (context_lens[seq] + partition_size - 1) / partition_size;
+  const long long base = ((long long)seq * num_heads + head) * max_partitions;
+
+  float m = neg_inf();
+  for (int p = tid; p < parts; p += NUM_THREADS) m = fmaxf(m, max_logits[base + p]);
+  m = warp_max(m);
+  if (lane == 0) red[0][warp] = m;
+  __syncthreads();
+  m = red[0][0];
+#pragma unroll
+  for (int w = 1; w < NUM_WARPS; ++w) m = fmaxf(m, red[0][w]);
+
+  float s = 0.f;
+  for (int p = tid; p < parts; p += NUM_THREADS) {
+    const float w = exp_sums[base + p] * __expf(max_logits[base + p] - m);
+    weights[p] = w;
+    s += w;
+  }
+  s = warp_sum(s);
+  if (lane == 0) red[1][warp] = s;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < NUM_WARPS; ++w) total += red[1][w];
+
+  for (int d = tid; d < HEAD_DIM; d += NUM_THREADS) {
+    float acc = 0.f;
+    for (int p = 0; p < parts; ++p) acc += weights[p] * tmp_out[(base + p) * HEAD_DIM + d];
+    store(out + ((long long)seq * num_heads + head) * HEAD_DIM + d, acc / total);
+  }
+}
+
+}  // namespace pa

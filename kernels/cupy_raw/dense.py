@@ -1,0 +1,60 @@
+"""cupy.dense: the no-paging baseline: cupy.gqa's kernel reading a contiguous per-sequence cache, no block table.
+
+Idea: prepare() (untimed) gathers each sequence into [num_seqs, max_context, num_kv_heads, head_dim]
+(slots past a sequence's end are NaN, never read); the kernel computes a token's row directly. The
+twin of gqa, the design expected fastest at serving shapes (K/V read once per GQA group, split-KV
+keeps SMs busy), so paged-vs-dense isolates the cost of the block table. The problem's block size
+only sets the thread mapping (tokens a warp takes at once), giving each paged block size its twin.
+Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16, any GQA ratio).
+Verdict: not measured on a GPU yet. Design expectation: within a few percent of gqa at block size >= 16.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sandbox import backends
+from sandbox.check import gather_sequence
+from sandbox.variant import Limits
+
+from . import common, gqa
+
+PATH = common.KERNEL_DIR / "dense.cu"
+NAME = "cupy.dense"
+LIMITS = gqa.LIMITS
+
+
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype) -> str:
+    return f"dense_attention<{block_size}, {head_dim}, {tile}, {common.ctype(dtype)}>"
+
+
+def contiguous_cache(cache: np.ndarray, block_tables: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+    """[num_seqs, max_context, num_kv_heads, head_dim]: each sequence's tokens in order, NaN past its end."""
+    max_context = int(context_lens.max())
+    out = np.full((len(context_lens), max_context) + cache.shape[2:], np.nan, dtype=cache.dtype)
+    for s, n in enumerate(context_lens):
+        out[s, :n] = gather_sequence(cache, block_tables[s], int(n))
+    return out
+
+
+def prepare(problem, backend: str, partition_size: int | None = None) -> common.Prepared:
+    p = problem
+
+    def make_args(scratch, partition, max_partitions):
+        keys = contiguous_cache(p.key_cache, p.block_tables, p.context_lens)
+        values = contiguous_cache(p.value_cache, p.block_tables, p.context_lens)
+        uploaded = tuple(backends.to_device(np.ascontiguousarray(a), backend)
+                         for a in (p.query, keys, values, p.context_lens))
+        query, key_cache, value_cache, context_lens = uploaded
+        args = (*scratch, query, key_cache, value_cache, context_lens, np.int32(keys.shape[1]),
+                np.int32(p.num_heads), np.int32(p.num_kv_heads), np.float32(p.softmax_scale), np.int32(partition),
+                np.int32(max_partitions))
+        return args, uploaded
+
+    return gqa.prepare_split_kv(NAME, PATH, kernel_name, p, backend, partition_size, make_args)
+
+
+def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
+    """As gqa.compile_report: group 4 (TILE 4), partition 512."""
+    tile = gqa.tile_for(gqa.REPORT_GROUP)
+    return common.compile_report(PATH, kernel_name(block_size, head_dim, tile, dtype), arch, common.NUM_THREADS,
+                                 gqa.dynamic_shared_bytes(head_dim, tile, 512))

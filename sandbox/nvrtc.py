@@ -1,0 +1,161 @@
+"""Compile CUDA C for real GPU targets (sm_80, sm_90) without a GPU or driver: NVRTC -> cubin.
+
+    compile_cubin(code, name_expressions, arch="sm_90", options=()) -> Compiled
+    Compiled.resources[name_expression] -> Resources(registers, static_shared_bytes, local_bytes,
+                                                     spill_stores, spill_loads)
+
+NVRTC (cuda.bindings.nvrtc) needs no driver. Asking for a CUBIN with `--ptxas-options=-v` puts
+ptxas's resource lines in the program log; template kernels are instantiated by
+nvrtcAddNameExpression and matched to the log through their lowered (mangled) names.
+Headers such as cuda_fp16.h come from the CUDA runtime wheel's include folder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+ARCHS = ("sm_80", "sm_90")
+# What CuPy passes for a RawModule besides the user's options (CuPy 13/14 with NVRTC): the C++
+# standard and the target; CuPy asks NVRTC for a cubin when the driver can load it.
+BASE_OPTIONS = ("-std=c++17",)
+
+
+class NvrtcError(RuntimeError):
+    """Compilation failed; the message carries NVRTC's program log."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    registers: int
+    static_shared_bytes: int
+    local_bytes: int        # per-thread stack frame (local memory) bytes
+    spill_stores: int
+    spill_loads: int
+    constant_bytes: int = 0
+
+
+@dataclasses.dataclass
+class Compiled:
+    arch: str
+    cubin: bytes
+    log: str
+    lowered: dict          # name expression -> mangled name
+    resources: dict        # name expression -> Resources (also keyed by mangled name)
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_include_dir() -> str:
+    """The CUDA runtime wheel's include folder (cuda_fp16.h, vector types, ...)."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+        found = find_nvidia_header_directory("cudart")
+        if found:
+            return str(found)
+    except Exception:  # older cuda-pathfinder, or headers not found by it: look for the wheel
+        pass
+    import importlib.util
+    import pathlib
+    for package in ("nvidia.cu13", "nvidia.cuda_runtime"):
+        spec = importlib.util.find_spec(package)
+        if spec and spec.submodule_search_locations:
+            for root in spec.submodule_search_locations:
+                if (pathlib.Path(root) / "include" / "cuda_fp16.h").exists():
+                    return str(pathlib.Path(root) / "include")
+    raise NvrtcError("cuda_fp16.h not found: install the CUDA runtime wheel (nvidia-cuda-runtime / cuda-toolkit[cudart])")
+
+
+def _check(result, what: str, program=None):
+    err = result[0]
+    from cuda.bindings import nvrtc
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        log = _log(program) if program is not None else ""
+        raise NvrtcError(f"{what} failed: {err.name}\n{log}")
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def _log(program) -> str:
+    from cuda.bindings import nvrtc
+    err, size = nvrtc.nvrtcGetProgramLogSize(program)
+    buf = b" " * size
+    nvrtc.nvrtcGetProgramLog(program, buf)
+    return buf.rstrip(b"\x00 ").decode(errors="replace")
+
+
+_FUNC = re.compile(r"Compiling entry function '([^']+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_LMEM = re.compile(r"(\d+) bytes lmem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
+
+
+def parse_ptxas_log(log: str) -> dict:
+    """{mangled entry name: Resources} from a `ptxas -v` log (NVRTC program log)."""
+    found: dict = {}
+    frames: dict = {}
+    current = None
+    for line in log.splitlines():
+        if m := _FUNC.search(line):
+            current = m.group(1)
+            found[current] = dict(registers=0, static_shared_bytes=0, local_bytes=0,
+                                  spill_stores=0, spill_loads=0, constant_bytes=0)
+            continue
+        if m := _PROPS.search(line):
+            props_for = m.group(1)
+            continue
+        if m := _FRAME.search(line):
+            frames[props_for] = tuple(int(x) for x in m.groups())
+            continue
+        if current and (m := _USED.search(line)):
+            entry = found[current]
+            entry["registers"] = int(m.group(1))
+            if s := _SMEM.search(line):
+                entry["static_shared_bytes"] = int(s.group(1))
+            if lm := _LMEM.search(line):
+                entry["local_bytes"] = int(lm.group(1))
+            if c := _CMEM.search(line):
+                entry["constant_bytes"] = int(c.group(1))
+    out = {}
+    for name, entry in found.items():
+        if name in frames:
+            stack, stores, loads = frames[name]
+            entry["local_bytes"] = max(entry["local_bytes"], stack)
+            entry["spill_stores"], entry["spill_loads"] = stores, loads
+        out[name] = Resources(**entry)
+    return out
+
+
+def compile_cubin(code: str, name_expressions=(), arch: str = "sm_90", options=(), name: str = "kernel.cu") -> Compiled:
+    """Compile `code` to a cubin for `arch` (e.g. "sm_80", "sm_90"); instantiate each name expression.
+
+    Raises NvrtcError with the program log on failure.
+    """
+    from cuda.bindings import nvrtc
+
+    program = _check(nvrtc.nvrtcCreateProgram(code.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
+    try:
+        for expr in name_expressions:
+            _check(nvrtc.nvrtcAddNameExpression(program, expr.encode()), f"nvrtcAddNameExpression({expr!r})", program)
+        opts = list(dict.fromkeys([*BASE_OPTIONS, *options])) + [
+            f"-arch={arch}", f"-I{cuda_include_dir()}", "--ptxas-options=-v"]
+        (err,) = nvrtc.nvrtcCompileProgram(program, len(opts), [o.encode() for o in opts])
+        log = _log(program)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise NvrtcError(f"NVRTC compile for {arch} failed ({err.name}), options {opts}:\n{log}")
+        size = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize", program)
+        cubin = b" " * size
+        _check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN", program)
+        lowered = {}
+        for expr in name_expressions:
+            mangled = _check(nvrtc.nvrtcGetLoweredName(program, expr.encode()), f"nvrtcGetLoweredName({expr!r})", program)
+            lowered[expr] = mangled.decode() if isinstance(mangled, bytes) else mangled
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    by_mangled = parse_ptxas_log(log)
+    resources = dict(by_mangled)
+    for expr, mangled in lowered.items():
+        if mangled in by_mangled:
+            resources[expr] = by_mangled[mangled]
+    return Compiled(arch, cubin, log, lowered, resources)
