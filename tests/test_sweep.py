@@ -398,3 +398,54 @@ def test_sweep_csv_values_round_trip_through_compare_loader(tmp_path):
     outcome, _ = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "2", "--variants", "numpy.gather", "--no-plots")
     (row,) = diff.load_rows(outcome.run_dir)
     assert row["block_size"] == 2 and row["correct"] is True and math.isfinite(row["time_us"])
+
+
+# ---------------------------------------------------------------- the GPU control flow, with the device faked
+
+def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
+    """Everything a GPU sweep does except the device calls: labels, flushes, goals, dense baseline, CPU-only refusal."""
+    from sandbox import backends
+    from sandbox.sweep import meta
+
+    flushes = []
+
+    class FakeFlusher:
+        def __init__(self, l2_bytes):
+            assert l2_bytes == 60 * 2**20
+            self.nbytes = device.flush_bytes(l2_bytes)
+
+        def __call__(self):
+            flushes.append(1)
+
+    real_resolve = backends.resolve
+    monkeypatch.setattr(backends, "gpu_present", lambda: True)
+    monkeypatch.setattr(backends, "resolve", lambda b, f: "gpu" if f == "cupy" else real_resolve(b, f))
+    monkeypatch.setattr(device, "L2Flusher", FakeFlusher)
+    monkeypatch.setattr(device, "device_info", lambda ordinal=0: {"name": "Fake H200", "l2_cache_bytes": 60 * 2**20})
+    monkeypatch.setattr(device, "free_device_memory", lambda: None)
+    monkeypatch.setattr(meta.device, "runtime_version", lambda: "13.0")
+    monkeypatch.setattr(bandwidth, "gpu_copy_bandwidth",
+                        lambda: bandwidth.CopyBandwidth(4000.0, 2**30, 5.4e-4, 10, "fake"))
+    monkeypatch.setattr(timing, "gpu_timer", lambda: timing.WallClockTimer())
+    gpu_limits = Limits(block_sizes=None, backends=("gpu", "cpu"))
+    _fake_module(monkeypatch, "cupy.fakedense", limits=gpu_limits)
+    _fake_module(monkeypatch, "cupy.fakepaged", limits=gpu_limits)
+
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "8,16,128", "--budget-ms", "1",
+                          "--variants", "numpy.gather,cupy.fakepaged,cupy.fakedense", "--dense", "cupy.fakedense")
+    assert outcome.exit_code == 0, outcome.summary
+    by = {(r["variant"], r["block_size"]): r for r in rows}
+    assert by[("numpy.gather", "8")]["status"] == "unsupported" and "CPU only" in by[("numpy.gather", "8")]["note"]
+    paged = by[("cupy.fakepaged", "16")]
+    assert paged["backend"] == "gpu" and paged["timing"] == "cuda-events" and paged["status"] == "ok"
+    assert float(paged["paging_overhead"]) > 0 and float(paged["fraction_of_copy_bw"]) > 0
+    timed = sum(int(r["repeats"]) for r in rows if r["status"] == "ok")
+    assert len(flushes) >= timed  # an L2 flush before every timed call (and every warm-up call)
+    meta_json = json.loads((outcome.run_dir / "meta.json").read_text())
+    assert meta_json["timing"] == "cuda-events" and meta_json["gpu"]["name"] == "Fake H200"
+    checks = {c["id"]: c for c in meta_json["goals"]["checks"]}
+    assert checks["copy_bw_fraction"]["status"].startswith("not measured (no correct paged GPU point at 64x4096")
+    assert checks["paging_overhead"]["measured"] is not None and checks["block_size_8_vs_128"]["measured"] is not None
+    assert "GPU Fake H200" in outcome.summary and "CPU EMULATION" not in outcome.summary
+    assert {"time_vs_block_size.png", "gbps_vs_block_size.png", "paging_overhead.png"} <= \
+        {p.name for p in outcome.run_dir.iterdir()}

@@ -31,11 +31,16 @@ def _markers(names):
 
 
 def _plain_log_labels(ax):
-    from matplotlib.ticker import FuncFormatter
+    """Plain numbers on a log axis; minor ticks labelled only when the axis spans under a decade."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
     fmt = FuncFormatter(lambda y, _: f"{y:g}")
     ax.yaxis.set_major_formatter(fmt)
-    ax.yaxis.set_minor_formatter(fmt)
-    ax.tick_params(axis="y", which="minor", labelsize=7)
+    low, high = ax.get_ylim()
+    if low > 0 and high / low < 10:
+        ax.yaxis.set_minor_formatter(fmt)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+    else:
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _grid(n: int):
@@ -51,14 +56,14 @@ def _log2_axis(ax, sizes):
     ax.grid(True, which="major", alpha=0.3)
 
 
-def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=False, yfloor=None, dense=""):
+def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=False, yfloor=None, dense="", style=None):
     """One figure: a panel per shape, a line per variant; wrong/error points marked at the panel's bottom."""
     plt = _mpl()
     from matplotlib.transforms import blended_transform_factory
 
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
-    colors, markers = _colors(variants), _markers(variants)
+    colors, markers = style or (_colors(variants), _markers(variants))
     sizes = sorted({r["block_size"] for r in rows if r["block_size"] is not None})
     nrows, ncols = _grid(len(shapes))
     fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.6 * ncols, 8.0), 4.4 * nrows + 1.2), squeeze=False)
@@ -75,9 +80,9 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
             elif ok:
                 xs = [r["block_size"] for r in ok]
                 ys = [value(r) for r in ok]
-                style = dict(ls="-.", lw=2.2) if variant == dense else dict(ls="-", lw=1.6)
+                line_style = dict(ls="-.", lw=2.2) if variant == dense else dict(ls="-", lw=1.6)
                 handles[label], = ax.plot(xs, ys, marker=markers[variant], ms=5, color=colors[variant], label=label,
-                                          **style)
+                                          **line_style)
                 if value.__name__ == "time_value":
                     lo = [max(y - (r["q1_us"] or y), 0) for r, y in zip(ok, ys)]
                     hi = [max((r["q3_us"] or y) - y, 0) for r, y in zip(ok, ys)]
@@ -130,6 +135,8 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
         return []
     tag = GPU_TAG.format(name=(gpu_info or {}).get("name", "?")) if on_gpu else CPU_TAG
     written = []
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    style = (_colors(names), _markers(names))  # one colour and marker per variant in every figure
 
     def save(fig, name):
         fig.savefig(Path(run_dir) / name, dpi=110)
@@ -139,17 +146,18 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
     try:
         if any(r["status"] in ("ok", "wrong", "error") for r in rows):
             save(_panels(rows, "time per call (us, log)", f"Decode time vs block size\n{tag}", time_value,
-                         logy=True, dense=dense), "time_vs_block_size.png")
+                         logy=True, dense=dense, style=style), "time_vs_block_size.png")
             ceiling = copy.gbps if copy else None
             label = (f"copy bandwidth (D2D, read+write) {copy.gbps:.0f} GB/s" if on_gpu else
                      f"host memcpy bandwidth {copy.gbps:.1f} GB/s") if copy else ""
             save(_panels(rows, "GB/s (bytes_moved / time)", f"Achieved bandwidth vs block size\n{tag}", gbps_value,
-                         ceiling=ceiling, ceiling_label=label, logy=not on_gpu, yfloor=0, dense=dense),
+                         ceiling=ceiling, ceiling_label=label, logy=not on_gpu, yfloor=0, dense=dense, style=style),
                  "gbps_vs_block_size.png")
         paged = [r for r in rows if r["paging_overhead"] is not None]
         if paged:
             save(_panels(paged, "time / dense time", f"Paging overhead vs block size\n{tag}", overhead_value,
-                         ceiling=1.05 if on_gpu else 1.0, ceiling_label="goal: 1.05" if on_gpu else "dense = 1.0"),
+                         ceiling=1.05 if on_gpu else 1.0, ceiling_label="goal: 1.05" if on_gpu else "dense = 1.0",
+                         style=style),
                  "paging_overhead.png")
         if resource_rows:
             fig = resource_figure(resource_rows)
