@@ -274,8 +274,10 @@ def _explain(stderr: str, src: Path, names: list[str]) -> str:
         line = int(m.group(1))
         if line >= first_entry_line:
             bad.add(names[(line - first_entry_line) // 3])
-    errors = [ln for ln in stderr.splitlines() if "error" in ln][:20]
-    msg = "g++ could not compile the kernel source:\n" + "\n".join(errors or stderr.splitlines()[-20:])
+    lines = stderr.splitlines()
+    first = next((i for i, ln in enumerate(lines) if ": error" in ln), 0)
+    shown = lines[first:first + 30]
+    msg = "g++ could not compile the kernel source:\n" + "\n".join(shown)
     if bad:
         msg = (f"no __global__ function matches {sorted(bad)} (check the name or name expression; templates need "
                f"name_expressions with every template argument)\n" + msg)

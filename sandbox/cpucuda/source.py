@@ -198,7 +198,7 @@ def _decl_start(tokens: list[Token], i: int) -> int:
     j = i
     while j > 0:
         prev = tokens[j - 1]
-        if prev.kind == "pp" or prev.text in (";", "{", "}"):
+        if prev.kind == "pp" or prev.text in (";", "{", "}", ":"):  # ':' ends a label (case 0:)
             break
         j -= 1
     return j
