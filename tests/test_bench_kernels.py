@@ -24,12 +24,13 @@ from sandbox.validate import validate_write_inputs
 
 ON_GPU = backends.gpu_present()
 BLOCK_SIZES = shapes.DEFAULT_BLOCK_SIZES if ON_GPU else (1, 16, 256)
-SHAPE = "32x1024x32/8x128xfp16" if ON_GPU else "1x20x2/1x64xfp16"  # tiny on the CPU: the simulator is slow
+TIMED_SHAPE = "32x1024x32/8x128xfp16" if ON_GPU else "1x20x2/1x64xfp16"  # tiny on the CPU: the simulator is slow
+CHECK_SHAPE = "1x20x2/1x64xfp16"  # --benchmark-disable (make test): one correctness run, kept cheap
 ROUNDS = 50 if ON_GPU else 3
 
 
-def _shape_for(variant) -> shapes.Shape:
-    shape = shapes.parse_shape(SHAPE)
+def _shape_for(variant, benchmark) -> shapes.Shape:
+    shape = shapes.parse_shape(CHECK_SHAPE if benchmark.disabled else TIMED_SHAPE)
     head_dims = variant.limits.head_dims
     if head_dims is not None and shape.head_dim not in head_dims:
         shape = shapes.Shape(shape.num_seqs, shape.context_len, shape.num_heads, shape.num_kv_heads, head_dims[0],
@@ -68,7 +69,7 @@ def test_bench_decode(benchmark, name, block_size):
     resolved = backends.resolve("auto", variant.family)
     if ON_GPU and resolved == "cpu":
         pytest.skip(f"{name} runs on the CPU only: not benchmarked on a GPU machine")
-    shape = _shape_for(variant)
+    shape = _shape_for(variant, benchmark)
     problem = shapes.paged_problem(_tokens(shape), block_size)
     try:
         prepared, resolved = runner.prepare(name, problem, resolved)

@@ -178,7 +178,8 @@ def _fake_module(monkeypatch, name, result=None, prepare_error=None, limits=None
 def sweep(tmp_path, *args, hook=None, monkeypatch=None):
     """Run the sweep command in-process into tmp_path; returns (exit code, run folder, rows)."""
     parser = cli.build_parser()
-    ns = parser.parse_args(["sweep", "--results-dir", str(tmp_path), "--no-progress", *args])
+    backend = [] if "--backend" in args else ["--backend", "cpu"]  # CPU emulation, also on a GPU machine
+    ns = parser.parse_args(["sweep", "--results-dir", str(tmp_path), "--no-progress", *backend, *args])
     config = sweep_cmd.build_config(ns)
     outcome = run.run_sweep(config, point_hook=hook)
     with open(outcome.run_dir / "sweep.csv", newline="") as f:
@@ -189,7 +190,8 @@ def sweep(tmp_path, *args, hook=None, monkeypatch=None):
 # ---------------------------------------------------------------- end to end
 
 def test_quick_sweep_end_to_end(tmp_path, capsys):
-    code = cli.main(["sweep", "--quick", "--variants", "numpy.gather", "--results-dir", str(tmp_path), "--no-progress"])
+    code = cli.main(["sweep", "--quick", "--backend", "cpu", "--variants", "numpy.gather", "--results-dir", str(tmp_path),
+                     "--no-progress"])
     out = capsys.readouterr().out
     assert code == 0, out
     (run_dir,) = tmp_path.iterdir()
@@ -431,7 +433,7 @@ def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
     _fake_module(monkeypatch, "cupy.fakedense", limits=gpu_limits)
     _fake_module(monkeypatch, "cupy.fakepaged", limits=gpu_limits)
 
-    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "8,16,128", "--budget-ms", "1",
+    outcome, rows = sweep(tmp_path, "--backend", "auto", "--shapes", TINY, "--block-sizes", "8,16,128", "--budget-ms", "1",
                           "--variants", "numpy.gather,cupy.fakepaged,cupy.fakedense", "--dense", "cupy.fakedense")
     assert outcome.exit_code == 0, outcome.summary
     by = {(r["variant"], r["block_size"]): r for r in rows}
