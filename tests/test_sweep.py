@@ -363,13 +363,14 @@ def test_summary_and_plots_from_synthetic_gpu_rows(tmp_path):
     rows += [gpu_row("cupy.v2", bs, 100.0, shape="32x1024x32/8x128xfp16") for bs in (8, 16)]
     copy = bandwidth.CopyBandwidth(4000.0, 2**30, 5.4e-4, 10, "test")
     report = goals.evaluate(rows, True, "cupy.dense")
-    text = summary.render(rows, copy, True, {"name": "NVIDIA H200"}, report, "cupy.dense")
+    resources = [dict(variant=v, block_size=bs, registers=40 + bs // 8, shared_bytes=1024 * bs, spill_stores=0,
+                      spill_loads=8 * (bs == 256), occupancy=1.0 / (1 + bs / 64)) for v in ("cupy.v1", "numba.block")
+                 for bs in shapes.DEFAULT_BLOCK_SIZES]
+    text = summary.render(rows, copy, True, {"name": "NVIDIA H200"}, report, "cupy.dense", resources)
     assert "GPU NVIDIA H200" in text and "CPU EMULATION" not in text
     assert "WRONG" in text and "numba.split" in text and "[PASS]" in text
     assert "Paging overhead (time / cupy.dense" in text
-    resources = [dict(variant=v, block_size=bs, registers=40 + bs // 8, shared_bytes=1024 * bs, spill_stores=0,
-                      spill_loads=0, occupancy=1.0 / (1 + bs / 64)) for v in ("cupy.v1", "numba.block")
-                 for bs in shapes.DEFAULT_BLOCK_SIZES]
+    assert "Static resources (sm_90" in text and "40r/98%" in text and "72r/20% spill8B" in text
     written = plots.write_all(tmp_path, rows, resources, copy, True, {"name": "NVIDIA H200"}, print)
     assert written == ["time_vs_block_size.png", "gbps_vs_block_size.png", "paging_overhead.png", "resources.png"]
     for name in written:

@@ -135,7 +135,8 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
         return []
     tag = GPU_TAG.format(name=(gpu_info or {}).get("name", "?")) if on_gpu else CPU_TAG
     written = []
-    names = list(dict.fromkeys(r["variant"] for r in rows))
+    names = list(dict.fromkeys([r["variant"] for r in rows] + [r.get("variant") for r in resource_rows or ()
+                                                                  if r.get("variant")]))
     style = (_colors(names), _markers(names))  # one colour and marker per variant in every figure
 
     def save(fig, name):
@@ -160,7 +161,7 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
                          style=style),
                  "paging_overhead.png")
         if resource_rows:
-            fig = resource_figure(resource_rows)
+            fig = resource_figure(resource_rows, style)
             if fig is not None:
                 save(fig, "resources.png")
     except Exception as exc:  # a plot must never cost the measured rows
@@ -171,7 +172,7 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
 # Resource columns by meaning; sandbox.resources names them, we find them by keyword.
 RESOURCE_PANELS = (
     ("registers", ("registers", "regs"), "registers per thread"),
-    ("shared", ("shared", "smem"), "shared memory per block (KiB)"),
+    ("shared", ("shared", "smem"), "shared memory per block (KiB, static + dynamic)"),
     ("occupancy", ("occupancy",), "theoretical occupancy"),
     ("spills", ("spill",), "spill bytes (stores + loads)"),
 )
@@ -198,7 +199,7 @@ def _resource_columns(rows) -> dict:
     return found
 
 
-def resource_figure(rows):
+def resource_figure(rows, style=None):
     """Registers, shared memory, occupancy and spills against block size, one line per variant (or None)."""
     plt = _mpl()
     name_key = next((k for k in ("variant", "name") if k in rows[0]), None)
@@ -208,7 +209,7 @@ def resource_figure(rows):
     if not columns:
         return None
     variants = list(dict.fromkeys(r[name_key] for r in rows))
-    colors, markers = _colors(variants), _markers(variants)
+    colors, markers = style or (_colors(variants), _markers(variants))
     sizes = sorted({int(r["block_size"]) for r in rows if _number(r.get("block_size")) is not None})
     panels = [p for p in RESOURCE_PANELS if p[0] in columns]
     nrows, ncols = (1, len(panels)) if len(panels) <= 2 else (2, 2)
@@ -224,7 +225,7 @@ def resource_figure(rows):
                 values = [v for v in values if v is not None]
                 if not values:
                     continue
-                y = sum(values) if panel == "spills" else values[0]
+                y = sum(values) if panel in ("spills", "shared") else values[0]  # static + dynamic shared
                 if panel == "shared" and shared_in_bytes:
                     y /= 1024  # bytes -> KiB
                 xs.append(int(float(r["block_size"])))

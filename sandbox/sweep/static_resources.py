@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import json
 from pathlib import Path
 
 HEAD_DIM, DTYPE, ARCH = 128, "float16", "sm_90"
@@ -20,7 +21,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
-        writer.writerows(rows)
+        for row in rows:  # nested values (a multi-kernel variant's `kernels`) go in as JSON
+            writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict, tuple)) else v for k, v in row.items()})
 
 
 def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dtype: str = DTYPE,

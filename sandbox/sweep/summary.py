@@ -131,6 +131,28 @@ def unsupported_lines(rows) -> list[str]:
     return lines
 
 
+def resource_table(resource_rows) -> list[str]:
+    """registers / theoretical occupancy per variant and block size (+ spill bytes when any)."""
+    rows = [r for r in resource_rows if r.get("registers") not in (None, "")]
+    if not rows:
+        return [f"Static resources: {len(resource_rows)} rows in resources.csv, none with register counts"]
+    sizes = sorted({int(r["block_size"]) for r in rows})
+    body = []
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        cells = {}
+        for r in rows:
+            if r["variant"] == variant:
+                spills = int(r.get("spill_stores") or 0) + int(r.get("spill_loads") or 0)
+                occupancy = r.get("occupancy")
+                cell = f"{int(r['registers'])}r"
+                if occupancy not in (None, ""):
+                    cell += f"/{float(occupancy):.0%}"
+                cells[int(r["block_size"])] = cell + (f" spill{spills}B" if spills else "")
+        body.append([variant, *[cells.get(b, "") for b in sizes]])
+    return ["Static resources (sm_90, head dim 128, float16): registers/theoretical occupancy; resources.csv",
+            *table(["variant", *[f"bs{b}" for b in sizes]], body)]
+
+
 def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, resource_rows=()) -> str:
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "wrong", "error", "unsupported", "skipped")}
     if on_gpu:
@@ -147,7 +169,7 @@ def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, res
         if section:
             lines += ["", *section]
     if resource_rows:
-        lines += ["", f"Static resources: {len(resource_rows)} rows in resources.csv (sm_90, head dim 128, float16)"]
+        lines += ["", *resource_table(resource_rows)]
     if not on_gpu:
         lines += ["", CPU_BANNER]
     return "\n".join(lines)
