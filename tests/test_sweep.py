@@ -179,7 +179,8 @@ def sweep(tmp_path, *args, hook=None, monkeypatch=None):
     """Run the sweep command in-process into tmp_path; returns (exit code, run folder, rows)."""
     parser = cli.build_parser()
     backend = [] if "--backend" in args else ["--backend", "cpu"]  # CPU emulation, also on a GPU machine
-    ns = parser.parse_args(["sweep", "--results-dir", str(tmp_path), "--no-progress", *backend, *args])
+    quick = [] if "--quick" in args else ["--quick"]  # short timing, small copy-bandwidth buffer
+    ns = parser.parse_args(["sweep", "--results-dir", str(tmp_path), "--no-progress", *quick, *backend, *args])
     config = sweep_cmd.build_config(ns)
     outcome = run.run_sweep(config, point_hook=hook)
     with open(outcome.run_dir / "sweep.csv", newline="") as f:
@@ -452,3 +453,12 @@ def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
     assert "GPU Fake H200" in outcome.summary and "CPU EMULATION" not in outcome.summary
     assert {"time_vs_block_size.png", "gbps_vs_block_size.png", "paging_overhead.png"} <= \
         {p.name for p in outcome.run_dir.iterdir()}
+
+
+@pytest.mark.parametrize("name", registry.variants("wrong"))
+def test_registered_negative_controls_are_recorded_wrong(tmp_path, name):
+    outcome, rows = sweep(tmp_path, "--backend", "auto", "--shapes", "2x40x4/2x64xfp32", "--block-sizes", "16",
+                          "--variants", name, "--no-plots", "--no-resources")
+    (row,) = rows
+    assert row["status"] == "wrong" and row["correct"] == "False" and row["time_us"] == "", row
+    assert outcome.exit_code == 1
