@@ -13,6 +13,10 @@ from .variant import Limits
 
 VARIANTS = {
     "numpy.gather": "kernels.numpy_gather",
+    "numba.naive": "kernels.numba_cuda.naive",
+    "numba.block": "kernels.numba_cuda.block",
+    "numba.split": "kernels.numba_cuda.split",
+    "numba.gqa": "kernels.numba_cuda.gqa",
     "cupy.v1": "kernels.cupy_raw.v1",
     "cupy.v2": "kernels.cupy_raw.v2",
     "cupy.gqa": "kernels.cupy_raw.gqa",
@@ -22,6 +26,8 @@ VARIANTS = {
 # Deliberately broken variants (negative controls): the checker must reject every one.
 # Named wrong.<family>.<flaw> so the family (and so the backend) is the broken kernel's own.
 WRONG_VARIANTS = {
+    "wrong.numba.ignores_table": "kernels.wrong.numba_ignores_table",
+    "wrong.numba.off_by_one": "kernels.wrong.numba_off_by_one",
     "wrong.cupy.ignores_table": "kernels.wrong.cupy_ignores_table",
     "wrong.cupy.off_by_one": "kernels.wrong.cupy_off_by_one",
 }
@@ -31,6 +37,7 @@ WRONG_VARIANTS = {
 # result() returns (key_cache, value_cache) as host arrays; inputs are validated by
 # sandbox.validate.validate_write_inputs first.
 CACHE_WRITERS = {
+    "numba.write_cache": "kernels.numba_cuda.write_cache",
     "cupy.write_cache": "kernels.cupy_raw.write_cache",
 }
 
