@@ -11,6 +11,7 @@ COMMANDS = {
     "memory": ("sandbox.memory.cli", "memory-waste study: paged against contiguous KV allocation"),
     "sweep": ("sandbox.commands.sweep", "race every variant over block sizes and shapes: check, time, plot"),
     "compare": ("sandbox.commands.compare", "compare two sweep runs point by point; flag regressions"),
+    "resources": ("sandbox.commands.resources", "registers, shared/local memory, spills and occupancy per variant (sm_80/sm_90)"),
 }
 
 
