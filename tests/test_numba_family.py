@@ -1,0 +1,206 @@
+"""What the shared suite (tests/test_variants.py) does not cover for the numba.* kernels: every block
+size explicitly, split-KV partition independence, declared bounds refused before launch, the block
+reduction helper, compilation for sm_80/sm_90 (real-mode child), occupancy and the resources CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import cuda, float32  # after conftest imported sandbox: simulator exactly when no GPU
+
+from kernels.numba_cuda.common import REDUCE_SCRATCH, block_max, block_sum
+from sandbox import registry, resources, run_problem
+from sandbox.backends import numba_simulated
+from sandbox.check import expected_output
+from sandbox.compare import assert_close
+from sandbox.occupancy import occupancy
+from sandbox.problem import DecodeProblem
+from sandbox.variant import POW2_BLOCK_SIZES
+
+NUMBA = registry.variants("numba")
+
+
+def _check(name, problem):
+    assert_close(run_problem(name, problem), expected_output(problem), problem.dtype, f"{name} on {problem}")
+
+
+@pytest.mark.parametrize("name", NUMBA)
+def test_every_block_size_with_context_traps(name):
+    """Each power-of-two block size with lengths 1, k*bs and k*bs+1 in one problem (GQA 2, 2 KV heads)."""
+    for i, block_size in enumerate(POW2_BLOCK_SIZES):
+        k = 2 if block_size <= 16 else 1
+        problem = DecodeProblem.random(100 + i, num_seqs=3, num_heads=4, num_kv_heads=2, head_dim=32,
+                                       block_size=block_size, context_lens=[1, k * block_size, k * block_size + 1],
+                                       dtype=("float32", "float16")[i % 2], extreme_logits=bool(i % 3 == 0))
+        _check(name, problem)
+
+
+@pytest.mark.parametrize("name", NUMBA)
+@pytest.mark.parametrize("head_dim", [96, 256])
+def test_declared_head_dims_beyond_the_random_suite(name, head_dim):
+    problem = DecodeProblem.random(7, num_seqs=2, num_heads=2, num_kv_heads=1, head_dim=head_dim, block_size=8,
+                                   context_lens=[9, 20], dtype="float16")
+    _check(name, problem)
+
+
+def test_split_results_do_not_depend_on_partition_size():
+    """Partitions of 4..64 tokens and the default 512; the short sequences leave partitions empty."""
+    from kernels.numba_cuda import split
+
+    problem = DecodeProblem.random(21, num_seqs=4, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4,
+                                   context_lens=[1, 5, 60, 23], dtype="float32", extreme_logits=True)
+    expected = expected_output(problem)
+    outputs = {}
+    for size in (4, 8, 12, 64, None):
+        prepared = split.prepare(problem, "cpu", partition_size=size)
+        prepared.launch()
+        outputs[size] = prepared.result()
+        assert_close(outputs[size], expected, problem.dtype, f"partition_size={size}")
+        if size == 4:
+            assert prepared.num_partitions == 15  # sequence 0 (1 token) has 14 empty partitions
+            part_max, part_sum, _ = (a.copy_to_host() for a in prepared.partials)
+            assert np.isneginf(part_max[0, :, 1:]).all() and (part_sum[0, :, 1:] == 0).all()
+    for size, out in outputs.items():
+        np.testing.assert_allclose(out, outputs[4], rtol=0, atol=1e-6, err_msg=f"partition_size={size} vs 4")
+
+
+def test_split_refuses_a_partition_that_is_not_a_multiple_of_the_block_size():
+    from kernels.numba_cuda import split
+
+    problem = DecodeProblem.random(3, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=8, max_context_len=20)
+    with pytest.raises(ValueError, match=r"numba.split: partition_size must be a positive multiple of block_size \(8\)"):
+        split.prepare(problem, "cpu", partition_size=12)
+    assert split.default_partition_size(16) == 512 and split.default_partition_size(1024) == 1024
+
+
+def test_block_refuses_a_context_beyond_its_shared_memory_before_launch():
+    from kernels.numba_cuda.block import MAX_CONTEXT_LEN
+
+    problem = DecodeProblem.random(4, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=256,
+                                   context_lens=[MAX_CONTEXT_LEN + 1], nan_fill=False)
+    with pytest.raises(ValueError, match=f"numba.block .* context_len <= {MAX_CONTEXT_LEN} tokens; got max context_lens = 8193"):
+        run_problem("numba.block", problem)
+
+
+def test_gqa_refuses_a_group_beyond_its_shared_memory_before_launch():
+    problem = DecodeProblem.random(4, num_seqs=1, num_heads=64, num_kv_heads=1, head_dim=256, block_size=16,
+                                   context_lens=[3])
+    with pytest.raises(ValueError, match=r"numba.gqa needs \d+ bytes of shared memory for a group of 64"):
+        run_problem("numba.gqa", problem)
+
+
+@pytest.mark.parametrize("threads, group, head_dim", [(64, 3, 32), (128, 12, 32), (32, 8, 80)])
+def test_gqa_with_more_threads_than_head_dim(monkeypatch, threads, group, head_dim):
+    """The GPU's 128 threads split V accumulation into token slices; the simulator's default 16 never does."""
+    from kernels.numba_cuda import common
+
+    monkeypatch.setattr(common, "SIM_MAX_THREADS", threads)
+    problem = DecodeProblem.random(group, num_seqs=2, num_heads=2 * group, num_kv_heads=2, head_dim=head_dim,
+                                   block_size=16, context_lens=[1, 150], dtype="float16")
+    _check("numba.gqa", problem)
+
+
+def reduce_body(values, out):
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    top = block_max(values[i], scratch)
+    total = block_sum(values[i], scratch)
+    out[i, 0] = top
+    out[i, 1] = total
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="the shared-memory reduction path is the simulator's")
+@pytest.mark.parametrize("threads", [1, 2, 5, 16, 64])
+def test_block_reductions(threads):
+    reduce_kernel = cuda.jit(reduce_body)
+    rng = np.random.default_rng(threads)
+    values = rng.standard_normal(3 * threads).astype(np.float32)
+    values[0] = -np.inf  # a thread without tokens contributes -inf to the max
+    out = np.zeros((3 * threads, 2), np.float32)
+    reduce_kernel[3, threads](values, out)
+    for b in range(3):
+        chunk = values[b * threads:(b + 1) * threads]
+        np.testing.assert_array_equal(out[b * threads:(b + 1) * threads, 0], chunk.max())
+        np.testing.assert_allclose(out[b * threads:(b + 1) * threads, 1], chunk.sum(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch, dtype", [("sm_80", "float32"), ("sm_90", "float16"), ("sm_80", "float16"),
+                                         ("sm_90", "float32")])
+def test_every_numba_kernel_compiles_for_real_gpus(arch, dtype):
+    """compile_ptx + nvJitLink in a real-mode child: resources parsed, no float64 math, shuffles in the
+    block reductions (the GPU path of the helper is the one compiled)."""
+    names = NUMBA + registry.cache_writers("numba")
+    rows = resources.collect(names, block_sizes=(16,), head_dim=128, dtype=dtype, arch=arch)
+    assert [r["variant"] for r in rows] == names
+    for row in rows:
+        assert "error" not in row, row
+        assert row["path"] == "numba compile_ptx -> nvJitLink"
+        for kernel in row["kernels"]:
+            assert 0 < kernel["registers"] <= 255, (row["variant"], kernel)
+            assert kernel["fp64_instructions"] == 0, (row["variant"], kernel)
+            assert kernel["spill_stores"] == 0 and kernel["spill_loads"] == 0, (row["variant"], kernel)
+            assert 0 < kernel["occupancy"] <= 1
+    by_name = {r["variant"]: r for r in rows}
+    assert by_name["numba.block"]["kernels"][0]["shuffles"] > 0
+    assert by_name["numba.split"]["kernels"][0]["shuffles"] > 0
+    assert [k["name"] for k in by_name["numba.split"]["kernels"]] == ["partition", "merge"]
+    assert by_name["numba.block"]["dynamic_shared_bytes"] == 4 * 4096
+    # static shared of numba.block: the staged query (256 floats) + one reduction slot per warp (32)
+    assert by_name["numba.block"]["static_shared_bytes"] == 4 * (256 + 32)
+
+
+def test_parse_link_log_subtracts_the_sm90_linker_kilobyte():
+    log = ("ptxas info    : Function properties for k\n"
+           "ptxas         .     1200 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+           "ptxas info    : Used 36 registers, used 1 barriers, 468 bytes cmem[0]\n"
+           "info    : used 36 registers, used 1 barriers, 1200 stack, 1280 bytes smem, 644 bytes cmem[0], 0 bytes lmem\n")
+    assert resources.parse_link_log(log, "sm_90") == dict(registers=36, static_shared_bytes=256, local_bytes=1200,
+                                                          spill_stores=8, spill_loads=4)
+    assert resources.parse_link_log(log.replace("1280 bytes smem", "256 bytes smem"), "sm_80")["static_shared_bytes"] == 256
+
+
+@pytest.mark.parametrize("regs, shared, threads, arch, blocks, fraction, limiter", [
+    (32, 0, 256, "sm_90", 8, 1.0, "warps"),          # 8 warps/block: 64 warps; registers also allow exactly 64
+    (64, 0, 128, "sm_90", 8, 0.5, "registers"),      # 64*32 = 2048 regs/warp -> 32 warps -> 8 blocks of 4
+    (40, 0, 128, "sm_90", 12, 0.75, "registers"),    # 1280 regs/warp -> 51 warps, in 4s: 48 -> 12 blocks
+    (32, 50176, 128, "sm_90", 4, 0.25, "shared"),    # 49 KB + 1 KB reserve = 50 KB: 228 // 50 = 4 blocks
+    (32, 50176, 128, "sm_80", 3, 0.1875, "shared"),  # 164 // 50 = 3 blocks
+    (16, 0, 32, "sm_90", 32, 0.5, "blocks"),         # one warp per block, at most 32 blocks per SM
+    (255, 0, 1024, "sm_90", 0, 0.0, "registers (none fit)"),
+])
+def test_occupancy_against_hand_computed_cases(regs, shared, threads, arch, blocks, fraction, limiter):
+    occ = occupancy(regs, shared, threads, arch)
+    assert (occ.blocks_per_sm, occ.fraction, occ.limiter) == (blocks, fraction, limiter)
+
+
+def test_occupancy_refuses_what_cannot_launch():
+    assert occupancy(32, 300 * 1024, 128, "sm_90").limiter.startswith("invalid")
+    assert occupancy(32, 0, 2048, "sm_90").limiter.startswith("invalid")
+    with pytest.raises(ValueError, match="arch must be one of sm_90, sm_80"):
+        occupancy(32, 0, 128, "sm_70")
+
+
+def test_resources_cli_json_and_table():
+    args = [sys.executable, "-m", "sandbox", "resources", "--variants", "numba.naive", "numba.split",
+            "--block-sizes", "1,16", "--arch", "sm_80", "--dtype", "float32"]
+    proc = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [(r["variant"], r["block_size"]) for r in rows] == [("numba.naive", 1), ("numba.naive", 16),
+                                                               ("numba.split", 1), ("numba.split", 16)]
+    for row in rows:
+        assert set(resources.COLUMNS) <= set(row) and row["arch"] == "sm_80" and row["dtype"] == "float32"
+    proc = subprocess.run(args[:-4] + ["--block-sizes", "16"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "numba.split [partition]" in proc.stdout and "+ [merge]" in proc.stdout
+    assert "registers" in proc.stdout and "compiling for" in proc.stderr
+
+
+def test_resources_refuses_unknown_names_and_archs():
+    with pytest.raises(ValueError, match="unknown variant 'numba.nope'; valid names: .*numba.naive"):
+        resources.collect(["numba.nope"])
+    with pytest.raises(ValueError, match="arch must be one of sm_80, sm_90"):
+        resources.collect(["numba.naive"], arch="sm_75")
