@@ -20,9 +20,9 @@ from sandbox.variant import POW2_BLOCK_SIZES
 FAMILY_SHAPES = {
     "numpy": dict(head_dims=(32, 64, 128), max_tokens=520, max_num_seqs=3, max_kv_heads=2),
     "numba": dict(head_dims=(32, 64, 80, 128), max_tokens=260, max_num_seqs=3, max_kv_heads=2),
-    "cupy": dict(head_dims=(64, 128), max_tokens=260, max_num_seqs=2, max_kv_heads=1),
+    "cupy": dict(head_dims=(32, 64, 80, 128), max_tokens=520, max_num_seqs=3, max_kv_heads=2),
 }
-FAMILY_EXAMPLES = {"numpy": None, "numba": 20, "cupy": 8}  # None: the profile's max_examples
+FAMILY_EXAMPLES = {"numpy": None, "numba": 20, "cupy": 25}  # None: the profile's max_examples
 
 
 def strategy_for(variant):

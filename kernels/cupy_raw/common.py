@@ -44,18 +44,25 @@ def load_source(path) -> str:
     see header edits.
     """
     seen: set = set()
+    root = KERNEL_DIR.parent.parent
+
+    def shown(file: pathlib.Path) -> str:  # repo-relative in #line, so reports name the real file
+        try:
+            return file.relative_to(root).as_posix()
+        except ValueError:
+            return file.name
 
     def expand(file: pathlib.Path) -> str:
         file = file.resolve()
         if file in seen:
             return ""
         seen.add(file)
-        lines = [f'#line 1 "{file.name}"']
+        lines = [f'#line 1 "{shown(file)}"']
         for number, line in enumerate(file.read_text().splitlines(), start=1):
             m = _INCLUDE.match(line)
             if m:
                 lines.append(expand(file.parent / m.group(1)))
-                lines.append(f'#line {number + 1} "{file.name}"')
+                lines.append(f'#line {number + 1} "{shown(file)}"')
             elif line.strip() != "#pragma once":
                 lines.append(line)
         return "\n".join(lines)

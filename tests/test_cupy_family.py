@@ -1,0 +1,241 @@
+"""The CUDA C family beyond the shared suite: compiled for real GPUs (NVRTC, sm_80/sm_90), free of
+out-of-bounds accesses (the executor's AddressSanitizer mode), independent of thread order, of the
+split-KV partition size, and the dense twin equal to the paged kernel it mirrors.
+
+Correctness against the reference on random problems lives in tests/test_variants.py and
+tests/test_cache_write.py (they walk the registry).
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import reference
+from kernels.cupy_raw import common, dense, gqa, v1, v2
+from kernels.cupy_raw import write_cache as cupy_write_cache
+from kernels.wrong import cupy_ignores_table, cupy_off_by_one
+from sandbox import nvrtc, registry
+from sandbox.check import expected_output
+from sandbox.compare import assert_close
+from sandbox.problem import DecodeProblem
+
+ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.dense": dense}
+WRONG = {"wrong.cupy.ignores_table": cupy_ignores_table, "wrong.cupy.off_by_one": cupy_off_by_one}
+SPLIT_KV = {"cupy.v2": v2, "cupy.gqa": gqa, "cupy.dense": dense}
+
+
+def test_family_is_registered():
+    assert set(ATTENTION) <= set(registry.variants("cupy"))
+    assert set(WRONG) <= set(registry.variants("wrong"))
+    assert "cupy.write_cache" in registry.cache_writers("cupy")
+    for name in ATTENTION:
+        assert registry.get(name).module is ATTENTION[name]
+
+
+# ---- compiled for real GPUs ---------------------------------------------------------------------
+
+# Per .cu: instantiations spanning its template space (thread-group sizes 32, 2 and 1; vector counts
+# below, at and above a warp; GQA tiles 1 and 8; both dtypes), compiled as one NVRTC program.
+def _expressions():
+    out = {
+        v1.PATH: [v1.kernel_name(1, 80, "float32"), v1.kernel_name(16, 128, "float16"),
+                  v1.kernel_name(256, 256, "float32")],
+        v2.PATH: [v2.kernel_name(2, 96, "float16"), v2.kernel_name(64, 32, "float32"),
+                  common.reduce_name(128, "float16")],
+        gqa.PATH: [gqa.kernel_name(16, 128, 8, "float16"), gqa.kernel_name(32, 64, 1, "float32"),
+                   common.reduce_name(64, "float32")],
+        dense.PATH: [dense.kernel_name(16, 128, 4, "float16"), dense.kernel_name(128, 80, 2, "float32"),
+                     common.reduce_name(80, "float32")],
+        cupy_write_cache.PATH: [f"write_cache<{t}>" for _, t in cupy_write_cache.UNITS],
+        cupy_ignores_table.PATH: [cupy_ignores_table.kernel_name(16, 128, "float16")],
+        cupy_off_by_one.PATH: [cupy_off_by_one.kernel_name(8, 64, "float32")],
+    }
+    return out
+
+
+@pytest.mark.parametrize("arch", nvrtc.ARCHS)
+@pytest.mark.parametrize("path", list(_expressions()), ids=lambda p: p.name)
+def test_every_cu_compiles_for_gpu_targets(path, arch):
+    expressions = _expressions()[path]
+    compiled = nvrtc.compile_cubin(common.load_source(path), expressions, arch=arch, options=common.OPTIONS)
+    assert compiled.cubin[:4] == b"\x7fELF", "NVRTC should return a cubin (ELF)"
+    for expr in expressions:
+        res = compiled.resources[expr]
+        assert 0 < res.registers <= 255, (expr, res)
+        assert res.static_shared_bytes < common.SHARED_LIMIT_BYTES, (expr, res)
+
+
+@pytest.mark.parametrize("arch", nvrtc.ARCHS)
+@pytest.mark.parametrize("name", list(ATTENTION) + ["cupy.write_cache"])
+def test_compile_report_at_block_size_16(name, arch):
+    module = ATTENTION.get(name, cupy_write_cache)
+    report = module.compile_report(16, 128, "float16", arch)
+    assert set(report) >= {"registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
+                           "spill_loads", "threads_per_block", "path"}
+    assert report["path"] == "NVRTC -> cubin" and report["arch"] == arch
+    assert 0 < report["registers"] <= 255
+    if name in ATTENTION:
+        # The launchers' shared-memory bound uses this formula: it must match what ptxas reports.
+        tile = 1 if name in ("cupy.v1", "cupy.v2") else gqa.tile_for(gqa.REPORT_GROUP)
+        assert report["static_shared_bytes"] == common.attend_static_shared_bytes(128, tile)
+        assert report["threads_per_block"] == common.NUM_THREADS
+        assert report["static_shared_bytes"] + report["dynamic_shared_bytes"] <= common.SHARED_LIMIT_BYTES
+
+
+def test_ptxas_log_parsing():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z1kILi16EfEvPT0_' for 'sm_90'
+ptxas info    : Function properties for _Z1kILi16EfEvPT0_
+ptxas         .     24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 544 bytes smem
+"""
+    res = nvrtc.parse_ptxas_log(log)["_Z1kILi16EfEvPT0_"]
+    assert (res.registers, res.static_shared_bytes, res.local_bytes, res.spill_stores, res.spill_loads) == (40, 544, 24, 8, 12)
+
+
+def test_load_source_inlines_local_headers_once():
+    code = common.load_source(v1.PATH)
+    assert '#include "common.cuh"' not in code and "namespace pa" in code and "paged_attention_v1" in code
+    assert code.count("struct alignas(16) Pack16") == 1
+    assert "#include <cuda_fp16.h>" in code  # system headers are left to the compiler
+    wrong = common.load_source(cupy_ignores_table.PATH)
+    assert "namespace pa" in wrong and '#include "' not in wrong
+
+
+# ---- on the CPU executor: bounds, thread order, partitions, twins --------------------------------
+
+def _problems():
+    """A handful of small problems reaching the bounds: context 1, k*bs and k*bs + 1, the table at capacity
+    (entries past a sequence's end are -1), block sizes 1, 16 and 256, a GQA group of 3 (a partly
+    used tile), head dims 64 and 80, both dtypes, NaN in every unused slot."""
+    return [
+        DecodeProblem.random(41, num_seqs=3, num_heads=3, num_kv_heads=1, head_dim=80, block_size=1,
+                             context_lens=[1, 7, 40], dtype="float32"),
+        DecodeProblem.random(42, num_seqs=3, num_heads=4, num_kv_heads=2, head_dim=64, block_size=16,
+                             context_lens=[16, 33, 1], dtype="float16"),
+        DecodeProblem.random(43, num_seqs=2, num_heads=8, num_kv_heads=1, head_dim=64, block_size=256,
+                             context_lens=[257, 3], dtype="float16"),
+    ]
+
+
+def _run(module, problem, partition_size=None, **cpu_options):
+    with common.cpu_options(**cpu_options):
+        kwargs = {} if partition_size is None else dict(partition_size=partition_size)
+        prepared = module.prepare(problem, "cpu", **kwargs)
+        prepared.launch()
+        return prepared.result()
+
+
+def test_cpu_options_reach_the_executor():
+    p = _problems()[0]
+    name = v1.kernel_name(p.block_size, p.head_dim, p.dtype)
+    batch = [v1.kernel_name(b, p.head_dim, p.dtype) for b in common.POW2_BLOCK_SIZES]
+    with common.cpu_options(asan=True, thread_order="reverse"):
+        kernel = common.get_function("cpu", v1.PATH, name, batch)
+    assert kernel.asan is True and kernel.thread_order == "reverse"
+    assert common.get_function("cpu", v1.PATH, name, batch) is not kernel
+
+
+@pytest.mark.parametrize("name", list(ATTENTION))
+def test_no_out_of_bounds_access_under_asan(name):
+    """AddressSanitizer mode: every array in a malloc of exactly its size; any stray access raises."""
+    for problem in _problems():
+        got = _run(ATTENTION[name], problem, asan=True)
+        assert_close(got, expected_output(problem), problem.dtype, f"{name} under ASan on {problem}")
+
+
+def test_write_cache_no_out_of_bounds_access_under_asan():
+    rng = np.random.default_rng(7)
+    for dtype, head_dim, kv_heads in (("float16", 8, 1), ("float32", 6, 3), ("float16", 3, 1)):
+        cache = np.full((3, 4, kv_heads, head_dim), np.nan, dtype)
+        key = rng.standard_normal((5, kv_heads, head_dim)).astype(dtype)
+        value = rng.standard_normal((5, kv_heads, head_dim)).astype(dtype)
+        slots = np.array([11, -1, 0, 5, 3])
+        expected_k, expected_v = cache.copy(), cache.copy()
+        reference.write_cache(expected_k, expected_v, key, value, slots)
+        with common.cpu_options(asan=True):
+            prepared = cupy_write_cache.prepare_write(cache, cache.copy(), key, value, slots, "cpu")
+            prepared.launch()
+            got_k, got_v = prepared.result()
+        np.testing.assert_array_equal(got_k, expected_k)
+        np.testing.assert_array_equal(got_v, expected_v)
+
+
+@pytest.mark.parametrize("name", list(ATTENTION))
+def test_reversed_thread_order_gives_identical_results(name):
+    """Threads (and blocks) in reverse order: a missing barrier would change the result."""
+    for problem in _problems():
+        forward = _run(ATTENTION[name], problem)
+        backward = _run(ATTENTION[name], problem, thread_order="reverse")
+        np.testing.assert_array_equal(backward, forward)
+
+
+@pytest.mark.parametrize("name", list(SPLIT_KV))
+def test_split_kv_result_does_not_depend_on_partition_size(name):
+    """One sequence spans many partitions while the others leave most grid slots empty (context 1, 5):
+    empty partitions never write and the reduce never reads them (the scratch is NaN-filled)."""
+    module = SPLIT_KV[name]
+    problem = DecodeProblem.random(51, num_seqs=3, num_heads=4, num_kv_heads=2, head_dim=64, block_size=8,
+                                   context_lens=[300, 1, 5], dtype="float32")
+    expected = expected_output(problem)
+    results = {}
+    for partition in (8, 16, 24, 64, 296, 304, 512, 1024):
+        results[partition] = _run(module, problem, partition_size=partition)
+        assert_close(results[partition], expected, problem.dtype, f"{name} with partition_size {partition}")
+    base = results[512]
+    for partition, got in results.items():
+        np.testing.assert_allclose(got, base, rtol=1e-5, atol=1e-6, err_msg=f"partition_size {partition} vs 512")
+
+
+def test_partition_size_must_be_a_multiple_of_the_block_size():
+    problem = DecodeProblem.random(52, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=64, block_size=16,
+                                   context_lens=[40], dtype="float32")
+    with pytest.raises(ValueError, match="partition_size 24 must be a multiple of block_size 16"):
+        v2.prepare(problem, "cpu", partition_size=24)
+    assert common.partition_for(256, None) == 512 and common.partition_for(1024, None) == 1024
+
+
+def test_dense_twin_equals_the_paged_kernel_bit_for_bit():
+    """cupy.dense is gqa without the block table: same arithmetic in the same order."""
+    for problem in _problems():
+        np.testing.assert_array_equal(_run(dense, problem), _run(gqa, problem))
+
+
+def test_dense_cache_is_the_gathered_sequence_with_nan_padding():
+    p = _problems()[1]
+    keys = dense.contiguous_cache(p.key_cache, p.block_tables, p.context_lens)
+    assert keys.shape == (p.num_seqs, int(p.context_lens.max()), p.num_kv_heads, p.head_dim)
+    for s, n in enumerate(p.context_lens):
+        for t in range(n):
+            np.testing.assert_array_equal(keys[s, t], p.key_cache[p.block_tables[s, t // p.block_size], t % p.block_size])
+        assert np.isnan(keys[s, n:]).all()
+
+
+def test_gqa_tile_covers_any_group():
+    assert [gqa.tile_for(g) for g in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 8, 8]
+    # A group of 16 takes two blocks per KV head; a group of 6 one block with 2 idle head slots.
+    for group in (6, 16):
+        problem = DecodeProblem.random(53, num_seqs=2, num_heads=group, num_kv_heads=1, head_dim=64, block_size=32,
+                                       context_lens=[70, 33], dtype="float32")
+        assert_close(_run(gqa, problem), expected_output(problem), problem.dtype, f"gqa group {group}")
+
+
+def test_v1_refuses_contexts_beyond_shared_memory_before_launch():
+    bound = v1.max_context(64)
+    assert bound * 4 + common.attend_static_shared_bytes(64, 1) <= common.SHARED_LIMIT_BYTES
+    problem = DecodeProblem.random(54, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=64, block_size=256,
+                                   context_lens=[bound + 1], dtype="float16", nan_fill=False)
+    with pytest.raises(ValueError, match=rf"cupy.v1 keeps all logits in shared memory: context length {bound + 1} "
+                                         rf"exceeds its bound of {bound} tokens"):
+        v1.prepare(problem, "cpu")
+
+
+def test_limits_are_declared():
+    for module in ATTENTION.values():
+        assert module.LIMITS.block_sizes == common.POW2_BLOCK_SIZES
+        assert set(module.LIMITS.head_dims) >= {32, 64, 80, 96, 128, 256}
+        assert module.LIMITS.dtypes == ("float32", "float16")
+    for name in WRONG:
+        assert importlib.import_module(registry.WRONG_VARIANTS[name]).LIMITS == v1.LIMITS
