@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from numba import cuda, float32  # after conftest imported sandbox: simulator exactly when no GPU
 
+from kernels.numba_cuda import common
 from kernels.numba_cuda.common import REDUCE_SCRATCH, block_max, block_sum
 from sandbox import registry, resources, run_problem
 from sandbox.backends import numba_simulated
@@ -106,25 +107,77 @@ def test_gqa_with_more_threads_than_head_dim(monkeypatch, threads, group, head_d
 def reduce_body(values, out):
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    top = block_max(values[i], scratch)
-    total = block_sum(values[i], scratch)
-    out[i, 0] = top
-    out[i, 1] = total
+    out[i, 0] = block_max(values[i], scratch)
+    out[i, 1] = block_sum(values[i], scratch)
 
 
-@pytest.mark.skipif(not numba_simulated(), reason="the shared-memory reduction path is the simulator's")
-@pytest.mark.parametrize("threads", [1, 2, 5, 16, 64])
-def test_block_reductions(threads):
-    reduce_kernel = cuda.jit(reduce_body)
+def shuffle_reduce_body(values, out):
+    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    out[i, 0] = common.shuffle_block_max(values[i], scratch)
+    out[i, 1] = common.shuffle_block_sum(values[i], scratch)
+
+
+def _emulated_shfl_xor_sync(fake_cuda, mask, value, lane_mask):
+    """shfl_xor_sync for the simulator: every thread of the block posts its value, then reads its partner's."""
+    import threading
+
+    tid = threading.current_thread().threadIdx.x
+    board = fake_cuda.__dict__.setdefault("_shuffle_board", {})
+    board[tid] = value
+    fake_cuda.syncthreads()
+    partner = board[tid ^ lane_mask]
+    fake_cuda.syncthreads()
+    return partner
+
+
+def _reduce_and_check(kernel, threads, blocks=3):
     rng = np.random.default_rng(threads)
-    values = rng.standard_normal(3 * threads).astype(np.float32)
+    values = rng.standard_normal(blocks * threads).astype(np.float32)
     values[0] = -np.inf  # a thread without tokens contributes -inf to the max
-    out = np.zeros((3 * threads, 2), np.float32)
-    reduce_kernel[3, threads](values, out)
-    for b in range(3):
+    out = np.zeros((blocks * threads, 2), np.float32)
+    with common.simulator_switching():
+        kernel[blocks, threads](values, out)
+    for b in range(blocks):
         chunk = values[b * threads:(b + 1) * threads]
         np.testing.assert_array_equal(out[b * threads:(b + 1) * threads, 0], chunk.max())
         np.testing.assert_allclose(out[b * threads:(b + 1) * threads, 1], chunk.sum(), rtol=1e-5)
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="runs the reductions under the simulator")
+@pytest.mark.parametrize("threads", [1, 2, 5, 16, 64])
+def test_block_reductions(threads):
+    _reduce_and_check(cuda.jit(reduce_body), threads)
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="runs the reductions under the simulator")
+@pytest.mark.parametrize("threads", [32, 64, 128])
+def test_shuffle_block_reductions_with_emulated_shuffles(monkeypatch, threads):
+    """The GPU path (warp butterflies, one slot per warp) on the simulator, with shfl_xor_sync emulated."""
+    from numba.cuda.simulator import kernelapi
+
+    monkeypatch.setattr(kernelapi.FakeCUDAModule, "shfl_xor_sync", _emulated_shfl_xor_sync, raising=False)
+    _reduce_and_check(cuda.jit(shuffle_reduce_body), threads, blocks=2)
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="runs the GPU configuration under the simulator")
+@pytest.mark.parametrize("name", NUMBA)
+def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):
+    """What a GPU runs, minus the hardware: GPU thread counts (32..128, whole warps) and the shuffle
+    reductions (shfl_xor_sync emulated), on a problem with a 1-token and a 200-token sequence."""
+    from numba.cuda.simulator import kernelapi
+
+    from kernels.numba_cuda import block, split
+
+    monkeypatch.setattr(kernelapi.FakeCUDAModule, "shfl_xor_sync", _emulated_shfl_xor_sync, raising=False)
+    sizing = common.launch_threads
+    monkeypatch.setattr(common, "launch_threads", lambda work, simulated=None: sizing(work, simulated=False))
+    for module in (block, split):
+        monkeypatch.setattr(module, "block_max", common.shuffle_block_max)
+        monkeypatch.setattr(module, "block_sum", common.shuffle_block_sum)
+    problem = DecodeProblem.random(8, num_seqs=2, num_heads=4, num_kv_heads=1, head_dim=64, block_size=16,
+                                   context_lens=[1, 200], dtype="float16")
+    _check(name, problem)
 
 
 @pytest.mark.parametrize("arch, dtype", [("sm_80", "float32"), ("sm_90", "float16"), ("sm_80", "float16"),

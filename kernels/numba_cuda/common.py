@@ -39,72 +39,81 @@ COMPILE_PATH = "numba compile_ptx -> nvJitLink"
 # ---------------------------------------------------------------------------------------------
 # Block-wide reductions: every thread passes its value and gets the block's result back. Every
 # thread of the block must call them (they contain barriers); `scratch` is a shared float32 array
-# of at least REDUCE_SCRATCH elements, free for reuse once the call returns.
-if SIMULATED:
-    @cuda.jit(device=True)
-    def block_max(value, scratch):
-        tid = cuda.threadIdx.x
-        scratch[tid] = value
-        cuda.syncthreads()
-        result = scratch[0]
-        for i in range(1, cuda.blockDim.x):
-            result = max(result, scratch[i])
-        cuda.syncthreads()
-        return result
+# of at least REDUCE_SCRATCH elements, free for reuse once the call returns. Both paths are defined
+# everywhere (tests run the shuffle path under the simulator with an emulated shfl_xor_sync);
+# block_max / block_sum name the one this process uses.
+@cuda.jit(device=True, inline="always")
+def warp_max(value):
+    offset = WARP // 2
+    while offset > 0:
+        value = max(value, cuda.shfl_xor_sync(0xFFFFFFFF, value, offset))
+        offset //= 2
+    return value
 
-    @cuda.jit(device=True)
-    def block_sum(value, scratch):
-        tid = cuda.threadIdx.x
-        scratch[tid] = value
-        cuda.syncthreads()
-        result = scratch[0]
-        for i in range(1, cuda.blockDim.x):
-            result += scratch[i]
-        cuda.syncthreads()
-        return result
-else:
-    @cuda.jit(device=True, inline="always")
-    def warp_max(value):
-        offset = WARP // 2
-        while offset > 0:
-            value = max(value, cuda.shfl_xor_sync(0xFFFFFFFF, value, offset))
-            offset //= 2
-        return value
 
-    @cuda.jit(device=True, inline="always")
-    def warp_sum(value):
-        offset = WARP // 2
-        while offset > 0:
-            value += cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
-            offset //= 2
-        return value
+@cuda.jit(device=True, inline="always")
+def warp_sum(value):
+    offset = WARP // 2
+    while offset > 0:
+        value += cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
+        offset //= 2
+    return value
 
-    # Needs blockDim.x to be a multiple of 32 (launch_threads guarantees it on a GPU).
-    @cuda.jit(device=True, inline="always")
-    def block_max(value, scratch):
-        lane = cuda.threadIdx.x % WARP
-        warp = cuda.threadIdx.x // WARP
-        value = warp_max(value)
-        if lane == 0:
-            scratch[warp] = value
-        cuda.syncthreads()
-        value = scratch[lane] if lane < cuda.blockDim.x // WARP else NEG_INF
-        value = warp_max(value)
-        cuda.syncthreads()
-        return value
 
-    @cuda.jit(device=True, inline="always")
-    def block_sum(value, scratch):
-        lane = cuda.threadIdx.x % WARP
-        warp = cuda.threadIdx.x // WARP
-        value = warp_sum(value)
-        if lane == 0:
-            scratch[warp] = value
-        cuda.syncthreads()
-        value = scratch[lane] if lane < cuda.blockDim.x // WARP else ZERO
-        value = warp_sum(value)
-        cuda.syncthreads()
-        return value
+# The shuffle path needs blockDim.x to be a multiple of 32 (launch_threads guarantees it on a GPU).
+@cuda.jit(device=True, inline="always")
+def shuffle_block_max(value, scratch):
+    lane = cuda.threadIdx.x % WARP
+    warp = cuda.threadIdx.x // WARP
+    value = warp_max(value)
+    if lane == 0:
+        scratch[warp] = value
+    cuda.syncthreads()
+    value = scratch[lane] if lane < cuda.blockDim.x // WARP else NEG_INF
+    value = warp_max(value)
+    cuda.syncthreads()
+    return value
+
+
+@cuda.jit(device=True, inline="always")
+def shuffle_block_sum(value, scratch):
+    lane = cuda.threadIdx.x % WARP
+    warp = cuda.threadIdx.x // WARP
+    value = warp_sum(value)
+    if lane == 0:
+        scratch[warp] = value
+    cuda.syncthreads()
+    value = scratch[lane] if lane < cuda.blockDim.x // WARP else ZERO
+    value = warp_sum(value)
+    cuda.syncthreads()
+    return value
+
+
+# The simulator path: one scratch slot per thread, every thread reads them all (two barriers).
+@cuda.jit(device=True, inline="always")
+def shared_block_max(value, scratch):
+    scratch[cuda.threadIdx.x] = value
+    cuda.syncthreads()
+    result = scratch[0]
+    for i in range(1, cuda.blockDim.x):
+        result = max(result, scratch[i])
+    cuda.syncthreads()
+    return result
+
+
+@cuda.jit(device=True, inline="always")
+def shared_block_sum(value, scratch):
+    scratch[cuda.threadIdx.x] = value
+    cuda.syncthreads()
+    result = scratch[0]
+    for i in range(1, cuda.blockDim.x):
+        result += scratch[i]
+    cuda.syncthreads()
+    return result
+
+
+block_max = shared_block_max if SIMULATED else shuffle_block_max
+block_sum = shared_block_sum if SIMULATED else shuffle_block_sum
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,10 +7,11 @@ Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.nai
 float16; any GQA ratio; any context length. P (partition_size) is a positive multiple of the block
 size, at most 8192; default 512 (the block size when it exceeds 512). The grid covers the longest
 sequence's partitions; a shorter sequence's empty ones write max=-inf, sum=0, output 0.
-Verdict: correct on every shape the suites draw, and identical for every P tested (simulator).
-Design-level expectation, not a GPU measurement: the same K/V traffic as numba.block plus
-num_partitions*(head_dim+2) floats of partials per (sequence, head); it pays off when
-num_seqs*num_heads blocks alone cannot fill the GPU and contexts are long.
+Verdict: matches the reference on every problem the suites draw, the same to 1e-6 for P = 4..512
+(simulator only; never run on a GPU). Compiled for sm_90 (fp16): partition kernel 70 registers
+(43.8% theoretical occupancy), merge 56. Design-level expectation, not a measurement: numba.block's
+K/V traffic plus num_partitions*(head_dim+2) floats of partials per (sequence, head); it pays off
+when num_seqs*num_heads blocks alone cannot fill the GPU and contexts are long.
 """
 from __future__ import annotations
 
