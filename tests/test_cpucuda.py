@@ -258,8 +258,10 @@ def test_dynamic_shared_memory(basics):
 def test_dynamic_shared_overflow_is_caught_without_asan(basics):
     x = np.arange(64, dtype=np.float32)
     out = np.zeros_like(x)
+    k = basics.get_function("reverse_segments")
+    k.asan = False  # the canary is the normal mode's check (ASan has its own test)
     with pytest.raises(CpuKernelError, match="past the end of dynamic shared memory"):
-        basics.get_function("reverse_segments")(1, 64, (x, out), shared_mem=32 * 4)
+        k(1, 64, (x, out), shared_mem=32 * 4)
 
 
 def _half_inputs():
@@ -459,11 +461,11 @@ def test_cache_folder_override_and_reuse(tmp_path, monkeypatch):
     monkeypatch.setenv("SANDBOX_CPUCUDA_CACHE", str(tmp_path))
     code = 'extern "C" __global__ void k(int* out) { out[0] = 42; }'
     out = np.zeros(1, np.int32)
-    CpuRawKernel(code, "k")(1, 1, (out,))
+    CpuRawKernel(code, "k", asan=False)(1, 1, (out,))
     objects = sorted(tmp_path.glob("*.so"))
     assert len(objects) == 1 and out[0] == 42
     mtime = objects[0].stat().st_mtime_ns
-    CpuRawKernel(code, "k")(1, 1, (out,))
+    CpuRawKernel(code, "k", asan=False)(1, 1, (out,))
     assert sorted(tmp_path.glob("*.so")) == objects and objects[0].stat().st_mtime_ns == mtime
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -574,7 +576,7 @@ def test_missing_barrier_shows_in_reverse_order(races):
         np.testing.assert_array_equal(out, expected)
     # Without it, forward order reads the not-yet-written neighbour: the NaN poison shows.
     out = np.zeros(64, np.float32)
-    k(1, 64, (out, np.int32(0)))
+    k(1, 64, (out, np.int32(0)), thread_order="forward")
     assert np.isnan(out[:63]).all()
     # Reverse order hides it for all but the last thread: results that depend on the
     # order expose the race whichever way it goes (thread i reading slot i - 1 too).
@@ -628,10 +630,12 @@ def test_warp_deadlock_is_reported(races):
 
 
 def test_segfault_becomes_an_exception(races):
+    k = races.get_function("null_write")
+    k.asan = False
     with pytest.raises(CpuKernelMemoryError, match=r"'null_write'.*invalid memory access.*thread \(0,0,0\)"):
-        races.get_function("null_write")(1, 4, (None,))
+        k(1, 4, (None,), thread_order="forward")
     out = np.zeros(4, np.int32)  # the process and the executor still work
-    races.get_function("null_write")(1, 4, (out,))
+    k(1, 4, (out,))
     assert (out == 1).all()
 
 
