@@ -4,7 +4,6 @@ Compiled objects are cached on disk, so only a cold first run pays for g++.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
