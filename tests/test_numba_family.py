@@ -14,7 +14,7 @@ from numba import cuda, float32  # after conftest imported sandbox: simulator ex
 from kernels.numba_cuda import common
 from kernels.numba_cuda.common import REDUCE_SCRATCH, block_max, block_sum
 from sandbox import registry, resources, run_problem
-from sandbox.backends import numba_simulated
+from sandbox.backends import numba_simulated, resolve
 from sandbox.check import expected_output
 from sandbox.compare import assert_close
 from sandbox.occupancy import occupancy
@@ -56,7 +56,7 @@ def test_split_results_do_not_depend_on_partition_size():
     expected = expected_output(problem)
     outputs = {}
     for size in (4, 8, 12, 64, None):
-        prepared = split.prepare(problem, "cpu", partition_size=size)
+        prepared = split.prepare(problem, resolve("auto", "numba"), partition_size=size)
         prepared.launch()
         outputs[size] = prepared.result()
         assert_close(outputs[size], expected, problem.dtype, f"partition_size={size}")
@@ -73,7 +73,7 @@ def test_split_refuses_a_partition_that_is_not_a_multiple_of_the_block_size():
 
     problem = DecodeProblem.random(3, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=8, max_context_len=20)
     with pytest.raises(ValueError, match=r"numba.split: partition_size must be a positive multiple of block_size \(8\)"):
-        split.prepare(problem, "cpu", partition_size=12)
+        split.prepare(problem, resolve("auto", "numba"), partition_size=12)
     assert split.default_partition_size(16) == 512 and split.default_partition_size(1024) == 1024
 
 

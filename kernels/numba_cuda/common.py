@@ -3,7 +3,7 @@
 The block reductions are the one place that differs between a GPU and the simulator (which has no
 warp shuffles): on a GPU, a warp reduces with `shfl_xor_sync` and warps combine through a small
 shared array; under the simulator every thread writes its value to shared memory and reads them
-all back. The choice is made once, at import, from `numba.config.ENABLE_CUDASIM`.
+all back. `block_max` / `block_sum` are bound once, at import, from `numba.config.ENABLE_CUDASIM`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import re
 import sys
 
 import numpy as np
-from numba import config, cuda, float32, int32, int64, types
+from numba import config, cuda, float32, int32, types
 
 SIMULATED = bool(config.ENABLE_CUDASIM)
 
@@ -22,10 +22,11 @@ WARP = 32
 MAX_HEAD_DIM = 256  # per-thread accumulators and the staged query are sized by it
 HEAD_DIMS = (32, 64, 80, 96, 112, 120, 128, 192, 256)  # what the variants declare (any <= MAX_HEAD_DIM works)
 MAX_THREADS = 128  # per block on a GPU
-# The simulator pays per thread (~0.07 ms) and per thread per barrier (~0.3-0.7 ms): few threads there.
+# The simulator pays per thread and per thread per barrier (one Python thread each): few threads
+# there. Every loop in the kernels strides by blockDim, so any count is correct.
 SIM_MAX_THREADS = 16
-# Floats of shared scratch a block reduction needs: one per warp on a GPU, one per thread simulated.
 SIM_SWITCH_INTERVAL = 1e-4  # seconds; see simulator_switching()
+# Floats of shared scratch a block reduction needs: one per warp on a GPU, one per thread simulated.
 REDUCE_SCRATCH = 128 if SIMULATED else WARP
 NEG_INF = float32(-math.inf)
 ZERO = float32(0.0)
@@ -212,10 +213,6 @@ def out_array(dtype, ndim=3):
     return array(element_type(dtype), ndim)
 
 
-F32 = float32
-I64 = int64
-
-
 @functools.lru_cache(maxsize=None)
 def kernel_resources(pyfunc, signature: tuple, arch: str) -> dict:
     """Registers, static shared, local bytes and spills of one kernel, via compile_ptx + nvJitLink.
@@ -235,7 +232,7 @@ def kernel_resources(pyfunc, signature: tuple, arch: str) -> dict:
     return info
 
 
-def report(kernels, threads_per_block: int, dynamic_shared_bytes: int, note: str = "", extra_rows=()) -> dict:
+def report(kernels, threads_per_block: int, dynamic_shared_bytes: int, note: str = "") -> dict:
     """compile_report() dict for the main kernel, with `kernels` listing every kernel of the variant."""
     main = dict(kernels[0])
     out = {
