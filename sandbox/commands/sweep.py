@@ -45,9 +45,13 @@ def add_arguments(parser) -> None:
                         help="root of the run folders (default: $SANDBOX_RESULTS or results/)")
     parser.add_argument("--dense", default=DENSE_BASELINE, metavar="NAME",
                         help=f"no-paging baseline for paging_overhead (default {DENSE_BASELINE}; empty if not registered)")
-    parser.add_argument("--warmup-ms", type=float, help="GPU warm-up per point (default 25; --quick 10)")
-    parser.add_argument("--budget-ms", type=float, help="timed time per point, GPU (default 100; --quick 30)")
-    parser.add_argument("--max-repeats", type=int, help="most timed repeats per point (default GPU 500, CPU 5)")
+    parser.add_argument("--warmup-ms", type=float, metavar="MS",
+                        help="GPU warm-up per point, by time (default 25; --quick 10)")
+    parser.add_argument("--budget-ms", type=float, metavar="MS",
+                        help="repeat timed calls until they add up to MS (default GPU 100, CPU 1000; "
+                             "--quick 30 / 200)")
+    parser.add_argument("--max-repeats", type=int, metavar="N",
+                        help="most timed calls per point (default GPU 500, CPU 5; --quick 100 / 3)")
     parser.add_argument("--no-torch", action="store_true", help="leave torch.sdpa out even where torch is importable")
     parser.add_argument("--no-resources", action="store_true", help="skip the static resources (resources.csv)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")

@@ -105,13 +105,14 @@ class Environment:
     @classmethod
     def create(cls, on_gpu: bool, quick: bool, log: Callable[[str], None]) -> "Environment":
         env = cls(on_gpu)
-        try:
-            if on_gpu:
+        if on_gpu:
+            try:
                 env.flush = device.L2Flusher(device.device_info().get("l2_cache_bytes"))
-                env.copy = bandwidth.gpu_copy_bandwidth()
-            else:
-                env.copy = bandwidth.host_copy_bandwidth(
-                    bandwidth.CPU_QUICK_COPY_BYTES if quick else bandwidth.CPU_COPY_BYTES)
+            except Exception as exc:  # timed anyway, but say so: repeats may then hit a warm L2
+                log(f"note: no L2 flush between repeats: {type(exc).__name__}: {exc}")
+        try:
+            env.copy = (bandwidth.gpu_copy_bandwidth() if on_gpu else bandwidth.host_copy_bandwidth(
+                bandwidth.CPU_QUICK_COPY_BYTES if quick else bandwidth.CPU_COPY_BYTES))
         except Exception as exc:  # the sweep still runs; fraction_of_copy_bw stays empty
             log(f"note: copy bandwidth not measured: {type(exc).__name__}: {exc}")
         return env
@@ -268,6 +269,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
         f"on {'the GPU' if on_gpu else 'the CPU (emulation: times are not GPU performance)'} -> {run_dir}")
     env = Environment.create(on_gpu, config.quick, log)
     meta["copy_bandwidth"] = env.copy.as_dict() if env.copy else None
+    meta["l2_flush_bytes"] = getattr(env.flush, "nbytes", None)
     meta_mod.write(run_dir / "meta.json", meta)
 
     resolved = {}

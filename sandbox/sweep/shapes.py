@@ -70,7 +70,7 @@ GPU_SHAPES = ("64x4096x32/8x128xfp16", "32x1024x32/8x128xfp16", "4x16384x32/8x12
 GPU_QUICK_SHAPES = ("64x4096x32/8x128xfp16", "32x1024x32/8x128xfp16")
 # On the CPU everything runs in the Numba simulator (~270 us per thread-barrier) or the CUDA C
 # executor: keep the shapes tiny; they check correctness and give emulation times, nothing more.
-CPU_SHAPES = ("2x200x4/2x64xfp16", "2x64x4/2x64xfp32")
+CPU_SHAPES = ("2x300x4/2x64xfp16", "2x64x8/2x64xfp32")  # 300 = one full 256-block + a partial one; GQA 4
 CPU_QUICK_SHAPES = ("2x40x4/2x64xfp16",)
 GOAL_SHAPE = "64x4096x32/8x128xfp16"
 
