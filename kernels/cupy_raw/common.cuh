@@ -89,7 +89,8 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   constexpr int GROUPS_PER_WARP = WARP / TGS;
   constexpr int TOKENS_PER_GROUP = BLOCK_SIZE / GROUPS_PER_WARP;
   static_assert(TOKENS_PER_GROUP * GROUPS_PER_WARP == BLOCK_SIZE, "block size must divide 32 or be a multiple of 32");
-  constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;
+  constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;  // vectors per lane
+  constexpr int K_CHUNK = K_VECS < 8 ? K_VECS : 8;
   // V phase: LPT lanes per token row, ROWS rows per warp.
   constexpr int LPT = NUM_VECS < WARP ? NUM_VECS : WARP;
   constexpr int ROWS = WARP / LPT;
@@ -115,7 +116,7 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   const int first_block = start / BLOCK_SIZE, end_block = (end + BLOCK_SIZE - 1) / BLOCK_SIZE;
   for (int b = first_block + warp; b < end_block; b += NUM_WARPS) {
     const long long row0 = kv.first_row(b);
-#pragma unroll
+#pragma unroll 1
     for (int i = 0; i < TOKENS_PER_GROUP; ++i) {
       const int offset = group + i * GROUPS_PER_WARP;
       const int token = b * BLOCK_SIZE + offset;
@@ -125,21 +126,28 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
       for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
       if (valid) {
         const T* k = key_cache + (row0 + offset) * kv_stride + (long long)kv_head * HEAD_DIM;
+        // K_CHUNK vectors in flight, then their math: bounds registers when one lane holds a whole row.
+#pragma unroll 1
+        for (int j0 = 0; j0 < K_VECS; j0 += K_CHUNK) {
+          Pack16<T> kp[K_CHUNK];
 #pragma unroll
-        for (int j = 0; j < K_VECS; ++j) {
-          const int v = lane_in_group + j * TGS;
-          if (K_VECS * TGS == NUM_VECS || v < NUM_VECS) {
-            const Pack16<T> kp = *reinterpret_cast<const Pack16<T>*>(k + v * VEC);
-            float kf[VEC];
+          for (int jj = 0; jj < K_CHUNK; ++jj) {
+            const int v = lane_in_group + (j0 + jj) * TGS;
+            if (v < NUM_VECS) kp[jj] = *reinterpret_cast<const Pack16<T>*>(k + v * VEC);
+          }
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) kf[e] = to_float(kp.v[e]);
+          for (int jj = 0; jj < K_CHUNK; ++jj) {
+            const int v = lane_in_group + (j0 + jj) * TGS;
+            if (v < NUM_VECS) {
 #pragma unroll
-            for (int g = 0; g < TILE; ++g) {
-              const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
+              for (int g = 0; g < TILE; ++g) {
+                const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
 #pragma unroll
-              for (int e = 0; e < VEC / 4; ++e) {
-                const float4 qq = q4[e];
-                qk[g] += qq.x * kf[4 * e] + qq.y * kf[4 * e + 1] + qq.z * kf[4 * e + 2] + qq.w * kf[4 * e + 3];
+                for (int e = 0; e < VEC / 4; ++e) {
+                  const float4 qq = q4[e];
+                  qk[g] += qq.x * to_float(kp[jj].v[4 * e]) + qq.y * to_float(kp[jj].v[4 * e + 1]) +
+                           qq.z * to_float(kp[jj].v[4 * e + 2]) + qq.w * to_float(kp[jj].v[4 * e + 3]);
+                }
               }
             }
           }

@@ -139,6 +139,21 @@ def compile_report(path, expression: str, arch: str, threads_per_block: int, dyn
                 threads_per_block=threads_per_block, path="NVRTC -> cubin", arch=arch, kernel=expression)
 
 
+def split_kv_report(path, expression: str, head_dim: int, dtype, arch: str, dynamic_shared_bytes: int,
+                    note: str) -> dict:
+    """compile_report() of a split-KV variant: the attention kernel's numbers on top, and `kernels`
+    listing it ("partition") and the reduce kernel ("reduce", shared memory for 8 partitions)."""
+    reduce = reduce_name(head_dim, dtype)
+    main = compile_report(path, expression, arch, NUM_THREADS, dynamic_shared_bytes, extra_expressions=[reduce])
+    second = compile_report(path, reduce, arch, NUM_THREADS, 4 * 8, extra_expressions=[expression])
+    fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
+              "spill_loads", "threads_per_block")
+    main["kernels"] = [dict(name="partition", **{f: main[f] for f in fields}),
+                       dict(name="reduce", **{f: second[f] for f in fields})]
+    main["note"] = note
+    return main
+
+
 def check_shared(name: str, dynamic_bytes: int, static_bytes: int, what: str) -> None:
     """Refuse a launch whose shared memory exceeds the no-opt-in limit, naming the bound."""
     if dynamic_bytes + static_bytes > SHARED_LIMIT_BYTES:

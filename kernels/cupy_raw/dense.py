@@ -54,7 +54,9 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
-    """As gqa.compile_report: group 4 (TILE 4), partition 512."""
+    """As gqa.compile_report: group 4 (TILE 4), partition 512; `kernels` adds the reduce."""
     tile = gqa.tile_for(gqa.REPORT_GROUP)
-    return common.compile_report(PATH, kernel_name(block_size, head_dim, tile, dtype), arch, common.NUM_THREADS,
-                                 gqa.dynamic_shared_bytes(head_dim, tile, 512))
+    return common.split_kv_report(PATH, kernel_name(block_size, head_dim, tile, dtype), head_dim, dtype, arch,
+                                  gqa.dynamic_shared_bytes(head_dim, tile, 512),
+                                  f"group {gqa.REPORT_GROUP} (tile {tile}), partition 512, contiguous cache; "
+                                  "reduce kernel in 'kernels'")

@@ -80,7 +80,8 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
-    """NVRTC -> cubin resources for group REPORT_GROUP (TILE 4) and partition 512."""
+    """NVRTC -> cubin resources for group REPORT_GROUP (TILE 4) and partition 512; `kernels` adds the reduce."""
     tile = tile_for(REPORT_GROUP)
-    return common.compile_report(PATH, kernel_name(block_size, head_dim, tile, dtype), arch, common.NUM_THREADS,
-                                 dynamic_shared_bytes(head_dim, tile, 512))
+    return common.split_kv_report(PATH, kernel_name(block_size, head_dim, tile, dtype), head_dim, dtype, arch,
+                                  dynamic_shared_bytes(head_dim, tile, 512),
+                                  f"group {REPORT_GROUP} (tile {tile}), partition 512; reduce kernel in 'kernels'")

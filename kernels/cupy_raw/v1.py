@@ -61,5 +61,8 @@ def prepare_v1_shaped(name, path, kernel_name_for, problem, backend: str, int_ar
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
     """NVRTC -> cubin resources; dynamic shared memory for a context of REPORT_CONTEXT tokens."""
-    return common.compile_report(PATH, kernel_name(block_size, head_dim, dtype), arch, common.NUM_THREADS,
-                                 dynamic_shared_bytes(head_dim, REPORT_CONTEXT))
+    report = common.compile_report(PATH, kernel_name(block_size, head_dim, dtype), arch, common.NUM_THREADS,
+                                   dynamic_shared_bytes(head_dim, REPORT_CONTEXT))
+    report["note"] = (f"dynamic shared for context {REPORT_CONTEXT}; grows 4 B/token up to {max_context(head_dim)} "
+                      "tokens (48 KiB)")
+    return report

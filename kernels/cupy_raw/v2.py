@@ -53,6 +53,7 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
-    """NVRTC -> cubin resources of the attention kernel (partition 512); the reduce kernel is small."""
-    return common.compile_report(PATH, kernel_name(block_size, head_dim, dtype), arch, common.NUM_THREADS,
-                                 dynamic_shared_bytes(head_dim, 512))
+    """NVRTC -> cubin resources of the attention kernel (partition 512) on top; `kernels` adds the reduce."""
+    return common.split_kv_report(PATH, kernel_name(block_size, head_dim, dtype), head_dim, dtype, arch,
+                                  dynamic_shared_bytes(head_dim, 512),
+                                  "partition kernel (P=512) shown; reduce kernel in 'kernels'")
