@@ -18,7 +18,7 @@ from kernels.cupy_raw import write_cache as cupy_write_cache
 from kernels.wrong import cupy_ignores_table, cupy_off_by_one
 from sandbox import nvrtc, registry
 from sandbox.check import expected_output
-from sandbox.compare import assert_close
+from sandbox.compare import assert_close, compare
 from sandbox.problem import DecodeProblem
 
 ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.dense": dense}
@@ -144,6 +144,34 @@ def test_no_out_of_bounds_access_under_asan(name):
     for problem in _problems():
         got = _run(ATTENTION[name], problem, asan=True)
         assert_close(got, expected_output(problem), problem.dtype, f"{name} under ASan on {problem}")
+
+
+@pytest.mark.parametrize("name", list(WRONG))
+def test_negative_controls_are_wrong_but_stay_in_bounds_under_asan(name):
+    """A broken control must fail the comparison, never crash the process (ASan mode raises on any stray access)."""
+    wrong = 0
+    for problem in _problems():
+        got = _run(WRONG[name], problem, asan=True)
+        wrong += not compare(got, expected_output(problem), problem.dtype).ok
+    assert wrong >= 2
+
+
+@pytest.mark.parametrize("name", list(ATTENTION))
+def test_head_dims_beyond_the_shared_strategy(name):
+    """Head dims 96 (12 or 24 vectors: partly idle lanes) and 256 (more vectors than a warp has lanes)."""
+    for seed, head_dim, dtype, block_size, ratio in ((61, 96, "float16", 8, 1), (62, 256, "float32", 32, 2)):
+        problem = DecodeProblem.random(seed, num_seqs=2, num_heads=2 * ratio, num_kv_heads=2, head_dim=head_dim,
+                                       block_size=block_size, context_lens=[block_size * 3 + 1, 2], dtype=dtype)
+        assert_close(_run(ATTENTION[name], problem), expected_output(problem), problem.dtype, f"{name} on {problem}")
+
+
+def test_write_cache_with_no_tokens_launches_nothing():
+    cache = np.full((2, 4, 1, 8), np.nan, np.float16)
+    empty = np.zeros((0, 1, 8), np.float16)
+    prepared = cupy_write_cache.prepare_write(cache, cache.copy(), empty, empty, np.zeros(0, np.int64), "cpu")
+    prepared.launch()
+    got_k, _ = prepared.result()
+    assert np.isnan(got_k).all()
 
 
 def test_write_cache_no_out_of_bounds_access_under_asan():

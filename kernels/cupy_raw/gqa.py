@@ -5,6 +5,8 @@ Idea: the group's queries sit in shared memory; each K vector loaded feeds TILE 
 V vector TILE accumulators (TILE = the group size rounded up to a power of two, at most 8; larger
 groups take ceil(group / 8) blocks per KV head). Split-KV partitions and reduce as in v2.
 Limits: as v2 (block sizes 1..256, head dims 32..256, float32/float16, any GQA ratio, no context bound).
+Known cost: at head dim 32 with TILE 8 and block size >= 32 ptxas hoists the whole query tile into
+registers (255 registers, ~200 bytes of spills per thread); other configurations stay at 64-110 registers.
 Verdict: not measured on a GPU yet. Design expectation: the fastest here at GQA serving shapes
 (group 4-8): L2->SM traffic falls by the group size and partitions keep the SMs busy; equal to v2 at
 group 1 (MHA). compile_report shows group 4 (TILE 4, e.g. Llama-3-8B: 32 query / 8 KV heads).

@@ -36,7 +36,8 @@ class _Prepared:
 
     def launch(self) -> None:
         kernel, grid, block, args = self.launch_args
-        kernel(grid, block, args)
+        if grid[0]:  # no tokens: nothing to launch (a grid of 0 blocks is invalid)
+            kernel(grid, block, args)
 
     def result(self):
         return tuple(np.asarray(backends.to_host(c)) for c in (self.key_cache, self.value_cache))
