@@ -220,8 +220,9 @@ def test_split_kv_result_does_not_depend_on_partition_size(name):
 def test_partition_size_must_be_a_multiple_of_the_block_size():
     problem = DecodeProblem.random(52, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=64, block_size=16,
                                    context_lens=[40], dtype="float32")
-    with pytest.raises(ValueError, match="partition_size 24 must be a multiple of block_size 16"):
-        v2.prepare(problem, "cpu", partition_size=24)
+    for bad in (24, 8, 0):
+        with pytest.raises(ValueError, match=f"partition_size {bad} must be a positive multiple of block_size 16"):
+            v2.prepare(problem, "cpu", partition_size=bad)
     assert common.partition_for(256, None) == 512 and common.partition_for(1024, None) == 1024
 
 

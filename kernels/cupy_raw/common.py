@@ -172,11 +172,13 @@ def attend_dynamic_floats(head_dim: int, tile: int, logits_stride: int) -> int:
 
 
 def partition_for(block_size: int, partition_size: int | None) -> int:
-    """Split-KV partition: default 512 tokens, at least one block, a multiple of the block size."""
-    size = 512 if partition_size is None else int(partition_size)
-    size = max(size, block_size)
-    if size % block_size:
-        raise ValueError(f"partition_size {size} must be a multiple of block_size {block_size}")
+    """Split-KV partition in tokens: default 512 (the block size when that is larger); a given size must be
+    a positive multiple of the block size (partitions start at block boundaries)."""
+    if partition_size is None:
+        return max(512, block_size)
+    size = int(partition_size)
+    if size < 1 or size % block_size:
+        raise ValueError(f"partition_size {size} must be a positive multiple of block_size {block_size}")
     return size
 
 
