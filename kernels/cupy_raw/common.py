@@ -74,7 +74,8 @@ def load_source(path) -> str:
 def cpu_options(**options):
     """Pass options to the CPU executor's CpuRawModule for kernels fetched inside the block.
 
-    E.g. `with cpu_options(sanitize="address"): sandbox.run_problem(...)`. Ignored on a GPU.
+    E.g. `with cpu_options(asan=True): ...` or `cpu_options(thread_order="reverse")` (see
+    sandbox/cpucuda/README.md). Ignored on a GPU.
     """
     token = _cpu_options.set(tuple(sorted({**dict(_cpu_options.get()), **options}.items())))
     try:
