@@ -22,7 +22,17 @@ FAMILY_SHAPES = {
     "numba": dict(head_dims=(32, 64, 80, 128), max_tokens=260, max_num_seqs=3, max_kv_heads=2),
     "cupy": dict(head_dims=(32, 64, 80, 128), max_tokens=520, max_num_seqs=3, max_kv_heads=2),
 }
-FAMILY_EXAMPLES = {"numpy": None, "numba": 20, "cupy": 25}  # None: the profile's max_examples
+# Examples per family under the "ci" profile (None: the profile's own); other profiles scale them
+# (HYPOTHESIS_PROFILE=thorough draws 20x as many).
+FAMILY_EXAMPLES = {"numpy": None, "numba": 20, "cupy": 25}
+
+
+def family_examples(family: str) -> int | None:
+    examples = FAMILY_EXAMPLES[family]
+    if examples is None:
+        return None
+    scale = settings.default.max_examples / settings.get_profile("ci").max_examples
+    return max(1, round(examples * scale))
 
 
 def strategy_for(variant):
@@ -42,7 +52,7 @@ def assert_matches_reference(name: str, problem: DecodeProblem, backend: str = "
 
 def property_test(name: str, **overrides):
     variant = registry.get(name)
-    examples = FAMILY_EXAMPLES[variant.family]
+    examples = family_examples(variant.family)
     extra = {"max_examples": examples} if examples else {}
     extra.update(overrides)
 
