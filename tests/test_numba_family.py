@@ -160,6 +160,69 @@ def test_shuffle_block_reductions_with_emulated_shuffles(monkeypatch, threads):
     _reduce_and_check(cuda.jit(shuffle_reduce_body), threads, blocks=2)
 
 
+def _slow_poisoned_allocations(monkeypatch):
+    """Adversarial simulator memory: every float shared or local array starts as NaN (what a kernel
+    reads before writing shows up), and each static shared allocation sleeps 10 ms, so all threads of
+    a block ask for it at once: a simulator that hands two threads different arrays always fails."""
+    import time
+
+    from numba.cuda.simulator import kernelapi
+
+    empty = np.empty
+    slow = [0]
+
+    def poisoned(shape, dtype=float, *args, **kwargs):
+        out = empty(shape, dtype, *args, **kwargs)
+        owner = sys._getframe(1).f_locals.get("self")
+        if isinstance(owner, (kernelapi.FakeCUDAShared, kernelapi.FakeCUDALocal)) and out.dtype.kind == "f":
+            out.fill(np.nan)
+            if isinstance(owner, kernelapi.FakeCUDAShared):
+                slow[0] += 1
+                time.sleep(0.01)
+        return out
+
+    monkeypatch.setattr(np, "empty", poisoned)
+    return slow
+
+
+def neighbour_body(out):
+    shared = cuda.shared.array(REDUCE_SCRATCH, float32)
+    tid = cuda.threadIdx.x
+    shared[tid] = tid
+    cuda.syncthreads()
+    out[cuda.blockIdx.x, tid] = shared[(tid + 1) % cuda.blockDim.x]
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="a simulator race")
+def test_every_thread_of_a_block_gets_the_same_static_shared_array(monkeypatch):
+    """numba 0.68's simulator allocated a static shared array with an unlocked check-then-store, so
+    under GIL switches two threads of a launch's first block could get different arrays (NaN from
+    numba.split at (seq 0, head 0) once in a sweep). common serialises it; this forces the race."""
+    kernel = cuda.jit(neighbour_body)
+    out = np.full((2, 16), -1.0, np.float32)
+    slow = _slow_poisoned_allocations(monkeypatch)
+    with common.simulator_switching():
+        kernel[2, 16](out)
+    assert slow[0] == 1  # one allocation per shared array and launch, however the threads interleave
+    np.testing.assert_array_equal(out, np.tile((np.arange(16) + 1) % 16, (2, 1)))
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="a simulator race")
+@pytest.mark.parametrize("name", NUMBA)
+def test_variants_with_racing_allocations_and_nan_poisoned_memory(monkeypatch, name):
+    """Each kernel with its static shared and local arrays born NaN and allocated by all threads at
+    once: also catches reading such memory before this launch wrote it (dynamic shared starts zeroed)."""
+    from sandbox import runner
+
+    problem = DecodeProblem.random(11, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, block_size=16,
+                                   context_lens=[40])
+    prepared, _ = runner.prepare(name, problem, "cpu")
+    _slow_poisoned_allocations(monkeypatch)
+    prepared.launch()
+    monkeypatch.undo()
+    assert_close(prepared.result(), expected_output(problem), problem.dtype, f"{name} on {problem}")
+
+
 @pytest.mark.skipif(not numba_simulated(), reason="runs the GPU configuration under the simulator")
 @pytest.mark.parametrize("name", NUMBA)
 def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):

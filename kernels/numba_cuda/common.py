@@ -4,6 +4,8 @@ The block reductions are the one place that differs between a GPU and the simula
 warp shuffles): on a GPU, a warp reduces with `shfl_xor_sync` and warps combine through a small
 shared array; under the simulator every thread writes its value to shared memory and reads them
 all back. `block_max` / `block_sum` are bound once, at import, from `numba.config.ENABLE_CUDASIM`.
+Under the simulator, importing this module also makes its static shared arrays thread-safe (see
+serialise_simulated_shared_arrays()).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import functools
 import math
 import re
 import sys
+import threading
 
 import numpy as np
 from numba import config, cuda, float32, int32, types
@@ -115,6 +118,47 @@ def shared_block_sum(value, scratch):
 
 block_max = shared_block_max if SIMULATED else shuffle_block_max
 block_sum = shared_block_sum if SIMULATED else shuffle_block_sum
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulator's static shared arrays. numba's FakeCUDAShared.array (0.68) allocates one lazily,
+# keyed by the calling source line, with an unlocked get / np.empty / store: every thread of the
+# launch's first block runs it at once, and a GIL switch between the get and the store (more likely
+# under simulator_switching()'s short interval) hands two threads *different* arrays. One of them
+# then writes where no other thread reads and reads np.empty garbage: a wrong or NaN result for
+# that block only (4 in 10,000 launches of a 16-thread kernel on a loaded 2-core machine). A GPU
+# has no such step. Dynamic shared memory (shape 0) is one buffer made before the threads start.
+def serialise_simulated_shared_arrays() -> None:
+    """Replace FakeCUDAShared.array with the same allocation (keyed by the caller's file and line),
+    made under a lock, so every thread of a launch gets the same array. Idempotent."""
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    fake_shared = kernelapi.FakeCUDAShared
+    if getattr(fake_shared.array, "serialised", False):
+        return
+    dynamic = fake_shared.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype):
+        if shape == 0:
+            return dynamic(self, shape, dtype)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            res = self._allocations.get(key)
+            if res is None:
+                if isinstance(dtype, types.Type):
+                    dtype = numpy_support.as_dtype(dtype)
+                res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+
+    array.serialised = True
+    fake_shared.array = array
+
+
+if SIMULATED:
+    serialise_simulated_shared_arrays()
 
 
 # ---------------------------------------------------------------------------------------------
