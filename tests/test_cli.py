@@ -23,3 +23,10 @@ def test_check_unknown_name_fails_clearly():
     proc = sandbox_cli("check", "numpy.nope")
     assert proc.returncode != 0
     assert "unknown variant 'numpy.nope'; valid names:" in proc.stderr
+
+
+def test_check_fails_a_negative_control_and_reports_why():
+    proc = sandbox_cli("check", "wrong.cupy.ignores_table", "--random", "1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("FAIL  wrong.cupy.ignores_table")
+    assert "worst max abs err" in proc.stdout and "elements differ beyond atol=" in proc.stdout

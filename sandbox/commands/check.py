@@ -40,7 +40,7 @@ def main(args) -> int:
         variant = registry.get(name)
         results = [(label, check_problem(name, p, args.backend)) for label, p in problems_for(variant, args.seed, args.random)]
         bad = [(label, r) for label, r in results if not r.ok]
-        worst = max((r.comparison.max_abs_err for _, r in results if r.comparison), default=float("nan"))
+        worst = max((r.comparison.max_abs_err for _, r in results if r.comparison is not None), default=float("nan"))
         status = "PASS" if not bad else "FAIL"
         print(f"{status}  {name:<28} {len(results) - len(bad)}/{len(results)} problems, worst max abs err {worst:.3g}")
         for label, r in bad[:5]:
