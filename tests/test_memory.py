@@ -64,8 +64,6 @@ def test_seed_example_json_through_cli(capsys):
 
 
 def test_seed_example_through_python_m_sandbox():
-    if not (ROOT / "sandbox" / "__main__.py").exists():
-        pytest.skip("sandbox/__main__.py not there yet")
     proc = subprocess.run([sys.executable, "-m", "sandbox", "memory", "--example", "seed", "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

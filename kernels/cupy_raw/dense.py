@@ -14,7 +14,6 @@ import numpy as np
 
 from sandbox import backends
 from sandbox.check import gather_sequence
-from sandbox.variant import Limits
 
 from . import common, gqa
 

@@ -90,7 +90,6 @@ def gpu_copy_bandwidth(nbytes: int = GPU_COPY_BYTES, repeats: int = 10) -> CopyB
         samples.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
     if not np.array_equal(dst[-4096:].get(), np.ones(4096, dtype=np.uint8)):
         raise RuntimeError("device copy did not copy")
-    del src, dst
     return _result(samples, nbytes, f"cudaMemcpyAsync device-to-device of {nbytes} bytes, CuPy events")
 
 
