@@ -39,6 +39,7 @@ class DecodeProblem:
     context_lens: np.ndarray
     scale: float | None = None
     seed: int | None = None
+    recipe: dict | None = dataclasses.field(default=None, repr=False, compare=False)  # random()'s arguments
 
     def validate(self) -> "DecodeProblem":
         validate_decode_inputs(self.query, self.key_cache, self.value_cache,
@@ -102,6 +103,16 @@ class DecodeProblem:
                 f"table={self.max_blocks_per_seq}, dtype={self.dtype.name}, context_lens={shown})")
 
     __str__ = describe
+
+    def __repr__(self) -> str:
+        """The call that rebuilds this exact problem (hypothesis prints it for a falsifying example)."""
+        if self.recipe is None:
+            return self.describe()
+        args = ", ".join(f"{k}={v!r}" for k, v in self.recipe.items())
+        return f"DecodeProblem.random({args})"
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis/IPython pretty printers: same compact call
+        printer.text(repr(self))
 
     @classmethod
     def random(cls, seed: int, num_seqs: int = 4, num_heads: int = 8, num_kv_heads: int = 2, head_dim: int = 64,
@@ -179,5 +190,11 @@ class DecodeProblem:
         query = rng.uniform(-1, 1, size=(num_seqs, num_heads, head_dim))
         if extreme_logits:
             query *= EXTREME_QUERY_GAIN
+        recipe = dict(seed=seed, num_seqs=num_seqs, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                      block_size=block_size, context_lens=None if context_lens is None else [int(n) for n in context_lens],
+                      max_context_len=max_context_len, dtype=dtype.name, share_prefix=share_prefix,
+                      full_capacity=full_capacity, extreme_logits=extreme_logits, spare_blocks=spare_blocks,
+                      nan_fill=nan_fill)
         return cls(query=query.astype(dtype), key_cache=key_cache.astype(dtype), value_cache=value_cache.astype(dtype),
-                   block_tables=tables, context_lens=lens.astype(np.int32), scale=None, seed=seed).validate()
+                   block_tables=tables, context_lens=lens.astype(np.int32), scale=None, seed=seed,
+                   recipe=recipe).validate()

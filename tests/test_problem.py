@@ -118,3 +118,12 @@ def test_compare_passes_within_tolerance_and_reports_the_error():
     expected = np.linspace(-1, 1, 24).reshape(2, 3, 4)
     result = compare(expected.astype(np.float16), expected, "float16")
     assert result.ok and 0 < result.max_abs_err < TOLERANCES["float16"].atol
+
+
+def test_repr_is_the_call_that_rebuilds_the_problem():
+    """Hypothesis prints repr() for a falsifying example: pasting it must rebuild the same arrays."""
+    p = DecodeProblem.random(7, num_seqs=3, block_size=4, context_lens=[1, 9, 12], dtype="float16", extreme_logits=True)
+    assert repr(p).startswith("DecodeProblem.random(seed=7, ")
+    rebuilt = eval(repr(p), {"DecodeProblem": DecodeProblem})
+    for x, y in zip(p.arrays()[:5], rebuilt.arrays()[:5]):
+        np.testing.assert_array_equal(x, y)
