@@ -20,6 +20,7 @@ VARIANTS = {
     "cupy.v1": "kernels.cupy_raw.v1",
     "cupy.v2": "kernels.cupy_raw.v2",
     "cupy.gqa": "kernels.cupy_raw.gqa",
+    "cupy.rows": "kernels.cupy_raw.rows",
     "cupy.dense": "kernels.cupy_raw.dense",
 }
 

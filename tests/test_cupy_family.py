@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import reference
-from kernels.cupy_raw import common, dense, gqa, v1, v2
+from kernels.cupy_raw import common, dense, gqa, rows, v1, v2
 from kernels.cupy_raw import write_cache as cupy_write_cache
 from kernels.wrong import cupy_ignores_table, cupy_off_by_one
 from sandbox import nvrtc, registry
@@ -21,9 +21,9 @@ from sandbox.check import expected_output
 from sandbox.compare import assert_close, compare
 from sandbox.problem import DecodeProblem
 
-ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.dense": dense}
+ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 WRONG = {"wrong.cupy.ignores_table": cupy_ignores_table, "wrong.cupy.off_by_one": cupy_off_by_one}
-SPLIT_KV = {"cupy.v2": v2, "cupy.gqa": gqa, "cupy.dense": dense}
+SPLIT_KV = {"cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 
 
 def test_family_is_registered():
@@ -45,7 +45,8 @@ def _expressions():
         v2.PATH: [v2.kernel_name(2, 96, "float16"), v2.kernel_name(64, 32, "float32"),
                   common.reduce_name(128, "float16")],
         gqa.PATH: [gqa.kernel_name(16, 128, 8, "float16"), gqa.kernel_name(32, 64, 1, "float32"),
-                   common.reduce_name(64, "float32")],
+                   rows.kernel_name(1, 128, 4, "float16"), rows.kernel_name(256, 256, 8, "float32"),
+                   rows.kernel_name(8, 80, 2, "float16"), common.reduce_name(64, "float32")],
         dense.PATH: [dense.kernel_name(16, 128, 4, "float16"), dense.kernel_name(128, 80, 2, "float32"),
                      common.reduce_name(80, "float32")],
         cupy_write_cache.PATH: [f"write_cache<{t}>" for _, t in cupy_write_cache.UNITS],
@@ -227,9 +228,21 @@ def test_partition_size_must_be_a_multiple_of_the_block_size():
 
 
 def test_dense_twin_equals_the_paged_kernel_bit_for_bit():
-    """cupy.dense is gqa without the block table: same arithmetic in the same order."""
+    """cupy.dense is its twin (cupy.rows) without the block table: same arithmetic in the same order."""
+    assert dense.TWIN is rows and registry.get("cupy.rows").module is rows
     for problem in _problems():
-        np.testing.assert_array_equal(_run(dense, problem), _run(gqa, problem))
+        np.testing.assert_array_equal(_run(dense, problem), _run(dense.TWIN, problem))
+
+
+def test_rows_and_gqa_compute_the_same_function_at_every_block_size():
+    """Two thread mappings of one algorithm: equal to rounding, from block size 1 (a lookup per token) to 256."""
+    for block_size in (1, 2, 8, 32, 256):
+        problem = DecodeProblem.random(60 + block_size, num_seqs=3, num_heads=8, num_kv_heads=2, head_dim=80,
+                                       block_size=block_size, context_lens=[1, 2 * block_size + 3, 300],
+                                       dtype="float16")
+        got = _run(rows, problem)
+        assert_close(got, expected_output(problem), problem.dtype, f"rows bs{block_size}")
+        np.testing.assert_allclose(got.astype(np.float32), _run(gqa, problem).astype(np.float32), rtol=2e-3, atol=2e-3)
 
 
 def test_dense_cache_is_the_gathered_sequence_with_nan_padding():

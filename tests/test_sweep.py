@@ -137,6 +137,13 @@ def test_every_block_size_pages_the_same_tokens(block_size):
     problem = shapes.paged_problem(tokens, block_size)
     reference_problem = shapes.paged_problem(tokens, 50)
     np.testing.assert_array_equal(expected_output(problem), expected_output(reference_problem))
+    # The sweep's truth comes from the contiguous tokens: equal to the reference through the table.
+    np.testing.assert_allclose(shapes.expected_output(tokens), expected_output(problem), rtol=1e-12, atol=1e-12)
+    for s in range(3):  # the paged cache holds exactly the tokens, in table order
+        for t in (0, block_size - 1, 49):
+            if t < 50:
+                np.testing.assert_array_equal(
+                    problem.key_cache[problem.block_tables[s, t // block_size], t % block_size], tokens.keys[s, t])
     assert problem.block_size == block_size and (problem.context_lens == 50).all()
     used = np.zeros(problem.num_blocks, dtype=bool)
     used[problem.block_tables.ravel()] = True

@@ -9,6 +9,11 @@
 //      step across the 4 warps; accumulation in float32.
 //   V: a token row is split across min(head_dim / VEC, 32) lanes in 16-byte vectors; a warp
 //      takes several token rows at once; rows, then warps, are summed (shuffles, then shared memory).
+// ROW_MAPPED (cupy.rows): the thread mapping ignores the block size. K: TGS = NUM_VECS / 4 lanes per
+//   token (4 vectors each, 64 bytes for head dim 128 in fp16), a warp loads UK passes of 32 / TGS
+//   tokens (8 vectors per lane, 4 KiB per warp) before any math; V: each lane loads UV token rows
+//   before any math. Each token row is found through the table on its own (an L1 hit), so a block
+//   size of 1 keeps as many bytes in flight as 256; the block size only sets the index arithmetic.
 // Tokens at or past `end` are never loaded (their slots may hold NaN), and only the blocks that
 // hold tokens of [start, end) are looked up in the block table (unused entries may be -1).
 // The KV policy (PagedKV, DenseKV) maps a logical block to its first token row in the cache.
@@ -60,6 +65,7 @@ template <int BLOCK_SIZE>
 struct PagedKV {
   const int* table;  // this sequence's block-table row
   __device__ __forceinline__ long long first_row(int b) const { return (long long)table[b] * BLOCK_SIZE; }
+  __device__ __forceinline__ long long row(int t) const { return first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE; }
 };
 
 // A contiguous cache [num_seqs, max_context, ...]: no table, BLOCK_SIZE only sets the thread mapping.
@@ -67,7 +73,178 @@ template <int BLOCK_SIZE>
 struct DenseKV {
   long long seq_row;  // seq * max_context
   __device__ __forceinline__ long long first_row(int b) const { return seq_row + (long long)b * BLOCK_SIZE; }
+  __device__ __forceinline__ long long row(int t) const { return seq_row + t; }
 };
+
+// qk[g] += q_g . (the lane's K vectors): kp[jj] is vector `first + jj * TGS` of the token's row
+// (vectors past NUM_VECS are skipped); q_smem holds TILE staged query heads, HEAD_DIM apart.
+template <int HEAD_DIM, int TILE, int TGS, int N, typename T>
+__device__ __forceinline__ void accumulate_qk(const Pack16<T> (&kp)[N], const float* q_smem, int first,
+                                              float (&qk)[TILE]) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int NUM_VECS = HEAD_DIM / VEC;
+#pragma unroll
+  for (int jj = 0; jj < N; ++jj) {
+    const int v = first + jj * TGS;
+    if (v < NUM_VECS) {
+#pragma unroll
+      for (int g = 0; g < TILE; ++g) {
+        const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
+#pragma unroll
+        for (int e = 0; e < VEC / 4; ++e) {
+          const float4 qq = q4[e];
+          qk[g] += qq.x * to_float(kp[jj].v[4 * e]) + qq.y * to_float(kp[jj].v[4 * e + 1]) +
+                   qq.z * to_float(kp[jj].v[4 * e + 2]) + qq.w * to_float(kp[jj].v[4 * e + 3]);
+        }
+      }
+    }
+  }
+}
+
+// Finishes one token's logits: sums the TGS lanes' partial dot products, scales, and (for a token in
+// range) keeps the running max and writes logits[g][token - start].
+template <int TILE, int TGS>
+__device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, bool valid, bool writer, int index,
+                                             float* logits, int logits_stride, float (&qk_max)[TILE]) {
+#pragma unroll
+  for (int g = 0; g < TILE; ++g) qk[g] = group_sum<TGS>(qk[g]) * scale;
+  if (valid) {
+#pragma unroll
+    for (int g = 0; g < TILE; ++g) {
+      qk_max[g] = fmaxf(qk_max[g], qk[g]);
+      if (writer) logits[g * logits_stride + index] = qk[g];
+    }
+  }
+}
+
+// K phase, block-mapped (vLLM): a warp walks one cache block at a time, TGS = 32 / BLOCK_SIZE lanes
+// per token (1 from block size 32 up); one table lookup per block.
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV>
+__device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
+                                                    const float* q_smem, float scale, int start, int end,
+                                                    float* logits, int logits_stride, float (&qk_max)[TILE]) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int NUM_VECS = HEAD_DIM / VEC;
+  constexpr int TGS = BLOCK_SIZE < WARP ? WARP / BLOCK_SIZE : 1;
+  constexpr int GROUPS_PER_WARP = WARP / TGS;
+  constexpr int TOKENS_PER_GROUP = BLOCK_SIZE / GROUPS_PER_WARP;
+  static_assert(TOKENS_PER_GROUP * GROUPS_PER_WARP == BLOCK_SIZE, "block size must divide 32 or be a multiple of 32");
+  constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;  // vectors per lane
+  constexpr int K_CHUNK = K_VECS < 8 ? K_VECS : 8;
+  const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+  const int group = lane / TGS, lane_in_group = lane % TGS;
+  const int first_block = start / BLOCK_SIZE, end_block = (end + BLOCK_SIZE - 1) / BLOCK_SIZE;
+  for (int b = first_block + warp; b < end_block; b += NUM_WARPS) {
+    const long long row0 = kv.first_row(b);
+#pragma unroll 1
+    for (int i = 0; i < TOKENS_PER_GROUP; ++i) {
+      const int offset = group + i * GROUPS_PER_WARP;
+      const int token = b * BLOCK_SIZE + offset;
+      const bool valid = token < end;
+      float qk[TILE];
+#pragma unroll
+      for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
+      if (valid) {
+        const T* k = k_head + (row0 + offset) * kv_stride;
+        // K_CHUNK vectors in flight, then their math: bounds registers when one lane holds a whole row.
+#pragma unroll 1
+        for (int j0 = 0; j0 < K_VECS; j0 += K_CHUNK) {
+          Pack16<T> kp[K_CHUNK];
+#pragma unroll
+          for (int jj = 0; jj < K_CHUNK; ++jj) {
+            const int v = lane_in_group + (j0 + jj) * TGS;
+            if (v < NUM_VECS) kp[jj] = *reinterpret_cast<const Pack16<T>*>(k + v * VEC);
+          }
+          accumulate_qk<HEAD_DIM, TILE, TGS>(kp, q_smem, lane_in_group + j0 * TGS, qk);
+        }
+      }
+      store_logits<TILE, TGS>(qk, scale, valid, lane_in_group == 0, token - start, logits, logits_stride, qk_max);
+    }
+  }
+}
+
+// Lanes per token in the row-mapped K phase: 4 vectors each (a power of two, at most a warp).
+template <int NUM_VECS>
+__host__ __device__ constexpr int row_group_size() {
+  int tgs = 1;
+  while (tgs * 2 <= NUM_VECS / 4 && tgs < WARP) tgs *= 2;
+  return tgs;
+}
+
+// K phase, row-mapped (cupy.rows): TGS lanes per token whatever the block size; a warp takes chunks of
+// UK * (32 / TGS) consecutive tokens and issues every load of a chunk (8 vectors per lane) before
+// its math. Each token's row is looked up on its own: kv.row(t).
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV>
+__device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
+                                                  const float* q_smem, float scale, int start, int end,
+                                                  float* logits, int logits_stride, float (&qk_max)[TILE]) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int NUM_VECS = HEAD_DIM / VEC;
+  constexpr int TGS = row_group_size<NUM_VECS>();
+  constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;  // vectors per lane per token
+  constexpr int TOKENS_PER_PASS = WARP / TGS;
+  constexpr int UK = K_VECS >= 8 ? 1 : 8 / K_VECS;    // passes whose loads are in flight together
+  constexpr int CHUNK = UK * TOKENS_PER_PASS;
+  const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+  const int group = lane / TGS, lane_in_group = lane % TGS;
+  for (int c0 = start + warp * CHUNK; c0 < end; c0 += NUM_WARPS * CHUNK) {
+    Pack16<T> kp[UK][K_VECS];
+#pragma unroll
+    for (int u = 0; u < UK; ++u) {
+      const int t = c0 + u * TOKENS_PER_PASS + group;
+      if (t < end) {
+        const T* k = k_head + kv.row(t) * kv_stride;
+#pragma unroll
+        for (int j = 0; j < K_VECS; ++j) {
+          const int v = lane_in_group + j * TGS;
+          if (v < NUM_VECS) kp[u][j] = *reinterpret_cast<const Pack16<T>*>(k + v * VEC);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UK; ++u) {
+      const int t = c0 + u * TOKENS_PER_PASS + group;
+      float qk[TILE];
+#pragma unroll
+      for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
+      if (t < end) accumulate_qk<HEAD_DIM, TILE, TGS>(kp[u], q_smem, lane_in_group, qk);
+      store_logits<TILE, TGS>(qk, scale, t < end, lane_in_group == 0, t - start, logits, logits_stride, qk_max);
+    }
+  }
+}
+
+// The lane's share of one V row: vectors lane_in_row + j * LPT, j < V_VECS (past NUM_VECS: not loaded).
+template <int NUM_VECS, int LPT, int V_VECS, typename T>
+__device__ __forceinline__ void load_value_row(const T* __restrict__ vrow, int lane_in_row, Pack16<T> (&vp)[V_VECS]) {
+  constexpr int VEC = 16 / sizeof(T);
+#pragma unroll
+  for (int j = 0; j < V_VECS; ++j) {
+    const int v = lane_in_row + j * LPT;
+    if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) vp[j] = *reinterpret_cast<const Pack16<T>*>(vrow + v * VEC);
+  }
+}
+
+// acc[g][j * VEC + e] += p_g * v[e] for the lane's V vectors; p_g = probs[g * probs_stride].
+template <int TILE, int NUM_VECS, int LPT, int V_VECS, int ACC, typename T>
+__device__ __forceinline__ void accumulate_pv(const Pack16<T> (&vp)[V_VECS], const float* probs, int probs_stride,
+                                              int lane_in_row, float (&acc)[TILE][ACC]) {
+  constexpr int VEC = 16 / sizeof(T);
+  float p[TILE];
+#pragma unroll
+  for (int g = 0; g < TILE; ++g) p[g] = probs[g * probs_stride];
+#pragma unroll
+  for (int j = 0; j < V_VECS; ++j) {
+    const int v = lane_in_row + j * LPT;
+    if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float vf = to_float(vp[j].v[e]);
+#pragma unroll
+        for (int g = 0; g < TILE; ++g) acc[g][j * VEC + e] += p[g] * vf;
+      }
+    }
+  }
+}
 
 // Shared memory: static q tile + reduction slots; dynamic `smem` must hold
 // max(TILE * logits_stride, NUM_WARPS * TILE * HEAD_DIM) floats (logits, then the warps' partial outputs).
@@ -75,7 +252,8 @@ struct DenseKV {
 // q:        the tile's first query head; heads are HEAD_DIM apart; heads >= num_heads_here are not read
 // out:      out + g * out_head_stride + d  <- normalized output of head g (OutT: T, or float for partitions)
 // max_out, sum_out (nullable): + g * stats_stride <- the range's max logit and sum of exp(logit - max)
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV, typename OutT>
+// ROW_MAPPED: the block-size-independent mapping of cupy.rows (see the top of this file).
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, bool ROW_MAPPED = false, typename T, typename KV, typename OutT>
 __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __restrict__ value_cache,
                        const T* __restrict__ q, int num_heads_here, int kv_head, int num_kv_heads, float scale,
                        int start, int end, int logits_stride, float* __restrict__ smem,
@@ -84,13 +262,6 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   constexpr int VEC = 16 / sizeof(T);
   static_assert(HEAD_DIM % VEC == 0, "head_dim * sizeof(T) must be a multiple of 16 bytes");
   constexpr int NUM_VECS = HEAD_DIM / VEC;
-  // K phase: thread groups of TGS lanes per token.
-  constexpr int TGS = BLOCK_SIZE < WARP ? WARP / BLOCK_SIZE : 1;
-  constexpr int GROUPS_PER_WARP = WARP / TGS;
-  constexpr int TOKENS_PER_GROUP = BLOCK_SIZE / GROUPS_PER_WARP;
-  static_assert(TOKENS_PER_GROUP * GROUPS_PER_WARP == BLOCK_SIZE, "block size must divide 32 or be a multiple of 32");
-  constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;  // vectors per lane
-  constexpr int K_CHUNK = K_VECS < 8 ? K_VECS : 8;
   // V phase: LPT lanes per token row, ROWS rows per warp.
   constexpr int LPT = NUM_VECS < WARP ? NUM_VECS : WARP;
   constexpr int ROWS = WARP / LPT;
@@ -109,61 +280,16 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
 
   // ---- K: logits[g][t - start] = scale * q_g . k_t
   float* logits = smem;
-  const int group = lane / TGS, lane_in_group = lane % TGS;
   float qk_max[TILE];
 #pragma unroll
   for (int g = 0; g < TILE; ++g) qk_max[g] = neg_inf();
-  const int first_block = start / BLOCK_SIZE, end_block = (end + BLOCK_SIZE - 1) / BLOCK_SIZE;
-  for (int b = first_block + warp; b < end_block; b += NUM_WARPS) {
-    const long long row0 = kv.first_row(b);
-#pragma unroll 1
-    for (int i = 0; i < TOKENS_PER_GROUP; ++i) {
-      const int offset = group + i * GROUPS_PER_WARP;
-      const int token = b * BLOCK_SIZE + offset;
-      const bool valid = token < end;
-      float qk[TILE];
-#pragma unroll
-      for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
-      if (valid) {
-        const T* k = key_cache + (row0 + offset) * kv_stride + (long long)kv_head * HEAD_DIM;
-        // K_CHUNK vectors in flight, then their math: bounds registers when one lane holds a whole row.
-#pragma unroll 1
-        for (int j0 = 0; j0 < K_VECS; j0 += K_CHUNK) {
-          Pack16<T> kp[K_CHUNK];
-#pragma unroll
-          for (int jj = 0; jj < K_CHUNK; ++jj) {
-            const int v = lane_in_group + (j0 + jj) * TGS;
-            if (v < NUM_VECS) kp[jj] = *reinterpret_cast<const Pack16<T>*>(k + v * VEC);
-          }
-#pragma unroll
-          for (int jj = 0; jj < K_CHUNK; ++jj) {
-            const int v = lane_in_group + (j0 + jj) * TGS;
-            if (v < NUM_VECS) {
-#pragma unroll
-              for (int g = 0; g < TILE; ++g) {
-                const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
-#pragma unroll
-                for (int e = 0; e < VEC / 4; ++e) {
-                  const float4 qq = q4[e];
-                  qk[g] += qq.x * to_float(kp[jj].v[4 * e]) + qq.y * to_float(kp[jj].v[4 * e + 1]) +
-                           qq.z * to_float(kp[jj].v[4 * e + 2]) + qq.w * to_float(kp[jj].v[4 * e + 3]);
-                }
-              }
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < TILE; ++g) qk[g] = group_sum<TGS>(qk[g]) * scale;
-      if (valid) {
-#pragma unroll
-        for (int g = 0; g < TILE; ++g) {
-          qk_max[g] = fmaxf(qk_max[g], qk[g]);
-          if (lane_in_group == 0) logits[g * logits_stride + token - start] = qk[g];
-        }
-      }
-    }
-  }
+  const T* k_head = key_cache + (long long)kv_head * HEAD_DIM;
+  if constexpr (ROW_MAPPED)
+    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, start, end, logits,
+                                                  logits_stride, qk_max);
+  else
+    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, start, end, logits,
+                                                    logits_stride, qk_max);
 #pragma unroll
   for (int g = 0; g < TILE; ++g) {
     const float m = warp_max(qk_max[g]);
@@ -203,25 +329,32 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   for (int g = 0; g < TILE; ++g)
 #pragma unroll
     for (int x = 0; x < V_VECS * VEC; ++x) acc[g][x] = 0.f;
+  const T* v_head = value_cache + (long long)kv_head * HEAD_DIM;
   if (row < ROWS) {
-    for (int t = start + warp * ROWS + row; t < end; t += NUM_WARPS * ROWS) {
-      const T* vrow = value_cache + (kv.first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE) * kv_stride +
-                      (long long)kv_head * HEAD_DIM;
-      float p[TILE];
+    if constexpr (ROW_MAPPED) {
+      // UV rows per lane in flight (8 vectors) before their math; rows past `end` are neither
+      // loaded nor used (their slots may hold NaN).
+      constexpr int UV = V_VECS >= 8 ? 1 : 8 / V_VECS;
+      constexpr int CHUNK = UV * ROWS;
+      for (int c0 = start + warp * CHUNK; c0 < end; c0 += NUM_WARPS * CHUNK) {
+        Pack16<T> vp[UV][V_VECS];
 #pragma unroll
-      for (int g = 0; g < TILE; ++g) p[g] = logits[g * logits_stride + t - start];
-#pragma unroll
-      for (int j = 0; j < V_VECS; ++j) {
-        const int v = lane_in_row + j * LPT;
-        if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
-          const Pack16<T> vp = *reinterpret_cast<const Pack16<T>*>(vrow + v * VEC);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float vf = to_float(vp.v[e]);
-#pragma unroll
-            for (int g = 0; g < TILE; ++g) acc[g][j * VEC + e] += p[g] * vf;
-          }
+        for (int u = 0; u < UV; ++u) {
+          const int t = c0 + u * ROWS + row;
+          if (t < end) load_value_row<NUM_VECS, LPT>(v_head + kv.row(t) * kv_stride, lane_in_row, vp[u]);
         }
+#pragma unroll
+        for (int u = 0; u < UV; ++u) {
+          const int t = c0 + u * ROWS + row;
+          if (t < end) accumulate_pv<TILE, NUM_VECS, LPT>(vp[u], logits + t - start, logits_stride, lane_in_row, acc);
+        }
+      }
+    } else {
+      for (int t = start + warp * ROWS + row; t < end; t += NUM_WARPS * ROWS) {
+        Pack16<T> vp[V_VECS];
+        load_value_row<NUM_VECS, LPT>(v_head + (kv.first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE) * kv_stride,
+                                      lane_in_row, vp);
+        accumulate_pv<TILE, NUM_VECS, LPT>(vp, logits + t - start, logits_stride, lane_in_row, acc);
       }
     }
   }

@@ -31,8 +31,9 @@ def tile_for(group: int) -> int:
     return min(MAX_TILE, 1 << (group - 1).bit_length())
 
 
-def kernel_name(block_size: int, head_dim: int, tile: int, dtype) -> str:
-    return f"paged_attention_gqa<{block_size}, {head_dim}, {tile}, {common.ctype(dtype)}>"
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype, row_mapped: bool = False) -> str:
+    """row_mapped=True is cupy.rows's instantiation of the same kernel."""
+    return f"paged_attention_gqa<{block_size}, {head_dim}, {tile}, {common.ctype(dtype)}, {str(row_mapped).lower()}>"
 
 
 def dynamic_shared_bytes(head_dim: int, tile: int, partition: int) -> int:
@@ -68,6 +69,11 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
 
 
 def prepare(problem, backend: str, partition_size: int | None = None) -> common.Prepared:
+    return prepare_paged(NAME, kernel_name, problem, backend, partition_size)
+
+
+def prepare_paged(name, kernel_name_for, problem, backend: str, partition_size: int | None) -> common.Prepared:
+    """gqa.cu's paged kernel (cupy.gqa or cupy.rows, by kernel_name_for) with the reduce."""
     p = problem
 
     def make_args(scratch, partition, max_partitions):
@@ -78,12 +84,12 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
                 np.int32(max_partitions))
         return args, uploaded
 
-    return prepare_split_kv(NAME, PATH, kernel_name, p, backend, partition_size, make_args)
+    return prepare_split_kv(name, PATH, kernel_name_for, p, backend, partition_size, make_args)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kernel_name_for=kernel_name) -> dict:
     """NVRTC -> cubin resources for group REPORT_GROUP (TILE 4) and partition 512; `kernels` adds the reduce."""
     tile = tile_for(REPORT_GROUP)
-    return common.split_kv_report(PATH, kernel_name(block_size, head_dim, tile, dtype), head_dim, dtype, arch,
+    return common.split_kv_report(PATH, kernel_name_for(block_size, head_dim, tile, dtype), head_dim, dtype, arch,
                                   dynamic_shared_bytes(head_dim, tile, 512),
                                   f"group {REPORT_GROUP} (tile {tile}), partition 512; reduce kernel in 'kernels'")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Callable
 
 from .. import backends, registry, runner
-from ..check import expected_output
 from ..compare import compare
 from ..results import CsvAppender, new_run_dir
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, peers, shapes as shapes_mod, timing
@@ -135,9 +134,10 @@ class _ShapeData:
         return self._problem[1]
 
     def expected(self, problem):
-        # Every block size pages the same tokens, so one expected output serves them all.
+        # Every block size pages the same tokens: one expected output, computed from the contiguous
+        # tokens (not through any block table), serves them all.
         if self._expected is None:
-            self._expected = expected_output(problem)
+            self._expected = shapes_mod.expected_output(self._tokens)
         return self._expected
 
 

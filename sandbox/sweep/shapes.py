@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from ..check import grouped_dense_decode
 from ..problem import DecodeProblem
 
 _DTYPES = {"fp16": "float16", "float16": "float16", "half": "float16", "fp32": "float32", "float32": "float32"}
@@ -152,13 +153,23 @@ def paged_problem(tokens: Tokens, block_size: int) -> DecodeProblem:
 
     cache_shape = (num_blocks, block_size, shape.num_kv_heads, shape.head_dim)
     padded = per_seq * block_size
+    unused = np.setdiff1d(np.arange(num_blocks), physical)  # the spare blocks: NaN, never read
     caches = []
     for source in (tokens.keys, tokens.values):
-        cache = np.full(cache_shape, np.nan, dtype=source.dtype)
-        for s in range(shape.num_seqs):
-            blocks = np.full((padded, shape.num_kv_heads, shape.head_dim), np.nan, dtype=source.dtype)
-            blocks[:shape.context_len] = source[s]
-            cache[tables[s]] = blocks.reshape(per_seq, block_size, shape.num_kv_heads, shape.head_dim)
+        if padded != shape.context_len:  # the last block's tail: NaN
+            tail = np.full((shape.num_seqs, padded - shape.context_len) + source.shape[2:], np.nan, source.dtype)
+            source = np.concatenate([source, tail], axis=1)
+        cache = np.empty(cache_shape, dtype=source.dtype)
+        cache[physical] = source.reshape(needed, block_size, shape.num_kv_heads, shape.head_dim)
+        cache[unused] = np.nan
         caches.append(cache)
     context_lens = np.full(shape.num_seqs, shape.context_len, dtype=np.int32)
     return DecodeProblem(tokens.query, caches[0], caches[1], tables, context_lens, scale=None, seed=tokens.seed).validate()
+
+
+def expected_output(tokens: Tokens) -> np.ndarray:
+    """float64 [num_seqs, num_heads, head_dim] from the contiguous tokens (no block table involved):
+    the truth every block size's paged problem is held to (default scale 1 / sqrt(head_dim))."""
+    scale = 1.0 / np.sqrt(tokens.shape.head_dim)
+    return np.stack([grouped_dense_decode(tokens.query[s], tokens.keys[s], tokens.values[s], scale)
+                     for s in range(tokens.shape.num_seqs)])

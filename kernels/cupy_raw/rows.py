@@ -1,0 +1,33 @@
+"""cupy.rows: gqa with a thread mapping that ignores the block size, and a chunk's loads issued before its math.
+
+Idea: in gqa (vLLM's mapping) the block size decides how many lanes share a token and how many
+bytes a warp has in flight: at block size 1 a warp holds one 256-byte K row per table lookup and
+each V loop step waits on a lookup and a 512-byte load. Here every token row is found through the
+table on its own (kv.row(t), an L1 hit), a fixed number of lanes shares a row (4 vectors per lane),
+and each warp issues 8 vectors per lane (4 KiB at head dim 128 in fp16) for K and for V before
+using any: the block size only changes index arithmetic. Same grid, GQA tile, split-KV partitions
+and reduce as gqa (one kernel template, gqa.cu, ROW_MAPPED = true).
+Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16, any GQA ratio).
+Design expectation: as fast as gqa at block size >= 32, faster below (bytes in flight no longer
+shrink with the block size), so block size 8 within a few percent of 128. Measured: see README.
+"""
+from __future__ import annotations
+
+from . import gqa
+
+PATH = gqa.PATH
+NAME = "cupy.rows"
+LIMITS = gqa.LIMITS
+
+
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype) -> str:
+    return gqa.kernel_name(block_size, head_dim, tile, dtype, row_mapped=True)
+
+
+def prepare(problem, backend: str, partition_size: int | None = None):
+    return gqa.prepare_paged(NAME, kernel_name, problem, backend, partition_size)
+
+
+def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
+    """As gqa.compile_report (group 4, TILE 4, partition 512), for the row-mapped instantiation."""
+    return gqa.compile_report(block_size, head_dim, dtype, arch, kernel_name_for=kernel_name)

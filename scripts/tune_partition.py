@@ -1,0 +1,63 @@
+"""Time the split-KV CUDA C variants over partition sizes at one shape and block size (GPU only).
+
+    python scripts/tune_partition.py [--shape 64x4096x32/8x128xfp16] [--block-size 16]
+                                     [--partitions 256,512,1024,2048] [--variants cupy.gqa,cupy.rows,cupy.dense]
+
+The sweep times every variant at its default partition (512 tokens); this answers "is 512 right
+on this GPU?". Each configuration is checked against the reference before it is timed; timing is
+the sweep's (CUDA events, L2 flush between repeats, median), bandwidth the sweep's convention.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+import sandbox  # noqa: F401  (picks numba's mode before anything imports numba.cuda)
+from sandbox import backends, registry
+from sandbox.compare import compare
+from sandbox.sweep import bandwidth, device, shapes, timing
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default=shapes.GOAL_SHAPE)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--partitions", default="256,512,1024,2048")
+    parser.add_argument("--variants", default="cupy.gqa,cupy.rows,cupy.dense")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if not backends.cupy_usable():
+        print("tune_partition: needs an NVIDIA GPU and CuPy", file=sys.stderr)
+        return 2
+    shape = shapes.parse_shape(args.shape)
+    tokens = shapes.make_tokens(shape, args.seed)
+    problem = shapes.paged_problem(tokens, args.block_size)
+    expected = shapes.expected_output(tokens)
+    copy = bandwidth.gpu_copy_bandwidth()
+    flush = device.L2Flusher(device.device_info().get("l2_cache_bytes"))
+    timer = timing.gpu_timer()
+    print(f"{shape.title}, block size {args.block_size}, seed {args.seed}; copy {copy.gbps:.0f} GB/s")
+    print(f"{'variant':12s} {'partition':>9s} {'time_us':>9s} {'iqr_us':>7s} {'GB/s':>7s} {'of copy':>7s}")
+    failed = False
+    for name in args.variants.split(","):
+        module = importlib.import_module(registry.VARIANTS[name])
+        for partition in (int(p) for p in args.partitions.split(",")):
+            prepared = module.prepare(problem, "gpu", partition_size=partition)
+            prepared.launch()
+            verdict = compare(prepared.result(), expected, problem.dtype)
+            if not verdict.ok:
+                failed = True
+                print(f"{name:12s} {partition:9d} WRONG: {verdict.report.splitlines()[0]}")
+                continue
+            stats = timing.measure(prepared.launch, timer, timing.GPU_TIMING, flush=flush)
+            gbps = bandwidth.kernel_gbps(problem.bytes_moved(), stats.median)
+            print(f"{name:12s} {partition:9d} {stats.median * 1e6:9.1f} {stats.iqr * 1e6:7.1f} {gbps:7.0f} "
+                  f"{gbps / copy.gbps:7.1%}", flush=True)
+            del prepared
+            device.free_device_memory()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
