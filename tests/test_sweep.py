@@ -110,10 +110,14 @@ def test_flush_is_at_least_twice_the_l2_and_256_mib():
     assert device.flush_bytes(None) == 256 * 2**20
 
 
-def test_device_info_is_empty_without_a_gpu():
+def test_device_info_is_empty_without_a_gpu_and_complete_with_one():
     from sandbox.backends import gpu_present
+    info = device.device_info()
     if not gpu_present():
-        assert device.device_info() == {}
+        assert info == {}
+        return
+    assert info["name"] and info["multiprocessors"] > 0 and info["l2_cache_bytes"] > 0, info
+    assert info["total_memory_bytes"] > 2**30 and "." in info["compute_capability"], info
 
 
 # ---------------------------------------------------------------- shapes and problems
