@@ -120,6 +120,22 @@ def test_device_info_is_empty_without_a_gpu_and_complete_with_one():
     assert info["total_memory_bytes"] > 2**30 and "." in info["compute_capability"], info
 
 
+@pytest.mark.gpu
+def test_gpu_timing_primitives_on_the_device():
+    """What a GPU sweep measures with, on the real device: copy bandwidth, L2 flush, both event timers."""
+    copy = bandwidth.gpu_copy_bandwidth(64 * 2**20, repeats=3)
+    assert 10 < copy.gbps < 20_000 and copy.repeats == 3, copy
+    flush = device.L2Flusher(device.device_info().get("l2_cache_bytes"))
+    assert flush.nbytes >= device.MIN_FLUSH_BYTES
+    import cupy
+    x = cupy.ones(2**24, dtype=cupy.float32)
+    for timer in (timing.CupyEventTimer(), timing.NumbaEventTimer()):
+        stats = timing.measure(lambda: x.sum(), timer, timing.GPU_QUICK_TIMING, flush=flush)
+        assert 0 < stats.median < 0.1 and stats.repeats >= timing.GPU_QUICK_TIMING.min_repeats, (timer, stats)
+    device.synchronize_device()
+    device.free_device_memory()
+
+
 # ---------------------------------------------------------------- shapes and problems
 
 def test_parse_shape_and_presets():
