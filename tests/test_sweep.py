@@ -136,6 +136,20 @@ def test_gpu_timing_primitives_on_the_device():
     device.free_device_memory()
 
 
+@pytest.mark.gpu
+def test_torch_sdpa_peer_matches_the_reference_where_torch_sees_the_gpu():
+    from sandbox.sweep import peers
+    if not peers.torch_available():
+        pytest.skip("PyTorch with CUDA is not importable here (the sandbox never requires it)")
+    from sandbox.compare import assert_close
+    from sandbox.problem import DecodeProblem
+    problem = DecodeProblem.random(12, num_seqs=3, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16,
+                                   context_lens=[5, 40, 33], dtype="float16")  # unequal lengths: the mask path
+    prepared = peers.TorchSdpa().prepare(problem, "gpu")
+    prepared.launch()
+    assert_close(prepared.result(), expected_output(problem), problem.dtype, "torch.sdpa")
+
+
 # ---------------------------------------------------------------- shapes and problems
 
 def test_parse_shape_and_presets():
@@ -265,6 +279,13 @@ def test_wrong_variant_is_recorded_wrong_never_timed_and_fails_the_run(tmp_path,
     assert all(r["status"] == "ok" for r in rows if r["variant"] == "numpy.gather")
     assert outcome.exit_code == 1
     assert "POINT(S) WRONG" in outcome.summary and "WRONG" in (outcome.run_dir / "summary.txt").read_text()
+
+
+def test_a_wrong_outside_peer_is_shown_but_only_our_variants_decide_the_exit_status(tmp_path):
+    peer = dict(variant="torch.sdpa", family="torch", status="wrong")
+    ours = dict(variant="cupy.rows", family="cupy", status="wrong")
+    assert run.SweepOutcome(tmp_path, [peer], False, {}, "").exit_code == 0
+    assert run.SweepOutcome(tmp_path, [peer, ours], False, {}, "").failed == [ours]
 
 
 def test_unsupported_and_crashing_variants_are_recorded_not_raised(tmp_path, monkeypatch):
