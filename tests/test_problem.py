@@ -1,7 +1,7 @@
 """DecodeProblem generator, the shared strategy's reach, validation messages, the comparison helper."""
 import numpy as np
 import pytest
-from hypothesis import find, given, settings
+from hypothesis import example, find, given, settings
 from hypothesis import strategies as st
 
 from sandbox.compare import TOLERANCES, compare
@@ -11,6 +11,7 @@ from sandbox.validate import validate_decode_inputs
 
 
 @given(st.integers(0, 2**31 - 1), st.sampled_from([1, 2, 16, 256]), st.integers(1, 5))
+@example(seed=1088, block_size=1, num_seqs=1)  # once drew blocks [0, 1, 2, 4]: increasing, with one gap
 def test_random_problem_has_the_promised_traps(seed, block_size, num_seqs):
     p = DecodeProblem.random(seed, num_seqs=num_seqs, num_heads=4, num_kv_heads=2, head_dim=8,
                              block_size=block_size, max_context_len=3 * block_size + 1)
@@ -18,7 +19,7 @@ def test_random_problem_has_the_promised_traps(seed, block_size, num_seqs):
     assert p.context_lens.max() == capacity, "one sequence fills its whole table"
     used = {int(b) for s in range(num_seqs) for b in p.block_tables[s, :-(-int(p.context_lens[s]) // block_size)]}
     order = [int(b) for b in p.block_tables[p.block_tables >= 0]]
-    assert len(order) < 2 or order != sorted(order) or order[0] != 0, "physical blocks are shuffled"
+    assert len(set(order)) < 2 or order != sorted(order), "physical blocks are never in increasing order"
     # Every slot no sequence reads is NaN; every slot read is finite.
     read = np.zeros(p.key_cache.shape[:2], bool)
     for s in range(num_seqs):
