@@ -8,6 +8,9 @@ and each warp issues 8 vectors per lane (4 KiB at head dim 128 in fp16) for K an
 using any: the block size only changes index arithmetic. Same grid, GQA tile, split-KV partitions
 and reduce as gqa (one kernel template, gqa.cu, ROW_MAPPED = true).
 Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16, any GQA ratio).
+Known cost: at head dim 32 one lane holds a whole K row, and ptxas keeps the whole query tile in
+registers: 249 registers at TILE 4, 255 with ~530 bytes of spills per thread at TILE 8 (gqa spills
+there too); at head dims 64-256 it uses 64-128 registers and spills at most 16 bytes.
 Design expectation: as fast as gqa at block size >= 32, faster below (bytes in flight no longer
 shrink with the block size), so block size 8 within a few percent of 128. Measured: see README.
 """
