@@ -24,42 +24,61 @@ from .common import MAX_HEAD_DIM, NEG_INF, ZERO
 LIMITS = Limits(head_dims=common.HEAD_DIMS)
 
 
-def naive_body(query, key_cache, value_cache, block_tables, context_lens, scale, out):
-    """query/out [num_seqs, num_heads, head_dim]; one thread per (sequence, head) in a 1-D grid."""
-    item = cuda.grid(1)
-    num_seqs, num_heads, head_dim = query.shape
-    if item >= num_seqs * num_heads:
-        return
-    seq = item // num_heads
-    head = item % num_heads
-    block_size = key_cache.shape[1]
-    kv_head = head // (num_heads // key_cache.shape[2])
-    context_len = context_lens[seq]
-
-    acc = cuda.local.array(MAX_HEAD_DIM, float32)
-    for d in range(head_dim):
-        acc[d] = ZERO
-    running_max = NEG_INF
-    running_sum = ZERO
-    for block in range((context_len + block_size - 1) // block_size):
-        physical = block_tables[seq, block]
-        for offset in range(min(block_size, context_len - block * block_size)):
-            logit = ZERO
-            for d in range(head_dim):
-                logit += float32(query[seq, head, d]) * float32(key_cache[physical, offset, kv_head, d])
-            logit *= scale
-            new_max = max(running_max, logit)
-            correction = math.exp(running_max - new_max)
-            weight = math.exp(logit - new_max)
-            running_sum = running_sum * correction + weight
-            for d in range(head_dim):
-                acc[d] = acc[d] * correction + weight * float32(value_cache[physical, offset, kv_head, d])
-            running_max = new_max
-    inv_sum = float32(1.0) / running_sum
-    for d in range(head_dim):
-        out[seq, head, d] = acc[d] * inv_sum
+@cuda.jit(device=True, inline="always")
+def table_block(block_tables, seq, block, num_blocks):
+    """Physical block of logical block `block` of sequence `seq`: the block table's entry."""
+    return block_tables[seq, block]
 
 
+@cuda.jit(device=True, inline="always")
+def tokens_in_block(context_len, block, block_size):
+    """Tokens of logical block `block` a sequence of context_len tokens holds (the last one may be partial)."""
+    return min(block_size, context_len - block * block_size)
+
+
+def make_body(physical_block=table_block, block_tokens=tokens_in_block):
+    """The kernel body with its two paging decisions as device functions: the negative controls in
+    kernels/wrong/ each replace exactly one of them with a flawed twin."""
+
+    def naive_body(query, key_cache, value_cache, block_tables, context_lens, scale, out):
+        """query/out [num_seqs, num_heads, head_dim]; one thread per (sequence, head) in a 1-D grid."""
+        item = cuda.grid(1)
+        num_seqs, num_heads, head_dim = query.shape
+        if item >= num_seqs * num_heads:
+            return
+        seq = item // num_heads
+        head = item % num_heads
+        block_size = key_cache.shape[1]
+        kv_head = head // (num_heads // key_cache.shape[2])
+        context_len = context_lens[seq]
+
+        acc = cuda.local.array(MAX_HEAD_DIM, float32)
+        for d in range(head_dim):
+            acc[d] = ZERO
+        running_max = NEG_INF
+        running_sum = ZERO
+        for block in range((context_len + block_size - 1) // block_size):
+            physical = physical_block(block_tables, seq, block, key_cache.shape[0])
+            for offset in range(block_tokens(context_len, block, block_size)):
+                logit = ZERO
+                for d in range(head_dim):
+                    logit += float32(query[seq, head, d]) * float32(key_cache[physical, offset, kv_head, d])
+                logit *= scale
+                new_max = max(running_max, logit)
+                correction = math.exp(running_max - new_max)
+                weight = math.exp(logit - new_max)
+                running_sum = running_sum * correction + weight
+                for d in range(head_dim):
+                    acc[d] = acc[d] * correction + weight * float32(value_cache[physical, offset, kv_head, d])
+                running_max = new_max
+        inv_sum = float32(1.0) / running_sum
+        for d in range(head_dim):
+            out[seq, head, d] = acc[d] * inv_sum
+
+    return naive_body
+
+
+naive_body = make_body()
 naive_kernel = cuda.jit(naive_body)
 
 
