@@ -21,6 +21,21 @@ def _uniform(rng: np.random.Generator, shape) -> np.ndarray:
     return out
 
 
+def shuffled_blocks(rng: np.random.Generator, num_blocks: int, needed: int) -> np.ndarray:
+    """`needed` distinct physical blocks out of `num_blocks`, in a seeded order that is never increasing.
+
+    An increasing order would let a kernel that walks blocks 0, 1, 2, ... instead of reading the
+    table miss everywhere but at the order's gaps (a thorough run once drew [0, 1, 2, 4]); a single
+    block is never block 0 when there is another.
+    """
+    physical = rng.permutation(num_blocks)[:needed]
+    if needed > 1 and (np.diff(physical) > 0).all():
+        physical = np.roll(physical, 1)
+    elif needed == 1 and physical[0] == 0 and num_blocks > 1:
+        physical[0] = 1
+    return physical
+
+
 @dataclasses.dataclass
 class DecodeProblem:
     """One decode step over a paged KV cache (host NumPy arrays, layout as in DESIGN.md).
@@ -162,13 +177,7 @@ class DecodeProblem:
         needed = len(logical)
         spare = max(1, needed // 4) if spare_blocks is None else spare_blocks
         num_blocks = needed + spare
-        physical = rng.permutation(num_blocks)[:needed]
-        if needed > 1 and (np.diff(physical) > 0).all():
-            # Never in increasing order: a kernel that walks blocks 0, 1, 2, ... instead of reading
-            # the table would then only miss where the order has gaps (found by a thorough run).
-            physical = np.roll(physical, 1)
-        elif needed == 1 and physical[0] == 0 and num_blocks > 1:
-            physical[0] = 1
+        physical = shuffled_blocks(rng, num_blocks, needed)
 
         tables = np.full((num_seqs, max_blocks), -1, dtype=np.int32)
         for (s, i), block in zip(logical, physical):

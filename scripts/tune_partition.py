@@ -10,13 +10,13 @@ the sweep's (CUDA events, L2 flush between repeats, median), bandwidth the sweep
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 import sandbox  # noqa: F401  (picks numba's mode before anything imports numba.cuda)
 from sandbox import backends, registry
 from sandbox.compare import compare
 from sandbox.sweep import bandwidth, device, shapes, timing
+from sandbox.sweep.run import Environment
 
 
 def main(argv=None) -> int:
@@ -34,14 +34,15 @@ def main(argv=None) -> int:
     tokens = shapes.make_tokens(shape, args.seed)
     problem = shapes.paged_problem(tokens, args.block_size)
     expected = shapes.expected_output(tokens)
-    copy = bandwidth.gpu_copy_bandwidth()
-    flush = device.L2Flusher(device.device_info().get("l2_cache_bytes"))
-    timer = timing.gpu_timer()
-    print(f"{shape.title}, block size {args.block_size}, seed {args.seed}; copy {copy.gbps:.0f} GB/s")
+    env = Environment.create(on_gpu=True, quick=False, log=print)  # the sweep's copy bandwidth and L2 flush
+    if env.copy is None:  # Environment.create printed why
+        return 2
+    timer = env.timer_for("cupy", "gpu")
+    print(f"{shape.title}, block size {args.block_size}, seed {args.seed}; copy {env.copy.gbps:.0f} GB/s")
     print(f"{'variant':12s} {'partition':>9s} {'time_us':>9s} {'iqr_us':>7s} {'GB/s':>7s} {'of copy':>7s}")
     failed = False
     for name in args.variants.split(","):
-        module = importlib.import_module(registry.VARIANTS[name])
+        module = registry.get(name).module
         for partition in (int(p) for p in args.partitions.split(",")):
             prepared = module.prepare(problem, "gpu", partition_size=partition)
             prepared.launch()
@@ -50,10 +51,10 @@ def main(argv=None) -> int:
                 failed = True
                 print(f"{name:12s} {partition:9d} WRONG: {verdict.report.splitlines()[0]}")
                 continue
-            stats = timing.measure(prepared.launch, timer, timing.GPU_TIMING, flush=flush)
+            stats = timing.measure(prepared.launch, timer, timing.GPU_TIMING, flush=env.flush)
             gbps = bandwidth.kernel_gbps(problem.bytes_moved(), stats.median)
             print(f"{name:12s} {partition:9d} {stats.median * 1e6:9.1f} {stats.iqr * 1e6:7.1f} {gbps:7.0f} "
-                  f"{gbps / copy.gbps:7.1%}", flush=True)
+                  f"{gbps / env.copy.gbps:7.1%}", flush=True)
             del prepared
             device.free_device_memory()
     return 1 if failed else 0

@@ -128,19 +128,23 @@ class _ShapeData:
         self._tokens = self._expected = None
         self._problem = (None, None)
 
+    @property
+    def tokens(self):
+        if self._tokens is None:
+            self._tokens = shapes_mod.make_tokens(self.shape, self.seed)
+        return self._tokens
+
     def problem(self, block_size: int):
         if self._problem[0] != block_size:
-            self._problem = (None, None)
-            if self._tokens is None:
-                self._tokens = shapes_mod.make_tokens(self.shape, self.seed)
-            self._problem = (block_size, shapes_mod.paged_problem(self._tokens, block_size))
+            self._problem = (None, None)  # free the last block size's caches before paging the next
+            self._problem = (block_size, shapes_mod.paged_problem(self.tokens, block_size))
         return self._problem[1]
 
-    def expected(self, problem):
+    def expected(self):
         # Every block size pages the same tokens: one expected output, computed from the contiguous
         # tokens (not through any block table), serves them all.
         if self._expected is None:
-            self._expected = shapes_mod.expected_output(self._tokens)
+            self._expected = shapes_mod.expected_output(self.tokens)
         return self._expected
 
 
@@ -178,7 +182,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         got = prepared.result()
     except Exception as exc:
         return done("error", f"launch/result raised {type(exc).__name__}: {exc}")
-    verdict = compare(got, data.expected(problem), problem.dtype)
+    verdict = compare(got, data.expected(), problem.dtype)
     row.update(correct=verdict.ok, max_abs_err=verdict.max_abs_err)
     if not verdict.ok:
         return done("wrong", verdict.report.replace("\n", " | "))

@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from ..check import grouped_dense_decode
-from ..problem import DecodeProblem
+from ..problem import DecodeProblem, shuffled_blocks
 
 _DTYPES = {"fp16": "float16", "float16": "float16", "half": "float16", "fp32": "float32", "float32": "float32"}
 _SHORT = {"float16": "fp16", "float32": "fp32"}
@@ -146,9 +146,7 @@ def paged_problem(tokens: Tokens, block_size: int) -> DecodeProblem:
     per_seq = -(-shape.context_len // block_size)
     needed = shape.num_seqs * per_seq
     num_blocks = needed + shape.num_seqs
-    physical = rng.permutation(num_blocks)[:needed]
-    if needed > 1 and (np.diff(physical) > 0).all():  # never in increasing order (see DecodeProblem.random)
-        physical = np.roll(physical, 1)
+    physical = shuffled_blocks(rng, num_blocks, needed)
     tables = physical.reshape(shape.num_seqs, per_seq).astype(np.int32)
 
     cache_shape = (num_blocks, block_size, shape.num_kv_heads, shape.head_dim)
