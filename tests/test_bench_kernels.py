@@ -99,9 +99,7 @@ WRITE_KV_HEADS, WRITE_HEAD_DIM = (8, 128) if ON_GPU else (2, 64)
 @pytest.mark.parametrize("name", registry.cache_writers())
 def test_bench_cache_write(benchmark, name, block_size):
     writer = registry.get_cache_writer(name)
-    resolved = backends.resolve("auto", writer.family)
-    if writer.family == "numba" and backends.numba_needs_other_process(resolved):
-        pytest.skip(f"{name} needs numba.cuda in the other mode")
+    resolved = backends.resolve("auto", writer.family)  # "auto" is always this process's numba mode
     rng = np.random.default_rng(5)
     shape = (WRITE_BLOCKS, block_size, WRITE_KV_HEADS, WRITE_HEAD_DIM)
     key_cache = rng.standard_normal(shape).astype(np.float16)
