@@ -12,6 +12,8 @@ COMMANDS = {
     "sweep": ("sandbox.commands.sweep", "race every variant over block sizes and shapes: check, time, plot"),
     "compare": ("sandbox.commands.compare", "compare two sweep runs point by point; flag regressions"),
     "resources": ("sandbox.commands.resources", "registers, shared/local memory, spills and occupancy per variant (sm_80/sm_90)"),
+    "sass": ("sandbox.commands.sass", "each variant's SASS (sm_80/sm_90) without a GPU: census of loads by width, "
+                                      "local memory, barriers, shuffles; --dump for the listing"),
 }
 
 

@@ -9,6 +9,7 @@ and spills, then adds the theoretical occupancy (sandbox.occupancy). Numba's com
 numba.cuda in real mode, so a simulator process runs the collection in a real-mode child.
 
 Also here, for any PTX producer: `link_ptx(ptx, arch)` links with nvJitLink and parses its log.
+`collect(..., images=True)` also returns each kernel's cubin, for sandbox.sass to disassemble.
 """
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def parse_link_log(log: str, arch: str) -> dict:
 
 
 def link_ptx(ptx: str, arch: str) -> dict:
-    """Link PTX for `arch` with nvJitLink (-verbose) and return parse_link_log() of its info log."""
+    """Link PTX for `arch` with nvJitLink (-verbose): parse_link_log() of its info log, plus `image`,
+    (cubin, None): the linked cubin and None for "its only entry function"."""
     from cuda.bindings import nvjitlink
 
     parse_arch(arch)
@@ -90,7 +92,10 @@ def link_ptx(ptx: str, arch: str) -> dict:
             nvjitlink.complete(handle)
         except Exception as exc:
             raise RuntimeError(f"nvJitLink failed for {arch}: {exc}\n{_log(nvjitlink, handle, 'error')}") from exc
-        return parse_link_log(_log(nvjitlink, handle, "info"), arch)
+        info = parse_link_log(_log(nvjitlink, handle, "info"), arch)
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+        return dict(info, image=(bytes(cubin), None))
     finally:
         nvjitlink.destroy(handle)
 
@@ -141,8 +146,21 @@ def _with_occupancy(entry: dict, arch: str) -> dict:
     return dict(entry, occupancy=round(occ.fraction, 4), limiter=occ.limiter, blocks_per_sm=occ.blocks_per_sm)
 
 
+def _take_images(report: dict) -> list:
+    """Pop the compiled images out of a compile_report() dict and its `kernels`: [(kernel, cubin, function)].
+
+    A single-kernel report without `kernels` names its kernel "main"; function None means the
+    cubin's only entry function.
+    """
+    top = report.pop("image", None)
+    images = [(k.get("name", "main"), *k.pop("image")) for k in report.get("kernels", []) if "image" in k]
+    if not images and top is not None:
+        images = [("main", *top)]
+    return images
+
+
 def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
-                  progress=None) -> list[dict]:
+                  progress=None, images=False) -> list[dict]:
     rows = []
     for name, family, module in _modules(variants):
         if not hasattr(module, "compile_report"):
@@ -160,6 +178,7 @@ def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dty
             except Exception as exc:  # one variant failing to compile must not hide the others
                 rows.append(dict(row, error=f"{type(exc).__name__}: {exc}"))
                 continue
+            compiled = _take_images(report)
             kernels = [_with_occupancy(dict(k, **{f: k.get(f, report[f]) for f in
                                                   ("threads_per_block", "dynamic_shared_bytes")}), arch)
                        for k in report.pop("kernels", [])]
@@ -167,14 +186,19 @@ def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dty
             row.setdefault("path", "")
             if kernels:
                 row["kernels"] = kernels
+            if images:
+                row["images"] = compiled
             rows.append(row)
     return rows
 
 
 def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dtype: str = "float16",
-            arch: str = "sm_90", progress=None) -> list[dict]:
+            arch: str = "sm_90", progress=None, images: bool = False) -> list[dict]:
     """One row per (variant, block size) with the COLUMNS above (plus `kernels` for multi-kernel
-    variants, `note`, and `skipped` / `error` where a row has no numbers)."""
+    variants, `note`, and `skipped` / `error` where a row has no numbers).
+
+    images=True adds `images`: [(kernel name, cubin bytes, function name or None)] per row.
+    """
     parse_arch(arch)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -182,5 +206,6 @@ def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dt
     _modules(variants)  # unknown names fail here, in this process, with the valid list
     if numba_simulated():
         from .other_mode import call_in_numba_mode
-        return call_in_numba_mode(False, "sandbox.resources:_collect_here", variants, block_sizes, head_dim, dtype, arch)
-    return _collect_here(variants, block_sizes, head_dim, dtype, arch, progress)
+        return call_in_numba_mode(False, "sandbox.resources:_collect_here", variants, block_sizes, head_dim, dtype, arch,
+                                  images=images)
+    return _collect_here(variants, block_sizes, head_dim, dtype, arch, progress, images)

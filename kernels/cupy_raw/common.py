@@ -129,7 +129,7 @@ def compile_report(path, expression: str, arch: str, threads_per_block: int, dyn
     """Static resources of kernel `expression` compiled NVRTC -> cubin for `arch` (sm_80, sm_90).
 
     Keys: registers, static_shared_bytes, dynamic_shared_bytes, local_bytes, spill_stores, spill_loads,
-    threads_per_block, path, arch, kernel.
+    threads_per_block, path, arch, kernel, image ((cubin, mangled name), for sandbox.sass).
     """
     arch = arch if str(arch).startswith("sm_") else f"sm_{arch}"
     compiled = _compiled(str(path), tuple(dict.fromkeys([expression, *extra_expressions])), arch)
@@ -137,7 +137,8 @@ def compile_report(path, expression: str, arch: str, threads_per_block: int, dyn
     return dict(registers=res.registers, static_shared_bytes=res.static_shared_bytes,
                 dynamic_shared_bytes=int(dynamic_shared_bytes), local_bytes=res.local_bytes,
                 spill_stores=res.spill_stores, spill_loads=res.spill_loads,
-                threads_per_block=threads_per_block, path="NVRTC -> cubin", arch=arch, kernel=expression)
+                threads_per_block=threads_per_block, path="NVRTC -> cubin", arch=arch, kernel=expression,
+                image=(compiled.cubin, compiled.lowered[expression]))
 
 
 def split_kv_report(path, expression: str, head_dim: int, dtype, arch: str, dynamic_shared_bytes: int,
@@ -148,7 +149,7 @@ def split_kv_report(path, expression: str, head_dim: int, dtype, arch: str, dyna
     main = compile_report(path, expression, arch, NUM_THREADS, dynamic_shared_bytes, extra_expressions=[reduce])
     second = compile_report(path, reduce, arch, NUM_THREADS, 4 * 8, extra_expressions=[expression])
     fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
-              "spill_loads", "threads_per_block")
+              "spill_loads", "threads_per_block", "image")
     main["kernels"] = [dict(name="partition", **{f: main[f] for f in fields}),
                        dict(name="reduce", **{f: second[f] for f in fields})]
     main["note"] = note

@@ -1,0 +1,64 @@
+"""python -m sandbox sass: each variant's machine code (SASS) for sm_80/sm_90, compiled and disassembled
+without a GPU, as a census (global loads by width, local memory, barriers, shuffles, ...) or in full."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .. import resources, sass
+from .resources import _split
+
+HEADER = ("variant", "bs", "instrs", "global loads (width:count)", "16B loads", "global stores", "local", "generic",
+          "shared ld/st", "bar", "shfl", "call", "fp64")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--variants", nargs="+", metavar="NAME",
+                        help="variants or cache writers (default: every registered one with compile_report)")
+    parser.add_argument("--block-sizes", nargs="+", metavar="N", default=["16"],
+                        help="block sizes, space or comma separated (default: 16)")
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--dtype", default="float16", choices=resources.DTYPES)
+    parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the census rows as a JSON list")
+    output.add_argument("--dump", action="store_true", help="print each kernel's whole SASS listing instead")
+
+
+def _cells(row: dict) -> list[str]:
+    name = row["variant"] + (f" [{row['kernel']}]" if row["kernel"] not in ("", "main") else "")
+    if "skipped" in row or "error" in row:
+        return [name, str(row["block_size"])] + [""] * (len(HEADER) - 3) + [
+            row.get("skipped") or "ERROR " + row["error"].splitlines()[0]]
+    return [name, str(row["block_size"]), str(row["instructions"]), row["global_loads"], str(row["vector_loads"]),
+            row["global_stores"], str(row["local"]), str(row["generic"]),
+            f"{row['shared_loads']}/{row['shared_stores']}", str(row["barriers"]), str(row["shuffles"]),
+            str(row["calls"]), str(row["fp64"])]
+
+
+def table(rows) -> str:
+    lines = [list(HEADER)] + [_cells(row) for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER) - 1)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] for line in lines)
+
+
+def main(args) -> int:
+    block_sizes = [int(b) for b in _split(args.block_sizes)]
+    variants = _split(args.variants) if args.variants else None
+    print(f"compiling for {args.arch} ({args.dtype}, head_dim {args.head_dim}, block sizes "
+          f"{','.join(map(str, block_sizes))}) and disassembling with nvdisasm ...", file=sys.stderr, flush=True)
+    rows = sass.collect(variants, block_sizes, args.head_dim, args.dtype, args.arch, keep_sass=args.dump,
+                        progress=lambda what: print(f"  {what}", file=sys.stderr, flush=True))
+    if args.dump:
+        for row in rows:
+            print(f"// ===== {row['variant']} [{row['kernel']}] block_size={row['block_size']} head_dim={row['head_dim']} "
+                  f"{row['dtype']} {row['arch']}")
+            print(row.get("sass") or f"// {row.get('skipped') or row.get('error')}")
+    elif args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(f"{args.arch}, {args.dtype}, head_dim {args.head_dim}: static instruction counts (a loop body counts "
+              "once). 16B loads = LDG of >= 128 bits; local = LDL/STL (spills, local arrays); generic = LD/ST "
+              "through a generic address; call = CALL to a slow-path subroutine (its code is not counted).")
+        print(table(rows))
+    return 1 if any("error" in row for row in rows) else 0
