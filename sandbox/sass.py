@@ -153,8 +153,13 @@ def nvdisasm_path() -> str:
     raise SassError("nvdisasm not found: install the CUDA wheel (pip install 'cuda-toolkit[nvdisasm]')")
 
 
+@functools.lru_cache(maxsize=64)
 def disassemble(cubin: bytes) -> dict:
-    """{function name (mangled): SASS text} of every function in `cubin`, in file order."""
+    """{function name (mangled): SASS text} of every function in `cubin`, in file order.
+
+    Cached: a CUDA C module holds every block size of a kernel, and numba's code does not depend on
+    the block size, so a sweep's rows share a few cubins.
+    """
     if cubin[:4] != b"\x7fELF":
         raise ValueError("cubin must be an ELF image (a cubin), got bytes that do not start with \\x7fELF")
     with tempfile.TemporaryDirectory(prefix="sandbox-sass-") as folder:
@@ -207,8 +212,14 @@ def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = 
     """
     from . import resources
 
+    compiled = resources.collect(variants, block_sizes, head_dim, dtype, arch, progress=progress, images=True)
+    return census_rows(compiled, keep_sass)
+
+
+def census_rows(resource_rows, keep_sass: bool = False) -> list[dict]:
+    """collect()'s rows from sandbox.resources rows collected with images=True."""
     rows = []
-    for row in resources.collect(variants, block_sizes, head_dim, dtype, arch, progress=progress, images=True):
+    for row in resource_rows:
         base = {k: row[k] for k in ("variant", "block_size", "head_dim", "dtype", "arch")}
         if "skipped" in row or "error" in row:
             rows.append(dict(base, kernel="", **{k: row[k] for k in ("skipped", "error") if k in row}))

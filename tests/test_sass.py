@@ -134,3 +134,14 @@ def test_sass_cli_refuses_an_unknown_variant():
     done = subprocess.run([sys.executable, "-m", "sandbox", "sass", "--variants", "cupy.nope"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "unknown variant 'cupy.nope'" in done.stderr
+
+
+def test_a_sweep_run_folder_gets_the_census_beside_the_resources(tmp_path):
+    from sandbox.sweep import static_resources
+
+    rows, note = static_resources.collect_into(tmp_path, ["cupy.write_cache", "numpy.gather"], (16,))
+    assert note == "" and [r["variant"] for r in rows] == ["cupy.write_cache"] and "images" not in rows[0]
+    header, line = (tmp_path / "sass.csv").read_text().splitlines()
+    census = dict(zip(header.split(","), line.split(","), strict=True))
+    assert census["variant"] == "cupy.write_cache" and census["vector_loads"] == "2" and census["local"] == "0"
+    assert "images" not in (tmp_path / "resources.csv").read_text()

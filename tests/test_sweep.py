@@ -434,15 +434,15 @@ def test_static_resources_written_when_the_module_exists(tmp_path, monkeypatch):
     fake = types.ModuleType("sandbox.resources")
     calls = []
 
-    def collect(variants=None, block_sizes=(), head_dim=128, dtype="float16", arch="sm_90"):
-        calls.append((variants, block_sizes, head_dim, dtype, arch))
+    def collect(variants=None, block_sizes=(), head_dim=128, dtype="float16", arch="sm_90", images=False):
+        calls.append((variants, block_sizes, head_dim, dtype, arch, images))
         return [dict(variant=v, block_size=b, registers=32) for v in variants for b in block_sizes]
 
     fake.collect = collect
     monkeypatch.setitem(sys.modules, "sandbox.resources", fake)
     rows, note = static_resources.collect_into(tmp_path, ["numpy.gather"], (1, 16))
     assert note == "" and len(rows) == 2
-    assert calls == [(["numpy.gather"], (1, 16), 128, "float16", "sm_90")]
+    assert calls == [(["numpy.gather"], (1, 16), 128, "float16", "sm_90", True)]
     assert (tmp_path / "resources.csv").read_text().splitlines()[0] == "variant,block_size,registers"
     fake.collect = lambda **kw: (_ for _ in ()).throw(RuntimeError("no nvrtc"))
     rows, note = static_resources.collect_into(tmp_path, ["numpy.gather"], (1,))

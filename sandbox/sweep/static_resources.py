@@ -1,4 +1,5 @@
-"""Static resources per variant x block size (registers, shared memory, spills, occupancy), via sandbox.resources.
+"""Static resources per variant x block size (registers, shared memory, spills, occupancy), via sandbox.resources,
+and the census of the same cubins' machine code (global loads by width, local memory, ...), via sandbox.sass.
 
 Compiled for the GPU goal configuration (head dim 128, float16, sm_90) whatever the sweep's shapes:
 these numbers describe the H200 kernels even when the sweep itself runs on the CPU.
@@ -27,7 +28,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dtype: str = DTYPE,
                  arch: str = ARCH) -> tuple[list[dict], str]:
-    """(rows, note): rows also written to run_dir/resources.csv; note says why there are none, if so."""
+    """(rows, note): rows also written to run_dir/resources.csv, their SASS census to run_dir/sass.csv;
+    note says why either is missing, if so."""
     try:
         resources = importlib.import_module("sandbox.resources")
     except ModuleNotFoundError as exc:
@@ -36,11 +38,24 @@ def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dt
         return [], "note: sandbox.resources is not available yet: static resources (resources.csv) skipped"
     try:
         rows = resources.collect(variants=list(names), block_sizes=tuple(block_sizes), head_dim=head_dim,
-                                 dtype=dtype, arch=arch)
+                                 dtype=dtype, arch=arch, images=True)
     except Exception as exc:  # a compiler missing or failing must not lose the measured sweep
         return [], f"note: static resources failed ({type(exc).__name__}: {exc}); resources.csv skipped"
-    rows = [dict(r) for r in rows]
+    compiled = [dict(r) for r in rows]
+    rows = [{k: v for k, v in r.items() if k != "images"} for r in compiled]
     if not rows:
         return [], "note: sandbox.resources reported nothing for these variants"
     write_csv(Path(run_dir) / "resources.csv", rows)
-    return rows, ""
+    return rows, _write_census(Path(run_dir) / "sass.csv", [r for r in compiled if "images" in r])
+
+
+def _write_census(path: Path, compiled: list[dict]) -> str:
+    """sass.csv from rows that carry their cubins; a note instead when nvdisasm is missing or fails."""
+    if not compiled:
+        return ""
+    try:
+        from sandbox import sass
+        write_csv(path, sass.census_rows(compiled))
+    except Exception as exc:  # the census is extra evidence: never lose the sweep for it
+        return f"note: SASS census failed ({type(exc).__name__}: {exc}); sass.csv skipped"
+    return ""
