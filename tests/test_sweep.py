@@ -8,13 +8,16 @@ import csv
 import importlib.util
 import json
 import math
+import os
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sandbox import cli, registry
+from sandbox import backends, cli, registry
 from sandbox.check import expected_output
 from sandbox.commands import sweep as sweep_cmd
 from sandbox.sweep import bandwidth, device, goals, plots, run, shapes, static_resources, summary, timing
@@ -514,3 +517,15 @@ def test_registered_negative_controls_are_recorded_wrong(tmp_path, name):
     (row,) = rows
     assert row["status"] == "wrong" and row["correct"] == "False" and row["time_us"] == "", row
     assert outcome.exit_code == 1
+
+
+@pytest.mark.skipif(backends.gpu_present(), reason="checks the refusal on a machine without a GPU")
+def test_gpu_check_refuses_without_a_gpu_and_says_what_is_missing(tmp_path):
+    """scripts/gpu-check lists every missing prerequisite and runs nothing (exit 3) where there is no GPU."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "gpu-check"
+    done = subprocess.run([str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHON=sys.executable))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "missing prerequisites (nothing was run)" in done.stdout and "nvidia-smi / the NVIDIA driver" in done.stdout
+    assert (tmp_path / "out" / "gpu-check.log").read_text().count("missing prerequisites") == 1
+    assert not (tmp_path / "out" / "results").exists()
