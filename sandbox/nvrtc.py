@@ -54,14 +54,10 @@ def cuda_include_dir() -> str:
             return str(found)
     except Exception:  # older cuda-pathfinder, or headers not found by it: look for the wheel
         pass
-    import importlib.util
-    import pathlib
-    for package in ("nvidia.cu13", "nvidia.cuda_runtime"):
-        spec = importlib.util.find_spec(package)
-        if spec and spec.submodule_search_locations:
-            for root in spec.submodule_search_locations:
-                if (pathlib.Path(root) / "include" / "cuda_fp16.h").exists():
-                    return str(pathlib.Path(root) / "include")
+    from .cuda_wheels import in_nvidia_wheels
+    header = in_nvidia_wheels("include/cuda_fp16.h", ("nvidia.cu13", "nvidia.cuda_runtime"))
+    if header:
+        return str(header.parent)
     raise NvrtcError("cuda_fp16.h not found: install the CUDA runtime wheel (nvidia-cuda-runtime / cuda-toolkit[cudart])")
 
 

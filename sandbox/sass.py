@@ -136,17 +136,10 @@ def nvdisasm_path() -> str:
             return str(found)
     except Exception:  # an older cuda-pathfinder without binary lookup: look for the wheel by hand
         pass
-    import importlib.util
-    import pathlib
-    for package in ("nvidia.cu13", "nvidia.cuda_nvdisasm"):
-        try:
-            spec = importlib.util.find_spec(package)
-        except ModuleNotFoundError:
-            spec = None
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            candidate = pathlib.Path(root) / "bin" / "nvdisasm"
-            if candidate.exists():
-                return str(candidate)
+    from .cuda_wheels import in_nvidia_wheels
+    found = in_nvidia_wheels("bin/nvdisasm", ("nvidia.cu13", "nvidia.cuda_nvdisasm"))
+    if found:
+        return str(found)
     found = shutil.which("nvdisasm")
     if found:
         return found

@@ -145,3 +145,13 @@ def test_a_sweep_run_folder_gets_the_census_beside_the_resources(tmp_path):
     census = dict(zip(header.split(","), line.split(","), strict=True))
     assert census["variant"] == "cupy.write_cache" and census["vector_loads"] == "2" and census["local"] == "0"
     assert "images" not in (tmp_path / "resources.csv").read_text()
+
+
+def test_the_wheel_lookup_behind_nvdisasm_and_the_cuda_headers():
+    from sandbox.cuda_wheels import in_nvidia_wheels
+
+    found = in_nvidia_wheels("bin/nvdisasm", ("nvidia.cuda_nvdisasm", "nvidia.cu13"))
+    assert found is not None and found.name == "nvdisasm" and found.parent.parent.name == "cu13"
+    assert in_nvidia_wheels("include/cuda_fp16.h").name == "cuda_fp16.h"
+    assert in_nvidia_wheels("bin/no-such-tool") is None
+    assert in_nvidia_wheels("bin/nvdisasm", ("no_such_namespace.cu13",)) is None

@@ -6,6 +6,7 @@ import json
 import sys
 
 from .. import resources
+from . import align
 from ..variant import POW2_BLOCK_SIZES
 
 
@@ -43,8 +44,7 @@ def table(rows) -> str:
         for kernel in kernels[1:]:
             lines.append(_fmt_row(dict(kernel, block_size=row["block_size"], path=row.get("path", "")),
                                   f"  + [{kernel['name']}]"))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] for line in lines)
+    return align(lines)
 
 
 def main(args) -> int:

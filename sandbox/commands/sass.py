@@ -6,6 +6,7 @@ import json
 import sys
 
 from .. import resources, sass
+from . import align
 from .resources import _split
 
 HEADER = ("variant", "bs", "instrs", "global loads (width:count)", "16B loads", "global stores", "local", "generic",
@@ -37,9 +38,7 @@ def _cells(row: dict) -> list[str]:
 
 
 def table(rows) -> str:
-    lines = [list(HEADER)] + [_cells(row) for row in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER) - 1)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] for line in lines)
+    return align([list(HEADER)] + [_cells(row) for row in rows])
 
 
 def main(args) -> int:
