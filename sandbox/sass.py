@@ -42,7 +42,7 @@ class SassError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Census:
-    """Static instruction counts of one function.
+    """Static instruction counts of one function (NOP padding left out).
 
     global_loads / global_stores: {access width in bits: instructions}; generic: LD/ST through a
     generic address; local: LDL + STL; calls: CALL to a subroutine (a slow path such as 64-bit
@@ -98,6 +98,8 @@ def census(sass: str) -> Census:
         if not m:
             continue
         opcode, modifiers = m.groups()
+        if opcode == "NOP":  # alignment padding after the last branch
+            continue
         counts["instructions"] += 1
         if opcode in GLOBAL_LOADS:
             loads[access_bits(modifiers)] += 1
