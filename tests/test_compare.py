@@ -101,3 +101,25 @@ def test_csv_path_accepted_and_bad_paths_fail_clearly(tmp_path, capsys):
     (bad / "sweep.csv").write_text("a,b\n1,2\n")
     assert cli.main(["compare", str(a), str(bad)]) == 2
     assert cli.main(["compare", str(a), str(a), "--threshold", "-1"]) == 2
+
+
+def test_static_code_changes_are_listed_but_do_not_decide_the_exit(tmp_path, capsys):
+    a = make_run(tmp_path / "a", BASE)
+    b = make_run(tmp_path / "b", BASE)
+    header = "variant,kernel,block_size,instructions,vector_loads,global_loads,local\n"
+    (a / "sass.csv").write_text(header + "cupy.rows,partition,16,2720,16,128b:16 32b:11,0\n"
+                                         "cupy.rows,reduce,16,768,0,32b:71,0\ncupy.v1,main,16,1192,13,128b:13,0\n")
+    (b / "sass.csv").write_text(header + "cupy.rows,partition,16,2500,8,128b:8 32b:11,4\n"
+                                         "cupy.rows,reduce,16,768,0,32b:71,0\ncupy.v1,main,16,1100,13,128b:13,0\n")
+    (a / "resources.csv").write_text("variant,block_size,registers,occupancy\ncupy.rows,16,96,0.3125\n")
+    (b / "resources.csv").write_text("variant,block_size,registers,occupancy\ncupy.rows,16,80,0.375\n")
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "static code changed (resources.csv / sass.csv, sm_90): 3 kernel(s)" in out
+    assert "  cupy.rows bs=16: registers 96 -> 80, occupancy 0.3125 -> 0.375" in out
+    assert ("  cupy.rows [partition] bs=16: instructions 2720 -> 2500, vector_loads 16 -> 8, "
+            "global_loads 128b:16 32b:11 -> 128b:8 32b:11, local 0 -> 4") in out
+    assert "  cupy.v1 bs=16: instructions 1192 -> 1100" in out and "reduce" not in out
+    assert "OK: no regression" in out
+    (b / "sass.csv").unlink()  # one run without the census: nothing to compare there, no error
+    assert diff.compare_runs(a, b).static_changes == ["cupy.rows bs=16: registers 96 -> 80, occupancy 0.3125 -> 0.375"]

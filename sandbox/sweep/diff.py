@@ -1,4 +1,9 @@
-"""Compare two sweep runs point by point: ratio = B time / A time per (variant, shape, block_size, backend)."""
+"""Compare two sweep runs point by point: ratio = B time / A time per (variant, shape, block_size, backend).
+
+When both run folders hold resources.csv / sass.csv, the report also lists each kernel whose static
+resources or SASS census changed (registers 96 -> 80, 16-byte loads 16 -> 8, ...): the code change
+behind a time change. Those lines inform; only times and correctness decide the exit status.
+"""
 from __future__ import annotations
 
 import csv
@@ -63,6 +68,7 @@ class Report:
     only_a: list
     only_b: list
     cpu_emulation: bool
+    static_changes: list = dataclasses.field(default_factory=list)  # "variant [kernel] bs=N: field a -> b, ..."
 
     @property
     def exit_code(self) -> int:
@@ -89,6 +95,9 @@ class Report:
             if items:
                 lines.append(f"{title}: {len(items)}")
                 lines += [f"  {_fmt_key(k)}" for k in items]
+        if self.static_changes:
+            lines.append(f"static code changed (resources.csv / sass.csv, sm_90): {len(self.static_changes)} kernel(s)")
+            lines += [f"  {change}" for change in self.static_changes]
         verdict = (f"FAIL: {len(self.regressions)} regression(s), {len(self.turned_wrong)} turned wrong"
                    if self.exit_code else f"OK: no regression beyond {self.threshold:.0%}, nothing turned wrong")
         if self.improvements:
@@ -124,4 +133,39 @@ def compare_rows(rows_a: list[dict], rows_b: list[dict], threshold: float = 0.10
 
 
 def compare_runs(run_a: Path, run_b: Path, threshold: float = 0.10) -> Report:
-    return compare_rows(load_rows(run_a), load_rows(run_b), threshold)
+    report = compare_rows(load_rows(run_a), load_rows(run_b), threshold)
+    report.static_changes = static_changes(Path(run_a), Path(run_b))
+    return report
+
+
+# What a kernel's static rows are matched on, and which of their columns are compared.
+STATIC_FILES = {
+    "resources.csv": (("variant", "block_size"),
+                      ("registers", "static_shared_bytes", "local_bytes", "spill_stores", "spill_loads", "occupancy")),
+    "sass.csv": (("variant", "kernel", "block_size"),
+                 ("instructions", "vector_loads", "global_loads", "global_stores", "local", "generic", "barriers",
+                  "shuffles", "calls", "fp64")),
+}
+
+
+def _static_rows(path: Path, keys: tuple) -> dict:
+    with open(path, newline="") as f:
+        return {tuple(row.get(k, "") for k in keys): row for row in csv.DictReader(f)}
+
+
+def static_changes(run_a: Path, run_b: Path) -> list[str]:
+    """One line per kernel whose STATIC_FILES columns differ between two run folders that both have the file."""
+    changes: dict = {}
+    for name, (keys, fields) in STATIC_FILES.items():
+        if not (run_a.is_dir() and run_b.is_dir() and (run_a / name).is_file() and (run_b / name).is_file()):
+            continue
+        a, b = _static_rows(run_a / name, keys), _static_rows(run_b / name, keys)
+        for k in sorted(a.keys() & b.keys()):
+            differ = [f"{f} {a[k][f]} -> {b[k][f]}" for f in fields
+                      if f in a[k] and f in b[k] and a[k][f] != b[k][f]]
+            if differ:
+                variant, block_size = k[0], k[-1]
+                kernel = k[1] if len(k) == 3 and k[1] not in ("", "main") else ""
+                label = f"{variant}{f' [{kernel}]' if kernel else ''} bs={block_size}"
+                changes.setdefault(label, []).extend(differ)
+    return [f"{label}: {', '.join(fields)}" for label, fields in changes.items()]
