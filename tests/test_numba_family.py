@@ -13,7 +13,7 @@ from numba import cuda, float32  # after conftest imported sandbox: simulator ex
 
 from kernels.numba_cuda import common
 from kernels.numba_cuda.common import REDUCE_SCRATCH, block_max, block_sum
-from sandbox import registry, resources, run_problem
+from sandbox import registry, resources, run_problem, sass
 from sandbox.backends import numba_simulated, resolve
 from sandbox.check import expected_output
 from sandbox.compare import assert_close
@@ -247,9 +247,14 @@ def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):
                                          ("sm_90", "float32")])
 def test_every_numba_kernel_compiles_for_real_gpus(arch, dtype):
     """compile_ptx + nvJitLink in a real-mode child: resources parsed, no float64 math, shuffles in the
-    block reductions (the GPU path of the helper is the one compiled)."""
+    block reductions (the GPU path of the helper is the one compiled); the same in the machine code."""
     names = NUMBA + registry.cache_writers("numba")
-    rows = resources.collect(names, block_sizes=(16,), head_dim=128, dtype=dtype, arch=arch)
+    rows = resources.collect(names, block_sizes=(16,), head_dim=128, dtype=dtype, arch=arch, images=True)
+    census = {(r["variant"], r["kernel"]): r for r in sass.census_rows(rows)}
+    assert len(census) == sum(len(r["kernels"]) for r in rows)
+    for (variant, kernel), counts in census.items():  # generic LD/ST would hide which memory is read
+        assert counts["fp64"] == 0 and counts["generic"] == 0 and counts["instructions"] > 0, (variant, kernel, counts)
+    assert census[("numba.block", "block")]["shuffles"] > 0 and census[("numba.split", "partition")]["shuffles"] > 0
     assert [r["variant"] for r in rows] == names
     for row in rows:
         assert "error" not in row, row
