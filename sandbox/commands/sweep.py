@@ -5,30 +5,20 @@ wrong or raised, 130 when interrupted (the rows measured so far are kept).
 """
 from __future__ import annotations
 
-import argparse
 import fnmatch
 from pathlib import Path
 
 from .. import backends, registry
 from ..sweep import shapes as shapes_mod, timing
 from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,16,256, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"block sizes must be integers >= 1, got {text!r}")
-    return tuple(sorted(set(values)))
+from . import block_size_list
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--variants", metavar="LIST",
                         help="comma-separated variant names, families (numba, cupy, wrong) or globs (numba.*); "
                              "default: every registered variant (negative controls only when named)")
-    parser.add_argument("--block-sizes", type=_int_list, metavar="LIST",
+    parser.add_argument("--block-sizes", type=block_size_list, metavar="LIST",
                         help=f"comma-separated block sizes (default {','.join(map(str, shapes_mod.DEFAULT_BLOCK_SIZES))}; "
                              f"--quick on the CPU: {','.join(map(str, shapes_mod.QUICK_CPU_BLOCK_SIZES))})")
     parser.add_argument("--shapes", metavar="LIST",

@@ -10,22 +10,13 @@ import argparse
 import json
 import sys
 
+from sandbox.commands import block_size_list
 from sandbox.memory import distributions, simulate
 from sandbox.memory.study import DEFAULT_BLOCK_SIZES, StudyConfig
 
 DEFAULT_MODEL_GB = 12.0
 QUICK = dict(num_requests=300, sharing_requests=60)
 DEFAULTS = dict(num_requests=2000, sharing_requests=1000)
-
-
-def _block_sizes(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,4,16, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"block sizes must be integers >= 1, got {text!r}")
-    return tuple(sorted(set(sizes)))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype-bytes", type=int, default=2, help="bytes per KV element (default 2)")
     parser.add_argument("--max-len", type=int, default=2048,
                         help="maximum prompt + output length; the contiguous reservation (default 2048)")
-    parser.add_argument("--block-sizes", type=_block_sizes, default=DEFAULT_BLOCK_SIZES, metavar="LIST",
+    parser.add_argument("--block-sizes", type=block_size_list, default=DEFAULT_BLOCK_SIZES, metavar="LIST",
                         help="paged block sizes, comma-separated (default 1,2,4,...,256)")
     parser.add_argument("--num-requests", type=int, default=None, metavar="N",
                         help=f"requests to serve (default {DEFAULTS['num_requests']}, --quick {QUICK['num_requests']})")
