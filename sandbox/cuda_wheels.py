@@ -1,4 +1,4 @@
-"""Files of the CUDA wheels (headers, nvdisasm) when cuda.pathfinder does not find them itself.
+"""Files of the CUDA wheels (headers, nvdisasm): cuda.pathfinder first, then the wheels' folders by hand.
 
 The wheels install under the `nvidia` namespace package: CUDA 13's in one folder (nvidia/cu13),
 CUDA 12's one folder per component (nvidia/cuda_runtime, nvidia/cuda_nvdisasm, ...).
@@ -21,3 +21,14 @@ def in_nvidia_wheels(relative: str, packages=("nvidia.cu13",)) -> pathlib.Path |
             if candidate.exists():
                 return candidate
     return None
+
+
+def pathfinder_lookup(function: str, name: str) -> str | None:
+    """cuda.pathfinder.<function>(name) as a string, or None where that fails or the function is missing
+    (older cuda-pathfinder releases)."""
+    try:
+        import cuda.pathfinder
+        found = getattr(cuda.pathfinder, function)(name)
+    except Exception:  # not found, or a cuda-pathfinder without that lookup: the caller looks by hand
+        return None
+    return str(found) if found else None

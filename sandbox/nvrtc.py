@@ -47,14 +47,10 @@ class Compiled:
 @functools.lru_cache(maxsize=None)
 def cuda_include_dir() -> str:
     """The CUDA runtime wheel's include folder (cuda_fp16.h, vector types, ...)."""
-    try:
-        from cuda.pathfinder import find_nvidia_header_directory
-        found = find_nvidia_header_directory("cudart")
-        if found:
-            return str(found)
-    except Exception:  # older cuda-pathfinder, or headers not found by it: look for the wheel
-        pass
-    from .cuda_wheels import in_nvidia_wheels
+    from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
+    found = pathfinder_lookup("find_nvidia_header_directory", "cudart")
+    if found:
+        return found
     header = in_nvidia_wheels("include/cuda_fp16.h", ("nvidia.cu13", "nvidia.cuda_runtime"))
     if header:
         return str(header.parent)

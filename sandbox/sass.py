@@ -131,15 +131,9 @@ def census(sass: str) -> Census:
 @functools.lru_cache(maxsize=None)
 def nvdisasm_path() -> str:
     """nvdisasm from the nvidia-cuda-nvdisasm wheel (a default dependency), else from PATH."""
-    try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-        found = find_nvidia_binary_utility("nvdisasm")
-        if found:
-            return str(found)
-    except Exception:  # an older cuda-pathfinder without binary lookup: look for the wheel by hand
-        pass
-    from .cuda_wheels import in_nvidia_wheels
-    found = in_nvidia_wheels("bin/nvdisasm", ("nvidia.cu13", "nvidia.cuda_nvdisasm"))
+    from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
+    found = pathfinder_lookup("find_nvidia_binary_utility", "nvdisasm") or in_nvidia_wheels(
+        "bin/nvdisasm", ("nvidia.cu13", "nvidia.cuda_nvdisasm"))
     if found:
         return str(found)
     found = shutil.which("nvdisasm")

@@ -149,10 +149,13 @@ def test_a_sweep_run_folder_gets_the_census_beside_the_resources(tmp_path):
 
 
 def test_the_wheel_lookup_behind_nvdisasm_and_the_cuda_headers():
-    from sandbox.cuda_wheels import in_nvidia_wheels
+    from sandbox.cuda_wheels import in_nvidia_wheels, pathfinder_lookup
 
     found = in_nvidia_wheels("bin/nvdisasm", ("nvidia.cuda_nvdisasm", "nvidia.cu13"))
     assert found is not None and found.name == "nvdisasm" and found.parent.parent.name == "cu13"
     assert in_nvidia_wheels("include/cuda_fp16.h").name == "cuda_fp16.h"
     assert in_nvidia_wheels("bin/no-such-tool") is None
     assert in_nvidia_wheels("bin/nvdisasm", ("no_such_namespace.cu13",)) is None
+    assert pathfinder_lookup("find_nvidia_binary_utility", "nvdisasm").endswith("nvdisasm")
+    assert pathfinder_lookup("find_nvidia_binary_utility", "no-such-tool") is None
+    assert pathfinder_lookup("no_such_lookup", "nvdisasm") is None
