@@ -10,5 +10,6 @@ _configure_numba()  # before anything imports numba.cuda: simulator exactly when
 from .problem import DecodeProblem  # noqa: E402
 from .registry import variants  # noqa: E402
 from .runner import run, run_problem  # noqa: E402
+from .variant import Unsupported  # noqa: E402
 
-__all__ = ["variants", "run", "run_problem", "DecodeProblem"]
+__all__ = ["variants", "run", "run_problem", "DecodeProblem", "Unsupported"]

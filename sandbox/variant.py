@@ -17,6 +17,14 @@ from typing import Protocol
 import numpy as np
 
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class Unsupported(ValueError):
+    """A variant refuses a problem it was not built for (declared limits, or a prepare that cannot fit it).
+
+    Raise it (not a bare ValueError) from `prepare` to refuse: the sweep records the point as
+    `unsupported`; any other exception from a variant is an `error`.
+    """
 DTYPES = ("float32", "float16")
 
 
@@ -30,9 +38,9 @@ class Limits:
     backends: tuple[str, ...] = ("gpu", "cpu")
 
     def check(self, name: str, problem, backend: str | None = None) -> None:
-        """Raise ValueError naming the unsupported property and what is supported."""
+        """Raise Unsupported (a ValueError) naming the unsupported property and what is supported."""
         def refuse(what, value, allowed):
-            raise ValueError(f"{name} does not support {what}={value} (supported: {', '.join(map(str, allowed))})")
+            raise Unsupported(f"{name} does not support {what}={value} (supported: {', '.join(map(str, allowed))})")
 
         if self.block_sizes is not None and problem.block_size not in self.block_sizes:
             refuse("block_size", problem.block_size, self.block_sizes)
@@ -46,7 +54,7 @@ class Limits:
     def supports(self, problem, backend: str | None = None) -> bool:
         try:
             self.check("variant", problem, backend)
-        except ValueError:
+        except Unsupported:
             return False
         return True
 
