@@ -110,9 +110,15 @@ def synchronize(backend: str) -> None:
 
 
 def raw_module(backend: str, code: str, options=(), name_expressions=None, **cpu_options):
-    """cupy.RawModule on a GPU, the CPU executor's CpuRawModule elsewhere; same call either way."""
+    """cupy.RawModule on a GPU, the CPU executor's CpuRawModule elsewhere; same call either way.
+
+    Either is wrapped in sandbox.grid.CheckedModule: every launch of a kernel it returns checks its
+    grid and block against CUDA's limits first (ValueError naming the kernel and the dimension).
+    """
+    from .grid import CheckedModule
     if backend == "gpu":
         import cupy
-        return cupy.RawModule(code=code, options=tuple(options), name_expressions=name_expressions)
+        return CheckedModule(cupy.RawModule(code=code, options=tuple(options), name_expressions=name_expressions))
     from .cpucuda import CpuRawModule
-    return CpuRawModule(code=code, options=tuple(options), name_expressions=name_expressions, **cpu_options)
+    return CheckedModule(CpuRawModule(code=code, options=tuple(options), name_expressions=name_expressions,
+                                      **cpu_options))
