@@ -1,4 +1,4 @@
-"""DecodeProblem: the canonical paged decode inputs, and a seeded generator of nasty ones."""
+"""DecodeProblem: the canonical paged attention inputs, and a seeded generator of nasty ones."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,7 +6,9 @@ import math
 
 import numpy as np
 
-from .validate import validate_decode_inputs
+from . import dtypes
+from .options import PLAIN, AttentionOptions, alibi_paper_slopes
+from .validate import first_read_tokens, validate_decode_inputs
 
 # Extreme logits: q is scaled so that scale * q.k has a standard deviation of about 40,
 # so logits reach +-120: exp() without subtracting the max overflows in float32 (88.7).
@@ -38,13 +40,17 @@ def shuffled_blocks(rng: np.random.Generator, num_blocks: int, needed: int) -> n
 
 @dataclasses.dataclass
 class DecodeProblem:
-    """One decode step over a paged KV cache (host NumPy arrays, layout as in DESIGN.md).
+    """One attention step over a paged KV cache (host NumPy arrays, layout as in docs/design.md).
 
-    query         [num_seqs, num_heads, head_dim]                  float32 | float16
-    key_cache     [num_blocks, block_size, num_kv_heads, head_dim] same dtype
-    value_cache   [num_blocks, block_size, num_kv_heads, head_dim] same dtype
-    block_tables  [num_seqs, max_blocks_per_seq] int32 (-1 past a sequence's last block)
+    query         [num_seqs, num_heads, head_dim] (decode), or [total_q, num_heads, head_dim] with
+                  query_start; float32 | float16 | bfloat16
+    key_cache     [num_blocks, block_size, num_kv_heads, head_dim] query's dtype, or float8_e4m3fn |
+    value_cache   [num_blocks, block_size, num_kv_heads, head_dim] float8_e5m2 (both the same)
+    block_tables  [num_seqs, max_blocks_per_seq] int32 (-1 past a sequence's last block, and for
+                  blocks wholly before a sliding window)
     context_lens  [num_seqs] int32
+    options       AttentionOptions: k_scale/v_scale, window_left, logits_soft_cap, alibi_slopes
+    query_start   None (decode: one query token per sequence) or int32 [num_seqs + 1]
     """
 
     query: np.ndarray
@@ -53,17 +59,19 @@ class DecodeProblem:
     block_tables: np.ndarray
     context_lens: np.ndarray
     scale: float | None = None
+    options: AttentionOptions = PLAIN
+    query_start: np.ndarray | None = None
     seed: int | None = None
     recipe: dict | None = dataclasses.field(default=None, repr=False, compare=False)  # random()'s arguments
 
     def validate(self) -> "DecodeProblem":
-        validate_decode_inputs(self.query, self.key_cache, self.value_cache,
-                               self.block_tables, self.context_lens, self.scale)
+        validate_decode_inputs(self.query, self.key_cache, self.value_cache, self.block_tables,
+                               self.context_lens, self.scale, self.options, self.query_start)
         return self
 
     @property
     def num_seqs(self) -> int:
-        return self.query.shape[0]
+        return self.context_lens.shape[0]
 
     @property
     def num_heads(self) -> int:
@@ -91,31 +99,61 @@ class DecodeProblem:
 
     @property
     def dtype(self) -> np.dtype:
+        """The query's (and the output's) dtype."""
         return self.query.dtype
+
+    @property
+    def kv_dtype(self) -> np.dtype:
+        """The cache's dtype: the query's, or an fp8 format."""
+        return self.key_cache.dtype
+
+    @property
+    def query_lens(self) -> np.ndarray:
+        """int64 [num_seqs]: query tokens per sequence (all ones for decode)."""
+        if self.query_start is None:
+            return np.ones(self.num_seqs, dtype=np.int64)
+        return np.diff(self.query_start.astype(np.int64))
+
+    @property
+    def max_query_len(self) -> int:
+        return 1 if self.query_start is None else int(self.query_lens.max())
 
     @property
     def softmax_scale(self) -> float:
         return 1.0 / math.sqrt(self.head_dim) if self.scale is None else float(self.scale)
 
+    def first_read_tokens(self) -> np.ndarray:
+        """int64 [num_seqs]: the first token any query token of each sequence reads (the window's start)."""
+        return first_read_tokens(self.context_lens, self.query_lens, self.options.window_left)
+
     def arrays(self) -> tuple:
-        """(query, key_cache, value_cache, block_tables, context_lens, scale), as sandbox.run takes them."""
+        """(query, key_cache, value_cache, block_tables, context_lens, scale), sandbox.run's positional arguments."""
         return self.query, self.key_cache, self.value_cache, self.block_tables, self.context_lens, self.scale
 
+    def kwargs(self) -> dict:
+        """sandbox.run's / reference.paged_attention's keyword arguments: the options and query_start."""
+        return dict(self.options.kwargs(), query_start=self.query_start)
+
     def bytes_moved(self) -> int:
-        """Bytes a decode step really needs: K/V of real tokens, query, output, table entries read."""
-        item = self.query.dtype.itemsize
-        tokens = int(self.context_lens.astype(np.int64).sum())
-        kv = 2 * tokens * self.num_kv_heads * self.head_dim * item
-        q_and_out = 2 * self.query.size * item
-        table = int(((self.context_lens.astype(np.int64) + self.block_size - 1) // self.block_size).sum()) * 4
-        return kv + q_and_out + table + self.context_lens.nbytes
+        """Bytes a step really needs: K/V of the tokens read (each once), query, output, table entries read."""
+        tokens_read = self.context_lens.astype(np.int64) - self.first_read_tokens()
+        kv = 2 * int(tokens_read.sum()) * self.num_kv_heads * self.head_dim * self.kv_dtype.itemsize
+        q_and_out = 2 * self.query.size * self.query.dtype.itemsize
+        first_block = self.first_read_tokens() // self.block_size
+        end_block = (self.context_lens.astype(np.int64) + self.block_size - 1) // self.block_size
+        table = int((end_block - first_block).sum()) * 4
+        starts = 0 if self.query_start is None else self.query_start.nbytes
+        return kv + q_and_out + table + self.context_lens.nbytes + starts
 
     def describe(self) -> str:
         lens = self.context_lens.tolist()
         shown = lens if len(lens) <= 8 else lens[:8] + ["..."]
+        kv = "" if self.kv_dtype == self.dtype else f", kv_dtype={self.kv_dtype.name}"
+        opts = "" if self.options is PLAIN or self.options.describe() == "plain" else f", {self.options.describe()}"
+        q = "" if self.query_start is None else f", query_lens={self.query_lens.tolist()[:8]}"
         return (f"DecodeProblem(seed={self.seed}, seqs={self.num_seqs}, heads={self.num_heads}/{self.num_kv_heads}, "
                 f"head_dim={self.head_dim}, block_size={self.block_size}, blocks={self.num_blocks}, "
-                f"table={self.max_blocks_per_seq}, dtype={self.dtype.name}, context_lens={shown})")
+                f"table={self.max_blocks_per_seq}, dtype={self.dtype.name}{kv}, context_lens={shown}{q}{opts})")
 
     __str__ = describe
 
@@ -133,16 +171,26 @@ class DecodeProblem:
     def random(cls, seed: int, num_seqs: int = 4, num_heads: int = 8, num_kv_heads: int = 2, head_dim: int = 64,
                block_size: int = 16, context_lens=None, max_context_len: int = 256, dtype="float32",
                share_prefix: bool = True, full_capacity: bool = True, extreme_logits: bool = False,
-               spare_blocks: int | None = None, nan_fill: bool = True) -> "DecodeProblem":
+               spare_blocks: int | None = None, nan_fill: bool = True, kv_dtype=None, k_scale=None, v_scale=None,
+               window_left: int = -1, logits_soft_cap: float = 0.0, alibi_slopes=None,
+               free_outside_window: bool = True, query_lens=None) -> "DecodeProblem":
         """A seeded random problem with the traps real serving produces.
 
         Physical blocks are shuffled (never in increasing order); with share_prefix, later
         sequences may point their first full blocks at an earlier sequence's blocks; with
         full_capacity (and drawn lengths), one sequence fills its whole table; every slot no
-        sequence reads (including the tail of each last block, and spare blocks) is NaN.
+        query token reads (the tail of each last block, spare blocks, blocks before a window) is NaN.
+
+        kv_dtype: None (the query's) or an fp8 format, whose values are drawn over the format's
+        whole finite range, subnormals included; k_scale/v_scale None means 1.0, or 1/max_finite
+        for fp8 (dequantized values then lie in [-1, 1]). alibi_slopes: None, "paper" (the ALiBi
+        paper's geometric slopes), "random", or a list of floats. free_outside_window: blocks
+        wholly before a window are freed (-1 in the table). query_lens: None (decode), an int q
+        (each sequence gets min(q, L) query tokens) or a list of per-sequence lengths.
         """
         rng = np.random.default_rng(seed)
-        dtype = np.dtype(dtype)
+        dtype = dtypes.dtype(dtype)
+        kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
         if context_lens is None:
@@ -158,6 +206,7 @@ class DecodeProblem:
                 raise ValueError(f"context_lens must have num_seqs = {num_seqs} entries, got shape {lens.shape}")
             if (lens < 1).any():
                 raise ValueError(f"context_lens must all be >= 1, got {lens.tolist()}")
+        q_lens = _query_lengths(query_lens, lens)
         blocks_per_seq = -(-lens // block_size)
         max_blocks = int(blocks_per_seq.max())
 
@@ -186,26 +235,98 @@ class DecodeProblem:
             tables[s, i] = tables[s0, i0]
 
         cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        fill = np.nan if nan_fill else 0.0
-        key_cache = np.full(cache_shape, fill, dtype=np.float32)
-        value_cache = np.full(cache_shape, fill, dtype=np.float32)
         block_shape = (needed, block_size, num_kv_heads, head_dim)
-        key_cache[physical] = _uniform(rng, block_shape)
-        value_cache[physical] = _uniform(rng, block_shape)
-        # Shared blocks are always full, so every partial last block is private: poison its tail.
-        for s in range(num_seqs):
-            used_in_last = int(lens[s]) - (int(blocks_per_seq[s]) - 1) * block_size
-            last = tables[s, int(blocks_per_seq[s]) - 1]
-            key_cache[last, used_in_last:] = fill
-            value_cache[last, used_in_last:] = fill
-        query = rng.uniform(-1, 1, size=(num_seqs, num_heads, head_dim))
+        key_cache = np.zeros(cache_shape, dtype=np.float32)
+        value_cache = np.zeros(cache_shape, dtype=np.float32)
+        if dtypes.is_fp8(kv_dt):
+            key_cache, value_cache = key_cache.astype(kv_dt), value_cache.astype(kv_dt)
+            key_cache[physical] = _fp8_spanning(rng, block_shape, kv_dt)
+            value_cache[physical] = _fp8_spanning(rng, block_shape, kv_dt)
+        else:
+            key_cache[physical] = _uniform(rng, block_shape)
+            value_cache[physical] = _uniform(rng, block_shape)
+
+        default_scale = 1.0 / dtypes.FP8_MAX_FINITE[kv_dt.name] if dtypes.is_fp8(kv_dt) else 1.0
+        slopes = _alibi_slopes(rng, alibi_slopes, num_heads)
+        options = AttentionOptions(k_scale=default_scale if k_scale is None else float(k_scale),
+                                   v_scale=default_scale if v_scale is None else float(v_scale),
+                                   window_left=int(window_left), logits_soft_cap=float(logits_soft_cap),
+                                   alibi_slopes=slopes).validate(num_heads)
+        first_read = first_read_tokens(lens, q_lens, options.window_left)
+        if free_outside_window:
+            for s in range(num_seqs):  # the allocator freed every block wholly before the window
+                tables[s, : int(first_read[s] // block_size)] = -1
+        if nan_fill or dtypes.is_fp8(kv_dt):
+            fill = np.nan if nan_fill else 0.0
+            unread = ~_read_slots(tables, lens, first_read, num_blocks, block_size)
+            key_cache.reshape(-1, num_kv_heads, head_dim)[unread] = fill
+            value_cache.reshape(-1, num_kv_heads, head_dim)[unread] = fill
+
+        query = rng.uniform(-1, 1, size=(int(q_lens.sum()), num_heads, head_dim))
         if extreme_logits:
             query *= EXTREME_QUERY_GAIN
+        query_start = None
+        if query_lens is not None:
+            query_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
         recipe = dict(seed=seed, num_seqs=num_seqs, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                       block_size=block_size, context_lens=None if context_lens is None else [int(n) for n in context_lens],
                       max_context_len=max_context_len, dtype=dtype.name, share_prefix=share_prefix,
                       full_capacity=full_capacity, extreme_logits=extreme_logits, spare_blocks=spare_blocks,
                       nan_fill=nan_fill)
-        return cls(query=query.astype(dtype), key_cache=key_cache.astype(dtype), value_cache=value_cache.astype(dtype),
-                   block_tables=tables, context_lens=lens.astype(np.int32), scale=None, seed=seed,
-                   recipe=recipe).validate()
+        extras = dict(kv_dtype=None if kv_dtype is None else kv_dt.name, k_scale=k_scale, v_scale=v_scale,
+                      window_left=window_left, logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes,
+                      free_outside_window=free_outside_window, query_lens=query_lens)
+        defaults = dict(kv_dtype=None, k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=0.0,
+                        alibi_slopes=None, free_outside_window=True, query_lens=None)
+        recipe.update({k: v for k, v in extras.items() if v != defaults[k]})  # short repr for plain problems
+        if not dtypes.is_fp8(kv_dt):
+            key_cache, value_cache = key_cache.astype(dtype), value_cache.astype(dtype)
+        return cls(query=query.astype(dtype), key_cache=key_cache, value_cache=value_cache,
+                   block_tables=tables, context_lens=lens.astype(np.int32), scale=None, options=options,
+                   query_start=query_start, seed=seed, recipe=recipe).validate()
+
+
+def _query_lengths(query_lens, context_lens: np.ndarray) -> np.ndarray:
+    """int64 [num_seqs] from random()'s query_lens argument (None: decode; int: min(q, L); list: as given)."""
+    if query_lens is None:
+        return np.ones(len(context_lens), dtype=np.int64)
+    if isinstance(query_lens, (int, np.integer)):
+        if query_lens < 1:
+            raise ValueError(f"query_lens must be >= 1, got {query_lens}")
+        return np.minimum(context_lens, int(query_lens)).astype(np.int64)
+    q = np.asarray(query_lens, dtype=np.int64)
+    if q.shape != context_lens.shape or (q < 1).any() or (q > context_lens).any():
+        raise ValueError(f"query_lens must give 1 <= q_s <= context_lens[s] for each of the {len(context_lens)} "
+                         f"sequences, got {q.tolist()} for context_lens {context_lens.tolist()}")
+    return q
+
+
+def _fp8_spanning(rng: np.random.Generator, shape, fp8_dtype: np.dtype) -> np.ndarray:
+    """fp8 values drawn uniformly over the format's finite codes: every exponent, subnormals and zeros."""
+    codes = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    values = codes.view(fp8_dtype)
+    finite = np.isfinite(values.astype(np.float32))
+    codes[~finite] &= 0x80  # NaN/inf codes become (signed) zero
+    return codes.view(fp8_dtype)
+
+
+def _alibi_slopes(rng: np.random.Generator, slopes, num_heads: int) -> np.ndarray | None:
+    if slopes is None:
+        return None
+    if isinstance(slopes, str):
+        if slopes == "paper":
+            return alibi_paper_slopes(num_heads)
+        if slopes == "random":
+            return rng.uniform(-1.0, 1.0, size=num_heads).astype(np.float32)
+        raise ValueError(f"alibi_slopes must be None, 'paper', 'random' or a list of floats, got {slopes!r}")
+    return np.asarray(slopes, dtype=np.float32)
+
+
+def _read_slots(tables: np.ndarray, lens: np.ndarray, first_read: np.ndarray, num_blocks: int,
+                block_size: int) -> np.ndarray:
+    """bool [num_blocks * block_size]: the slots some sequence's query tokens read."""
+    read = np.zeros(num_blocks * block_size, dtype=bool)
+    for s in range(len(lens)):
+        t = np.arange(int(first_read[s]), int(lens[s]))
+        read[tables[s, t // block_size].astype(np.int64) * block_size + t % block_size] = True
+    return read

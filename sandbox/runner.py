@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import backends, registry
+from .options import AttentionOptions
 from .problem import DecodeProblem
 
 
@@ -24,7 +25,7 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto"):
 
 
 def run_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> np.ndarray:
-    """Run one variant on one problem: [num_seqs, num_heads, head_dim] in the query's dtype."""
+    """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype."""
     problem.validate()
     variant = registry.get(name)
     resolved = backends.resolve(backend, variant.family)
@@ -37,7 +38,21 @@ def run_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> np.
     return np.asarray(prepared.result())
 
 
-def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, backend="auto") -> np.ndarray:
-    """The public entry point (DESIGN.md): run variant `name` on host NumPy inputs."""
-    problem = DecodeProblem(query, key_cache, value_cache, block_tables, context_lens, scale)
+def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
+        k_scale=1.0, v_scale=1.0, window_left=-1, logits_soft_cap=0.0, alibi_slopes=None,
+        backend="auto") -> np.ndarray:
+    """The public entry point: run variant `name` on host NumPy inputs.
+
+    Returns [num_seqs, num_heads, head_dim] (decode) or [total_q, num_heads, head_dim] (with
+    query_start) in the query's dtype. Inputs may be strided views: the variant receives
+    C-contiguous copies. NaN or inf in a query row propagates to that row's output (the logits
+    of that head are NaN); everything else is validated before any launch.
+    """
+    def contiguous(x):
+        return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x
+
+    options = AttentionOptions.from_kwargs(k_scale, v_scale, window_left, logits_soft_cap,
+                                           contiguous(alibi_slopes))
+    problem = DecodeProblem(*(contiguous(x) for x in (query, key_cache, value_cache, block_tables, context_lens)),
+                            scale, options=options, query_start=contiguous(query_start))
     return run_problem(name, problem, backend)

@@ -16,6 +16,9 @@ from typing import Protocol
 
 import numpy as np
 
+from .dtypes import FP8_DTYPES, QUERY_DTYPES
+from .options import FEATURES
+
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -26,21 +29,32 @@ class Unsupported(ValueError):
     `unsupported`; any other exception from a variant is an `error`.
     """
 DTYPES = ("float32", "float16")
+# What a variant that speaks every precision and option declares (Limits(**FULL_SUPPORT)).
+FULL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES, options=FEATURES)
 
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Declared support. None means "any"."""
+    """Declared support. None means "any".
+
+    dtypes: query (and output) dtypes; the cache may always have the query's dtype.
+    kv_dtypes: fp8 cache formats accepted besides that (with any of `dtypes`).
+    options: the AttentionOptions features accepted ("kv_scale", "window", "softcap", "alibi").
+    max_query_len: query tokens per sequence (1: decode only; None: any, with query_start).
+    """
 
     block_sizes: tuple[int, ...] | None = POW2_BLOCK_SIZES
     head_dims: tuple[int, ...] | None = None
     dtypes: tuple[str, ...] = DTYPES
     backends: tuple[str, ...] = ("gpu", "cpu")
+    kv_dtypes: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    max_query_len: int | None = 1
 
     def check(self, name: str, problem, backend: str | None = None) -> None:
         """Raise Unsupported (a ValueError) naming the unsupported property and what is supported."""
         def refuse(what, value, allowed):
-            raise Unsupported(f"{name} does not support {what}={value} (supported: {', '.join(map(str, allowed))})")
+            raise Unsupported(f"{name} does not support {what}={value} (supported: {', '.join(map(str, allowed)) or 'none'})")
 
         if self.block_sizes is not None and problem.block_size not in self.block_sizes:
             refuse("block_size", problem.block_size, self.block_sizes)
@@ -48,8 +62,25 @@ class Limits:
             refuse("head_dim", problem.head_dim, self.head_dims)
         if np.dtype(problem.dtype).name not in self.dtypes:
             refuse("dtype", np.dtype(problem.dtype).name, self.dtypes)
+        kv = np.dtype(problem.kv_dtype).name
+        if kv != np.dtype(problem.dtype).name and kv not in self.kv_dtypes:
+            refuse("kv_dtype", kv, ("the query's dtype",) + self.kv_dtypes)
+        for feature in problem.options.features:
+            if feature not in self.options:
+                refuse("option", feature, self.options)
+        if self.max_query_len is not None and problem.max_query_len > self.max_query_len:
+            refuse("query_len", problem.max_query_len, (f"<= {self.max_query_len}",))
         if backend is not None and backend not in self.backends:
             refuse("backend", repr(backend), self.backends)
+
+    def describe(self) -> str:
+        """One line for `python -m sandbox list`."""
+        bs = "any" if self.block_sizes is None else ",".join(map(str, self.block_sizes))
+        hd = "any" if self.head_dims is None else ",".join(map(str, self.head_dims))
+        kv = ",".join(["same"] + [d.replace("float8_", "") for d in self.kv_dtypes])
+        q = "any" if self.max_query_len is None else str(self.max_query_len)
+        return (f"block sizes {bs}; head dims {hd}; dtypes {','.join(self.dtypes)}; kv {kv}; "
+                f"options {','.join(self.options) or 'none'}; query_len {q}; backends {','.join(self.backends)}")
 
     def supports(self, problem, backend: str | None = None) -> bool:
         try:

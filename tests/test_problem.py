@@ -5,6 +5,7 @@ from hypothesis import example, find, given, settings
 from hypothesis import strategies as st
 
 from sandbox.compare import TOLERANCES, compare
+from sandbox.options import AttentionOptions
 from sandbox.problem import DecodeProblem
 from sandbox.strategies import decode_problems
 from sandbox.validate import validate_decode_inputs
@@ -80,7 +81,28 @@ def _valid():
     (lambda a: a.update(context_lens=a["context_lens"].astype(np.int64)), "context_lens.dtype must be int32"),
     (lambda a: a.update(query=a["query"][:, :3]), r"num_heads \(3, from query\) must be a multiple of num_kv_heads \(2"),
     (lambda a: a.update(query=a["query"].astype(np.float64)), "query.dtype must be one of"),
-    (lambda a: a.update(value_cache=a["value_cache"].astype(np.float16)), "value_cache.dtype must equal query.dtype"),
+    (lambda a: a.update(value_cache=a["value_cache"].astype(np.float16)), r"value_cache.dtype must equal key_cache.dtype \(float32\)"),
+    (lambda a: a.update(key_cache=a["key_cache"].astype(np.float16), value_cache=a["value_cache"].astype(np.float16)),
+     "key_cache.dtype float16 with query.dtype float32 is not allowed"),
+    (lambda a: a.update(key_cache=np.zeros(a["key_cache"].shape, np.int8), value_cache=np.zeros(a["key_cache"].shape, np.int8)),
+     "key_cache.dtype must be the query's dtype"),
+    (lambda a: a.update(key_cache=a["key_cache"].astype("float8_e4m3fn"), value_cache=a["value_cache"].astype("float8_e5m2")),
+     r"value_cache.dtype must equal key_cache.dtype \(float8_e4m3fn\)"),
+    (lambda a: a.update(options=AttentionOptions(k_scale=0.0)), "k_scale must be a positive finite number, got 0.0"),
+    (lambda a: a.update(options=AttentionOptions(v_scale=float("inf"))), "v_scale must be a positive finite number"),
+    (lambda a: a.update(options=AttentionOptions(window_left=-2)), r"window_left must be an integer >= -1 \(-1: no window\), got -2"),
+    (lambda a: a.update(options=AttentionOptions(window_left=2.5)), "window_left must be an integer >= -1"),
+    (lambda a: a.update(options=AttentionOptions(logits_soft_cap=-1.0)), "logits_soft_cap must be a finite number >= 0"),
+    (lambda a: a.update(options=AttentionOptions(logits_soft_cap=float("nan"))), "logits_soft_cap must be a finite number >= 0"),
+    (lambda a: a.update(options=AttentionOptions(alibi_slopes=np.ones(3, np.float32))), r"alibi_slopes must have shape \(4,\)"),
+    (lambda a: a.update(options=AttentionOptions(alibi_slopes=np.ones(4, np.float64))), "alibi_slopes must be a float32 NumPy array"),
+    (lambda a: a.update(options=AttentionOptions(alibi_slopes=np.array([1, np.inf, 0, 0], np.float32))), r"alibi_slopes\[1\] = inf is not finite"),
+    (lambda a: a.update(query_start=np.array([0, 1, 2], np.int64)), "query_start.dtype must be int32"),
+    (lambda a: a.update(query_start=np.array([0, 2], np.int32)), r"query_start has 2 entries, expected num_seqs \+ 1 = 3"),
+    (lambda a: a.update(query_start=np.array([1, 1, 2], np.int32)), r"query_start\[0\] must be 0"),
+    (lambda a: a.update(query_start=np.array([0, 1, 3], np.int32)), r"query_start\[2\] = 3 must equal the query's 2 rows"),
+    (lambda a: a.update(query_start=np.array([0, 0, 2], np.int32)), r"query_start\[1\] - query_start\[0\] = 0 query tokens for sequence 0"),
+    (lambda a: a.update(query=np.concatenate([a["query"]] * 3)), r"query has 6 rows, expected num_seqs = 2 \(from context_lens\)"),
     (lambda a: a.update(key_cache=a["key_cache"][..., :4], value_cache=a["value_cache"][..., :4]), "key_cache head_dim 4 must equal query head_dim 8"),
     (lambda a: a.update(block_tables=a["block_tables"][:1]), "block_tables has 1 rows, expected num_seqs = 2"),
     (lambda a: a.update(query=list(a["query"])), "query must be a NumPy array"),
@@ -89,7 +111,7 @@ def _valid():
 def test_validation_names_the_argument_and_the_bound(mutate, message):
     p = _valid()
     args = dict(query=p.query, key_cache=p.key_cache, value_cache=p.value_cache,
-                block_tables=p.block_tables, context_lens=p.context_lens, scale=None)
+                block_tables=p.block_tables, context_lens=p.context_lens, scale=None, options=AttentionOptions())
     validate_decode_inputs(**args)
     mutate(args)
     with pytest.raises(ValueError, match=message):

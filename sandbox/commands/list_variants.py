@@ -14,11 +14,15 @@ def _fmt(values) -> str:
 
 def main(args) -> int:
     names = registry.variants("wrong") if args.wrong else registry.variants()
-    rows = [("variant", "block sizes", "head dims", "dtypes", "what")]
+    rows = [("variant", "block sizes", "head dims", "dtypes", "kv (fp8)", "options", "query_len", "what")]
     for name in names:
         v = registry.get(name)
-        rows.append((name, _fmt(v.limits.block_sizes), _fmt(v.limits.head_dims), _fmt(v.limits.dtypes), v.summary))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lim = v.limits
+        rows.append((name, _fmt(lim.block_sizes), _fmt(lim.head_dims), _fmt(lim.dtypes),
+                     ",".join(d.replace("float8_", "") for d in lim.kv_dtypes) or "-",
+                     ",".join(lim.options) or "-", _fmt(None if lim.max_query_len is None else (lim.max_query_len,)),
+                     v.summary))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4])
+        print("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1])
     return 0
