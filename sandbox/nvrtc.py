@@ -7,7 +7,8 @@
 NVRTC (cuda.bindings.nvrtc) needs no driver. Asking for a CUBIN with `--ptxas-options=-v` puts
 ptxas's resource lines in the program log; template kernels are instantiated by
 nvrtcAddNameExpression and matched to the log through their lowered (mangled) names.
-Headers such as cuda_fp16.h come from the CUDA runtime wheel's include folder.
+Headers such as cuda_fp16.h come from the CUDA runtime wheel's include folder. The options are
+those CuPy passes for a RawModule (`cupy_options`), so the cubin read here is the one a GPU runs.
 """
 from __future__ import annotations
 
@@ -16,9 +17,23 @@ import functools
 import re
 
 ARCHS = ("sm_80", "sm_90")
-# What CuPy passes for a RawModule besides the user's options (CuPy 13/14 with NVRTC): the C++
-# standard and the target; CuPy asks NVRTC for a cubin when the driver can load it.
-BASE_OPTIONS = ("-std=c++17",)
+# What CuPy 13/14 hands NVRTC for cupy.RawModule(code=..., options=user_options), read from its
+# sources: cupy/_core (assemble_cupy_compiler_options) adds "--std=c++14" only when the user names
+# no standard, plus include folders (its bundled CCCL, its own headers, the CUDA headers);
+# cupy/cuda/compiler.py (_compile_with_cache_cuda) then appends "-ftz=true" (denormals flushed to
+# zero: it changes float division, sqrt and the slow paths ptxas emits) and "-arch=sm_XX" (a cubin).
+# The include folders change no code here (the CUDA headers are passed below; RawModule does not
+# prepend CuPy's headers), so the numerics-relevant list is cupy_options(user_options).
+CUPY_DEFAULT_STD = "--std=c++14"
+CUPY_APPENDED = ("-ftz=true",)
+
+
+def cupy_options(options=()) -> tuple[str, ...]:
+    """The options CuPy passes to NVRTC for a RawModule given `options`, minus include folders and -arch."""
+    options = tuple(options)
+    if not any("-std=" in o for o in options):  # CuPy's use_default_std(): "-std=" or "--std=" anywhere
+        options += (CUPY_DEFAULT_STD,)
+    return tuple(dict.fromkeys(options + CUPY_APPENDED))
 
 
 class NvrtcError(RuntimeError):
@@ -42,6 +57,7 @@ class Compiled:
     log: str
     lowered: dict          # name expression -> mangled name
     resources: dict        # name expression -> Resources (also keyed by mangled name)
+    options: tuple = ()    # every option NVRTC received
 
 
 @functools.lru_cache(maxsize=None)
@@ -130,8 +146,7 @@ def compile_cubin(code: str, name_expressions=(), arch: str = "sm_90", options=(
     try:
         for expr in name_expressions:
             _check(nvrtc.nvrtcAddNameExpression(program, expr.encode()), f"nvrtcAddNameExpression({expr!r})", program)
-        opts = list(dict.fromkeys([*BASE_OPTIONS, *options])) + [
-            f"-arch={arch}", f"-I{cuda_include_dir()}", "--ptxas-options=-v"]
+        opts = list(cupy_options(options)) + [f"-arch={arch}", f"-I{cuda_include_dir()}", "--ptxas-options=-v"]
         (err,) = nvrtc.nvrtcCompileProgram(program, len(opts), [o.encode() for o in opts])
         log = _log(program)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -150,4 +165,4 @@ def compile_cubin(code: str, name_expressions=(), arch: str = "sm_90", options=(
     for expr, mangled in lowered.items():
         if mangled in by_mangled:
             resources[expr] = by_mangled[mangled]
-    return Compiled(arch, cubin, log, lowered, resources)
+    return Compiled(arch, cubin, log, lowered, resources, tuple(opts))

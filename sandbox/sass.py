@@ -22,7 +22,7 @@ import tempfile
 
 # One SASS instruction line of nvdisasm -c: "/*0e70*/  @!P1 LDG.E.128.CONSTANT R8, desc[UR8][R42.64] ;"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
-_FUNCTION = re.compile(r"^//-+ \.text\.(\S+) -+$", re.MULTILINE)
+_FUNCTION = re.compile(r"^//-+ \.text\.(\S+) +-+$", re.MULTILINE)  # nvdisasm pads short names with spaces
 # Access width modifiers: .128/.64 (bits), .U16/.S16/.U8/.S8; none means 32 bits.
 _WIDTH = re.compile(r"\.(?:(8|16|32|64|128|256)|[US](8|16))(?=\.|$)")
 

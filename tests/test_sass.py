@@ -2,6 +2,7 @@
 against what their designs claim (16-byte K/V loads, no local memory, no float64), without a GPU."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -159,3 +160,43 @@ def test_the_wheel_lookup_behind_nvdisasm_and_the_cuda_headers():
     assert pathfinder_lookup("find_nvidia_binary_utility", "nvdisasm").endswith("nvdisasm")
     assert pathfinder_lookup("find_nvidia_binary_utility", "no-such-tool") is None
     assert pathfinder_lookup("no_such_lookup", "nvdisasm") is None
+
+
+# ---------------------------------------------------------------- NVRTC options: those CuPy really passes
+
+DIVIDE = 'extern "C" __global__ void divide(float *x, const float *y) { x[threadIdx.x] /= y[threadIdx.x]; }'
+
+
+def test_nvrtc_passes_cupys_options_and_ftz_changes_the_division_slow_path():
+    assert nvrtc.cupy_options(("-std=c++17",)) == ("-std=c++17", "-ftz=true")
+    assert nvrtc.cupy_options(()) == ("--std=c++14", "-ftz=true")  # CuPy's default standard when none is named
+    compiled = nvrtc.compile_cubin(DIVIDE, arch="sm_90", options=common.OPTIONS)
+    assert "-ftz=true" in compiled.options and "-std=c++17" in compiled.options
+    functions = sass.disassemble(compiled.cubin)
+    assert sass.entry_functions(functions) == ["divide"]  # a short name: nvdisasm pads its section header
+    listing = "\n".join(functions.values())
+    assert "div_rn_ftz_f32" in listing and "noftz" not in listing  # what the GPU runs under CuPy
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is None, reason="compares with the installed CuPy")
+def test_nvrtc_options_equal_what_the_installed_cupy_passes(monkeypatch):
+    """Capture the options CuPy hands NVRTC for a RawModule (no GPU needed: the compile is stopped there)."""
+    import cupy
+    from cupy.cuda import compiler
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(self, options=(), *args, **kwargs):
+        seen.append(tuple(options))
+        raise Stop
+
+    monkeypatch.setattr(compiler._NVRTCProgram, "compile", capture)
+    monkeypatch.setattr(compiler, "_get_arch", lambda: "90")
+    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
+    with pytest.raises(Stop):
+        cupy.RawModule(code=DIVIDE, options=common.OPTIONS).get_function("divide")
+    keep = lambda opts: {o for o in opts if not o.startswith(("-I", "-arch", "--gpu-architecture"))}  # noqa: E731
+    assert keep(seen[0]) == set(nvrtc.cupy_options(common.OPTIONS)), seen[0]
