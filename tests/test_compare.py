@@ -123,3 +123,71 @@ def test_static_code_changes_are_listed_but_do_not_decide_the_exit(tmp_path, cap
     assert "OK: no regression" in out
     (b / "sass.csv").unlink()  # one run without the census: nothing to compare there, no error
     assert diff.compare_runs(a, b).static_changes == ["cupy.rows bs=16: registers 96 -> 80, occupancy 0.3125 -> 0.375"]
+
+
+# ---------------------------------------------------------------- exit codes that mean what they say
+
+def test_a_run_with_only_the_header_fails_instead_of_ok(tmp_path, capsys):
+    a = make_run(tmp_path / "a", BASE)
+    b = make_run(tmp_path / "b", [])
+    assert cli.main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "no points (only the header)" in err and str(b / "sweep.csv") in err and "OK" not in err
+
+
+def _truncate(csv_path, keep_lines, cut_last_line_at=None):
+    lines = csv_path.read_text().splitlines(keepends=True)[:keep_lines]
+    if cut_last_line_at is not None:
+        lines[-1] = lines[-1][:cut_last_line_at]
+    csv_path.write_text("".join(lines))
+
+
+@pytest.mark.parametrize("keep_lines, where", [(2, "line 2"), (len(BASE) + 1, f"line {len(BASE) + 1}")])
+def test_a_truncated_first_or_last_row_fails_naming_the_file_and_line(tmp_path, capsys, keep_lines, where):
+    a = make_run(tmp_path / "a", BASE)
+    b = make_run(tmp_path / "b", BASE)
+    _truncate(b / "sweep.csv", keep_lines, cut_last_line_at=25)  # a writer killed mid-row
+    assert cli.main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(b / "sweep.csv") in err and where in err and "truncated" in err
+
+
+def test_an_unparsable_row_or_an_ok_row_without_time_fails(tmp_path, capsys):
+    a = make_run(tmp_path / "a", BASE)
+    rows = [dict(r) for r in BASE]
+    rows[2]["time_us"] = "12.5.3"
+    b = make_run(tmp_path / "b", rows)
+    assert cli.main(["compare", str(a), str(b)]) == 2
+    assert "line 4: unparsable value" in capsys.readouterr().err
+    rows = [dict(r) for r in BASE]
+    rows[1]["time_us"] = ""
+    c = make_run(tmp_path / "c", rows)
+    assert cli.main(["compare", str(a), str(c)]) == 2
+    assert "line 3: an ok point (cupy.v1 bs=32) without a time" in capsys.readouterr().err
+    rows = [dict(r) for r in BASE]
+    rows[0]["status"] = "fine"
+    d = make_run(tmp_path / "d", rows)
+    assert cli.main(["compare", str(a), str(d)]) == 2
+    assert "unknown status 'fine'" in capsys.readouterr().err
+
+
+def test_runs_that_share_no_point_fail(tmp_path, capsys):
+    a = make_run(tmp_path / "a", [point("cupy.v1", 16, 100.0, backend="cpu-executor")])
+    b = make_run(tmp_path / "b", [point("cupy.v1", 16, 100.0, backend="gpu")])
+    assert cli.main(["compare", str(a), str(b)]) == 1
+    assert "FAIL: the runs share no point" in capsys.readouterr().out
+    same_status = [point("cupy.v1", 16, None, status="unsupported")]  # shared, nothing timed: not a failure
+    assert diff.compare_runs(make_run(tmp_path / "c", same_status), make_run(tmp_path / "d", same_status)).exit_code == 0
+
+
+def test_an_interrupted_or_unfinished_run_is_warned_about(tmp_path, capsys):
+    a = make_run(tmp_path / "a", BASE)
+    b = make_run(tmp_path / "b", BASE)
+    (a / "meta.json").write_text('{"interrupted": true, "end_utc": "x"}')
+    (b / "meta.json").write_text('{"start_utc": "x"}')
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: run A ({a}) interrupted: its points are partial" in out
+    assert f"warning: run B ({b}) did not finish" in out
+    (b / "meta.json").write_text('{"interrupted": false, "end_utc": "x"}')
+    assert diff.compare_runs(a, b).warnings == [f"run A ({a}) interrupted: its points are partial"]

@@ -1,6 +1,8 @@
 """python -m sandbox compare RUN_A RUN_B: B time / A time per matching point; regressions flagged.
 
-Exit status 1 when any point regressed beyond --threshold or turned wrong, else 0.
+Exit status 1 when any point regressed beyond --threshold or turned wrong, or when the runs share no
+point; 2 when a run cannot be read (no sweep.csv, no point, a truncated or unparsable row, an ok row
+without a time; the message names the file and line); else 0. A run that was interrupted is warned about.
 """
 from __future__ import annotations
 

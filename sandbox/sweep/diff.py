@@ -3,16 +3,23 @@
 When both run folders hold resources.csv / sass.csv, the report also lists each kernel whose static
 resources or SASS census changed (registers 96 -> 80, 16-byte loads 16 -> 8, ...): the code change
 behind a time change. Those lines inform; only times and correctness decide the exit status.
+
+A run folder is read strictly: a sweep.csv with no point, a truncated or unparsable row (first, last or
+any), or an `ok` row without a time is a ValueError naming the file and the row; two runs that share
+no point fail the comparison; a run that was interrupted (or never finished) is warned about.
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
+import math
 from pathlib import Path
 
 INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes")
 FLOAT_COLUMNS = ("max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us", "min_us", "gbps", "fraction_of_copy_bw",
-                 "paging_overhead", "dense_time_us", "point_s")
+                 "fraction_of_read_bw", "paging_overhead", "dense_time_us", "partition_us", "point_s")
+STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
 
 
 def _typed(row: dict) -> dict:
@@ -38,13 +45,52 @@ def sweep_csv(path: Path) -> Path:
 
 
 def load_rows(path: Path) -> list[dict]:
-    """The rows of a run folder's sweep.csv (or of a sweep.csv), with numbers and booleans typed."""
-    with open(sweep_csv(path), newline="") as f:
+    """The rows of a run folder's sweep.csv (or of a sweep.csv), with numbers and booleans typed.
+
+    ValueError naming the file and row for: no point at all, a row with too few or too many fields
+    (truncated), a value that does not parse, an unknown status, an `ok` row without a finite time.
+    """
+    csv_path = sweep_csv(path)
+    with open(csv_path, newline="") as f:
         reader = csv.DictReader(f)
         missing = {"variant", "shape", "block_size", "backend", "status", "time_us"} - set(reader.fieldnames or ())
         if missing:
-            raise ValueError(f"{path}: sweep.csv lacks columns {sorted(missing)}")
-        return [_typed(r) for r in reader]
+            raise ValueError(f"{csv_path}: sweep.csv lacks columns {sorted(missing)}")
+        rows = []
+        for raw in reader:
+            where = f"{csv_path} line {reader.line_num}"
+            if None in raw or None in raw.values():
+                got = len(raw) - (None in raw) + len(raw.get(None) or ()) - sum(v is None for v in raw.values())
+                raise ValueError(f"{where}: truncated or malformed row ({got} fields, the header has "
+                                 f"{len(reader.fieldnames)})")
+            try:
+                row = _typed(raw)
+            except ValueError as exc:
+                raise ValueError(f"{where}: unparsable value ({exc})") from None
+            if row["status"] not in STATUSES:
+                raise ValueError(f"{where}: unknown status {row['status']!r} (expected one of {', '.join(STATUSES)})")
+            if row["status"] == "ok" and (row["time_us"] is None or not math.isfinite(row["time_us"])
+                                          or row["time_us"] <= 0):
+                raise ValueError(f"{where}: an ok point ({row['variant']} bs={row['block_size']}) without a time")
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{csv_path}: no points (only the header): nothing to compare")
+    return rows
+
+
+def run_state(path: Path) -> str | None:
+    """Why a run's points may be partial, from its meta.json: "interrupted", "did not finish", or None."""
+    path = Path(path)
+    meta_path = (path if path.is_dir() else path.parent) / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("interrupted"):
+        return "interrupted"
+    if "end_utc" not in meta:
+        return "did not finish (no end time in meta.json: killed or crashed)"
+    return None
 
 
 def key(row: dict) -> tuple:
@@ -69,13 +115,23 @@ class Report:
     only_b: list
     cpu_emulation: bool
     static_changes: list = dataclasses.field(default_factory=list)  # "variant [kernel] bs=N: field a -> b, ..."
+    warnings: list = dataclasses.field(default_factory=list)        # e.g. "run B was interrupted: ..."
+
+    @property
+    def shared(self) -> bool:
+        """The runs have at least one point (variant, shape, block size, backend) in common."""
+        return bool(self.ratios or self.turned_wrong or self.still_wrong or self.status_changes
+                    or self.shared_unchanged)
+
+    shared_unchanged: int = 0  # points in both runs with the same status and no time to compare
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.regressions or self.turned_wrong else 0
+        return 1 if self.regressions or self.turned_wrong or not self.shared else 0
 
     def render(self) -> str:
-        lines = [f"{len(self.ratios)} points timed in both runs; regression = B/A > {1 + self.threshold:.2f}"]
+        lines = [f"warning: {w}" for w in self.warnings]
+        lines.append(f"{len(self.ratios)} points timed in both runs; regression = B/A > {1 + self.threshold:.2f}")
         if self.cpu_emulation:
             lines.append("note: CPU-emulation timings (not GPU performance); expect noise on a busy machine")
         if self.ratios:
@@ -98,8 +154,13 @@ class Report:
         if self.static_changes:
             lines.append(f"static code changed (resources.csv / sass.csv, sm_90): {len(self.static_changes)} kernel(s)")
             lines += [f"  {change}" for change in self.static_changes]
-        verdict = (f"FAIL: {len(self.regressions)} regression(s), {len(self.turned_wrong)} turned wrong"
-                   if self.exit_code else f"OK: no regression beyond {self.threshold:.0%}, nothing turned wrong")
+        if not self.shared:
+            verdict = ("FAIL: the runs share no point (variant, shape, block size, backend): nothing was compared "
+                       "(a GPU run against a CPU run? different --shapes?)")
+        elif self.exit_code:
+            verdict = f"FAIL: {len(self.regressions)} regression(s), {len(self.turned_wrong)} turned wrong"
+        else:
+            verdict = f"OK: no regression beyond {self.threshold:.0%}, nothing turned wrong"
         if self.improvements:
             verdict += f"; {len(self.improvements)} faster beyond {self.threshold:.0%}"
         lines.append(verdict)
@@ -110,6 +171,7 @@ def compare_rows(rows_a: list[dict], rows_b: list[dict], threshold: float = 0.10
     a = {key(r): r for r in rows_a}
     b = {key(r): r for r in rows_b}
     ratios, turned, still, changes = [], [], [], []
+    unchanged = 0
     for k in a.keys() & b.keys():
         ra, rb = a[k], b[k]
         sa, sb = ra["status"], rb["status"]
@@ -119,6 +181,8 @@ def compare_rows(rows_a: list[dict], rows_b: list[dict], threshold: float = 0.10
             ratios.append((k, ra["time_us"], rb["time_us"], rb["time_us"] / ra["time_us"]))
         elif sa != sb:
             changes.append((k, sa, sb))
+        else:
+            unchanged += 1
     order = lambda items: sorted(items, key=lambda t: tuple("" if x is None else str(x) for x in t[0]))  # noqa: E731
     return Report(
         threshold=threshold,
@@ -129,12 +193,17 @@ def compare_rows(rows_a: list[dict], rows_b: list[dict], threshold: float = 0.10
         only_a=sorted(a.keys() - b.keys(), key=lambda k: tuple(map(str, k))),
         only_b=sorted(b.keys() - a.keys(), key=lambda k: tuple(map(str, k))),
         cpu_emulation=any(r.get("timing") == "cpu-emulation" for r in rows_a + rows_b),
+        shared_unchanged=unchanged,
     )
 
 
 def compare_runs(run_a: Path, run_b: Path, threshold: float = 0.10) -> Report:
     report = compare_rows(load_rows(run_a), load_rows(run_b), threshold)
     report.static_changes = static_changes(Path(run_a), Path(run_b))
+    for label, path in (("A", run_a), ("B", run_b)):
+        state = run_state(path)
+        if state:
+            report.warnings.append(f"run {label} ({path}) {state}: its points are partial")
     return report
 
 
