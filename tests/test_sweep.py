@@ -21,7 +21,7 @@ from sandbox import backends, cli, registry
 from sandbox.check import expected_output
 from sandbox.commands import sweep as sweep_cmd
 from sandbox.sweep import bandwidth, device, goals, plots, run, shapes, static_resources, summary, timing
-from sandbox.variant import Limits
+from sandbox.variant import Limits, Unsupported
 
 import kernels.numpy_gather as gather
 
@@ -128,8 +128,11 @@ def test_gpu_timing_primitives_on_the_device():
     """What a GPU sweep measures with, on the real device: copy bandwidth, L2 flush, both event timers."""
     copy = bandwidth.gpu_copy_bandwidth(64 * 2**20, repeats=3)
     assert 10 < copy.gbps < 20_000 and copy.repeats == 3, copy
+    read = bandwidth.gpu_read_bandwidth(64 * 2**20, repeats=3)
+    assert 10 < read.gbps < 20_000 and read.kind == "read" and read.nbytes == 64 * 2**20, read
     flush = device.L2Flusher(device.device_info().get("l2_cache_bytes"))
-    assert flush.nbytes >= device.MIN_FLUSH_BYTES
+    assert flush.nbytes >= device.MIN_FLUSH_BYTES and [kind for kind, _ in flush.passes] == ["write", "read"]
+    flush()
     import cupy
     x = cupy.ones(2**24, dtype=cupy.float32)
     for timer in (timing.CupyEventTimer(), timing.NumbaEventTimer()):
@@ -195,8 +198,9 @@ def test_every_block_size_pages_the_same_tokens(block_size):
 
 # ---------------------------------------------------------------- fake variants for the sweep
 
-def _fake_module(monkeypatch, name, result=None, prepare_error=None, limits=None):
-    """Register a numpy-family variant `name` whose output is `result(problem, correct_output)`."""
+def _fake_module(monkeypatch, name, result=None, prepare_error=None, limits=None, parts=None):
+    """Register a numpy-family variant `name` whose output is `result(problem, correct_output)`;
+    `parts(inner)` -> launch_parts() list, when given."""
     module = types.ModuleType(f"fake_sweep_{name.replace('.', '_')}")
     module.LIMITS = limits or Limits(block_sizes=None, backends=("cpu",))
 
@@ -210,6 +214,9 @@ def _fake_module(monkeypatch, name, result=None, prepare_error=None, limits=None
         def result(self):
             out = self.inner.result()
             return result(self.problem, out) if result else out
+
+    if parts is not None:
+        Prepared.launch_parts = lambda self: parts(self.inner)
 
     def prepare(problem, backend):
         if prepare_error:
@@ -261,13 +268,15 @@ def test_quick_sweep_end_to_end(tmp_path, capsys):
         assert float(row["time_us"]) > 0 and int(row["repeats"]) >= 1
         assert float(row["gbps"]) == pytest.approx(int(row["bytes"]) / float(row["time_us"]) / 1e3)
         assert 0 < float(row["fraction_of_copy_bw"]) and row["paging_overhead"] == ""
+        assert 0 < float(row["fraction_of_read_bw"])
     meta = json.loads((run_dir / "meta.json").read_text())
     for key in ("gpu", "cpu", "packages", "git", "command", "seed", "copy_bandwidth", "start_utc", "end_utc", "goals"):
         assert key in meta, key
     assert meta["timing"] == "cpu-emulation" and meta["interrupted"] is False
     assert meta["command"] and meta["config"]["variants"] == ["numpy.gather"]  # command: this process's argv
     assert {"numpy", "numba", "numba-cuda", "cupy", "cuda-bindings"} <= set(meta["packages"])
-    assert meta["copy_bandwidth"]["gbps"] > 0
+    assert meta["copy_bandwidth"]["gbps"] > 0 and meta["read_bandwidth"]["gbps"] > 0
+    assert "Read bandwidth (host memory (CPU)):" in out
     g = json.loads((run_dir / "goals.json").read_text())
     assert [c["status"] for c in g["checks"]] == ["not measured (no GPU)"] * 3
     assert "CPU EMULATION" in out and "not measured (no GPU)" in out and "numpy.gather" in out
@@ -292,15 +301,19 @@ def test_a_wrong_outside_peer_is_shown_but_only_our_variants_decide_the_exit_sta
 
 
 def test_unsupported_and_crashing_variants_are_recorded_not_raised(tmp_path, monkeypatch):
-    _fake_module(monkeypatch, "numpy.toolong", prepare_error=ValueError("context too long for shared memory"))
+    _fake_module(monkeypatch, "numpy.toolong", prepare_error=Unsupported("context too long for shared memory"))
     _fake_module(monkeypatch, "numpy.crash", prepare_error=RuntimeError("boom"))
+    _fake_module(monkeypatch, "numpy.buggy", prepare_error=ValueError("operands could not be broadcast"))
     _fake_module(monkeypatch, "numpy.bs16", limits=Limits(block_sizes=(16,), backends=("cpu",)))
     outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "1,16",
-                          "--variants", "numpy.toolong,numpy.crash,numpy.bs16", "--no-plots")
+                          "--variants", "numpy.toolong,numpy.crash,numpy.buggy,numpy.bs16", "--no-plots")
     by = {(r["variant"], r["block_size"]): r for r in rows}
     assert by[("numpy.toolong", "1")]["status"] == "unsupported"
     assert "too long for shared memory" in by[("numpy.toolong", "1")]["note"]
     assert by[("numpy.crash", "16")]["status"] == "error" and "boom" in by[("numpy.crash", "16")]["note"]
+    # A bare ValueError from prepare is a bug in the variant, not a refusal: an error, and the run fails.
+    assert by[("numpy.buggy", "1")]["status"] == "error"
+    assert "prepare raised ValueError: operands could not be broadcast" in by[("numpy.buggy", "1")]["note"]
     assert by[("numpy.bs16", "1")]["status"] == "unsupported" and "block_size=1" in by[("numpy.bs16", "1")]["note"]
     assert by[("numpy.bs16", "16")]["status"] == "ok"
     assert outcome.exit_code == 1  # the crash
@@ -334,6 +347,8 @@ def test_interrupted_sweep_keeps_its_rows(tmp_path):
     assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
     meta = json.loads((outcome.run_dir / "meta.json").read_text())
     assert meta["interrupted"] is True and meta["points"]["ok"] == 2
+    text = (outcome.run_dir / "summary.txt").read_text()
+    assert text.count("INTERRUPTED: the run was stopped") == 2  # at the top and at the bottom
 
 
 def test_time_budget_records_the_rest_as_skipped(tmp_path):
@@ -485,6 +500,8 @@ def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
     monkeypatch.setattr(meta.device, "runtime_version", lambda: "13.0")
     monkeypatch.setattr(bandwidth, "gpu_copy_bandwidth",
                         lambda: bandwidth.CopyBandwidth(4000.0, 2**30, 5.4e-4, 10, "fake"))
+    monkeypatch.setattr(bandwidth, "gpu_read_bandwidth",
+                        lambda: bandwidth.CopyBandwidth(4400.0, 2**30, 2.4e-4, 10, "fake", "read"))
     monkeypatch.setattr(timing, "gpu_timer", lambda: timing.WallClockTimer())
     gpu_limits = Limits(block_sizes=None, backends=("gpu", "cpu"))
     _fake_module(monkeypatch, "cupy.fakedense", limits=gpu_limits)
@@ -498,6 +515,7 @@ def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
     paged = by[("cupy.fakepaged", "16")]
     assert paged["backend"] == "gpu" and paged["timing"] == "cuda-events" and paged["status"] == "ok"
     assert float(paged["paging_overhead"]) > 0 and float(paged["fraction_of_copy_bw"]) > 0
+    assert float(paged["fraction_of_read_bw"]) == pytest.approx(float(paged["gbps"]) / 4400.0)
     timed = sum(int(r["repeats"]) for r in rows if r["status"] == "ok")
     assert len(flushes) >= timed  # an L2 flush before every timed call (and every warm-up call)
     meta_json = json.loads((outcome.run_dir / "meta.json").read_text())
@@ -529,3 +547,135 @@ def test_gpu_check_refuses_without_a_gpu_and_says_what_is_missing(tmp_path):
     assert "missing prerequisites (nothing was run)" in done.stdout and "nvidia-smi / the NVIDIA driver" in done.stdout
     assert (tmp_path / "out" / "gpu-check.log").read_text().count("missing prerequisites") == 1
     assert not (tmp_path / "out" / "results").exists()
+
+
+# ---------------------------------------------------------------- exit codes, refusals, read ceiling, launch_parts
+
+def test_a_variant_with_no_ok_point_fails_the_run(tmp_path, monkeypatch, capsys):
+    _fake_module(monkeypatch, "numpy.d96", limits=Limits(block_sizes=None, head_dims=(96,), backends=("cpu",)))
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "1,16", "--variants", "numpy.gather,numpy.d96",
+                          "--no-plots")
+    assert [r["status"] for r in rows if r["variant"] == "numpy.d96"] == ["unsupported", "unsupported"]
+    assert outcome.without_ok == ["numpy.d96"] and outcome.exit_code == 1
+    assert "NO CORRECT POINT for 1 selected variant(s)" in outcome.summary and "numpy.d96" in outcome.summary
+    assert json.loads((outcome.run_dir / "meta.json").read_text())["variants_without_ok"] == ["numpy.d96"]
+    # skipped for time is not "nothing supports it"; a CPU-only variant left out of a GPU sweep neither
+    assert run.variants_without_ok([dict(variant="a", status="skipped")], ["a"]) == []
+    assert run.variants_without_ok([dict(variant="a", status="unsupported")], ["a"], {"a"}) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--block-sizes", "3"), "--block-sizes 3: block sizes must be powers of two"),
+    (("--block-sizes", "16,512"), "--block-sizes 512: block sizes must be powers of two in 1..256"),
+])
+def test_impossible_requests_are_refused_before_a_run_folder_exists(tmp_path, capsys, args, message):
+    code = cli.main(["sweep", "--results-dir", str(tmp_path / "r"), "--no-progress", "--backend", "cpu", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_backend_gpu_without_a_gpu_is_refused_before_a_run_folder_exists(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(backends, "gpu_present", lambda: False)
+    code = cli.main(["sweep", "--results-dir", str(tmp_path / "r"), "--no-progress", "--backend", "gpu"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--backend gpu: no NVIDIA GPU was found here" in err and err.count("\n") == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_results_dir_that_is_a_file_or_cannot_be_created_is_one_line_exit_2(tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for root in (a_file, a_file / "below"):
+        code = cli.main(["sweep", "--results-dir", str(root), "--no-progress", "--backend", "cpu", "--quick",
+                         "--variants", "numpy.gather"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith(f"error: --results-dir {root}: cannot create a run folder there"), err
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_launch_parts_are_checked_then_timed_alone_beside_the_time_per_call(tmp_path, monkeypatch):
+    def two_parts(inner):
+        return [("partition", inner.launch), ("reduce", lambda: None)]
+
+    _fake_module(monkeypatch, "numpy.split2", parts=two_parts)
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "4", "--variants", "numpy.split2,numpy.gather",
+                          "--no-plots")
+    by = {r["variant"]: r for r in rows}
+    assert by["numpy.split2"]["status"] == "ok"
+    assert float(by["numpy.split2"]["partition_us"]) > 0
+    assert by["numpy.split2"]["parts_us"].startswith("partition=") and " reduce=" in by["numpy.split2"]["parts_us"]
+    assert by["numpy.gather"]["parts_us"] == "" and by["numpy.gather"]["partition_us"] == ""  # no launch_parts: absent
+    assert "Kernels alone (launch_parts" in outcome.summary
+    assert "both launches and the host gap between them" in outcome.summary
+
+
+def test_launch_parts_that_do_not_compute_the_output_are_wrong(tmp_path, monkeypatch):
+    state = {}
+
+    def parts(inner):
+        return [("partition", lambda: state.update(cleared=True))]
+
+    def result(problem, out):
+        return np.zeros_like(out) if state.pop("cleared", False) else out
+
+    _fake_module(monkeypatch, "numpy.badparts", parts=parts, result=result)
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "4", "--variants", "numpy.badparts", "--no-plots")
+    (row,) = rows
+    assert row["status"] == "wrong" and "launch_parts() run in order differs" in row["note"]
+    assert outcome.exit_code == 1
+
+
+def test_the_l2_flush_ends_with_a_read_of_a_second_buffer_of_at_least_twice_the_l2():
+    order = []
+    flusher = device.L2Flusher(60 * 2**20, write_pass=lambda: order.append("write"),
+                               read_pass=lambda: order.append("read"))
+    flusher()
+    assert order == ["write", "read"]
+    assert [kind for kind, _ in flusher.passes][-1] == "read"
+    assert flusher.nbytes >= 2 * 60 * 2**20
+
+
+def test_flush_passes_use_two_separate_buffers_of_the_flush_size(monkeypatch):
+    """The default passes, with CuPy faked: a zero-fill of one buffer, then the read kernel over another."""
+    made, launches = [], []
+
+    class FakeArray:
+        def __init__(self, n, dtype=None):
+            self.n = n
+            made.append(self)
+
+        def fill(self, value):
+            launches.append(("fill", self, value))
+
+    fake = types.SimpleNamespace(
+        uint8="uint8", uint32="uint32", empty=FakeArray, ones=FakeArray, zeros=FakeArray,
+        RawKernel=lambda code, name: (lambda grid, block, args: launches.append(("read", args[0], int(args[1])))),
+        cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(attributes={"MultiProcessorCount": 132})))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    flusher = device.L2Flusher(60 * 2**20)
+    flusher()
+    (kind1, written, value), (kind2, read, n16) = launches
+    assert (kind1, value, kind2) == ("fill", 0, "read")
+    assert written is not read and written.n == read.n == flusher.nbytes == device.flush_bytes(60 * 2**20)
+    assert n16 * 16 == flusher.nbytes
+
+
+def test_read_bandwidth_beside_copy_and_the_goal_uses_the_stricter(tmp_path):
+    host = bandwidth.host_read_bandwidth(1 << 20, repeats=2)
+    assert host.gbps > 0 and host.kind == "read" and host.as_dict()["convention"].startswith("nbytes / seconds")
+    assert bandwidth.read_gbps(10**9, 0.5) == 2.0
+    rows = synthetic_gpu_rows(280.0)
+    copy_fraction = 10**9 / 280e-6 / 1e9 / 4000
+    for r in rows:
+        if r["status"] == "ok":
+            r["fraction_of_read_bw"] = r["gbps"] / 4200.0  # reads faster than it copies: the stricter ceiling
+    by = {c["id"]: c for c in goals.evaluate(rows, True, "cupy.dense")["checks"]}
+    assert by["copy_bw_fraction"]["measured"] == pytest.approx(copy_fraction * 4000 / 4200, rel=1e-3)
+    assert "(stricter: read)" in by["copy_bw_fraction"]["detail"]
+    for r in rows:
+        if r["status"] == "ok":
+            r["fraction_of_read_bw"] = r["gbps"] / 3000.0
+    by = {c["id"]: c for c in goals.evaluate(rows, True, "cupy.dense")["checks"]}
+    assert by["copy_bw_fraction"]["measured"] == pytest.approx(copy_fraction, rel=1e-3)
+    assert "(stricter: copy)" in by["copy_bw_fraction"]["detail"]

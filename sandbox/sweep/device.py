@@ -71,22 +71,40 @@ def flush_bytes(l2_bytes: int | None) -> int:
 
 
 class L2Flusher:
-    """Writes a buffer of flush_bytes(L2) on the default stream, evicting whatever the last call left in L2."""
+    """Evicts whatever the last call left in L2, and leaves nothing dirty behind.
 
-    def __init__(self, l2_bytes: int | None):
+    Two passes on the default stream, each over flush_bytes(L2) (>= 2 x L2): a write of zeros to one
+    buffer, then a streaming read of a second buffer. The write alone would leave about one L2 of
+    dirty lines whose write-back would land inside the next timed call; the read that ends the flush
+    evicts them (their write-back happens here, untimed) and leaves only clean lines.
+    `passes` is [(kind, callable)], run in order; its last kind is "read".
+    """
+
+    def __init__(self, l2_bytes: int | None, write_pass=None, read_pass=None):
         self.nbytes = flush_bytes(l2_bytes)
-        try:
-            import cupy
-            self._buffer = cupy.empty(self.nbytes, dtype=cupy.uint8)
-            self._write = lambda: self._buffer.fill(0)
-        except ImportError:
-            from numba import cuda
-            from numba.cuda.cudadrv.driver import device_memset
-            self._buffer = cuda.device_array(self.nbytes, dtype="uint8")
-            self._write = lambda: device_memset(self._buffer, 0, self.nbytes)
+        if write_pass is None:
+            write_pass = _zero_writer(self.nbytes)
+        if read_pass is None:
+            from .bandwidth import stream_reader
+            read_pass = stream_reader(self.nbytes)
+        self.passes = [("write", write_pass), ("read", read_pass)]
 
     def __call__(self) -> None:
-        self._write()
+        for _, run in self.passes:
+            run()
+
+
+def _zero_writer(nbytes: int):
+    """A callable that writes zeros over a device buffer of `nbytes`, asynchronously."""
+    try:
+        import cupy
+        buffer = cupy.empty(nbytes, dtype=cupy.uint8)
+        return lambda: buffer.fill(0)
+    except ImportError:
+        from numba import cuda
+        from numba.cuda.cudadrv.driver import device_memset
+        buffer = cuda.device_array(nbytes, dtype="uint8")
+        return lambda: device_memset(buffer, 0, nbytes)
 
 
 def free_device_memory() -> None:

@@ -3,6 +3,16 @@
 One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
 output is compared with the expected output -> only if correct, timed repeats (CUDA events and
 an L2 flush on a GPU; wall clock on the CPU) -> one row appended to sweep.csv at once.
+
+A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
+reduce) both launches and the host gap between them are inside the timed region. Where the prepared
+object also has `launch_parts()` (see sandbox/variant.py), each kernel is timed alone as well
+(`parts_us`; the first, the partition kernel, also in `partition_us`).
+
+Exit status (SweepOutcome.exit_code): 1 when any point of our variants is wrong or raised (`error`),
+or when a selected variant has no `ok` point at all (everything unsupported); 130 when interrupted.
+A refusal is `sandbox.Unsupported` (from the declared limits or a prepare); any other exception,
+a bare ValueError included, is an `error`.
 """
 from __future__ import annotations
 
@@ -15,6 +25,7 @@ from typing import Callable
 from .. import backends, registry, runner
 from ..compare import compare
 from ..results import CsvAppender, new_run_dir
+from ..variant import POW2_BLOCK_SIZES, Unsupported
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, peers, shapes as shapes_mod, timing
 
 DENSE_BASELINE = "cupy.dense"
@@ -22,10 +33,12 @@ DENSE_BASELINE = "cupy.dense"
 COLUMNS = [
     "variant", "family", "backend", "timing", "shape", "num_seqs", "context_len", "num_heads", "num_kv_heads",
     "head_dim", "dtype", "block_size", "status", "correct", "max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us",
-    "min_us", "repeats", "bytes", "gbps", "fraction_of_copy_bw", "paging_overhead", "dense_time_us", "point_s", "note",
+    "min_us", "repeats", "bytes", "gbps", "fraction_of_copy_bw", "fraction_of_read_bw", "paging_overhead",
+    "dense_time_us", "partition_us", "parts_us", "point_s", "note",
 ]
 # ok: correct and timed | wrong: output differs from the reference (never timed) | error: raised while
-# preparing or running | unsupported: outside the variant's limits, or not runnable here | skipped: --max-seconds spent
+# preparing or running (anything but sandbox.Unsupported) | unsupported: outside the variant's limits, a
+# prepare that raised sandbox.Unsupported, or not runnable here | skipped: --max-seconds spent
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
 FAILED = ("wrong", "error")
 # Outside implementations raced for reference (sweep/peers.py): a wrong torch.sdpa point is recorded
@@ -92,6 +105,7 @@ class Environment:
 
     on_gpu: bool
     copy: bandwidth.CopyBandwidth | None = None
+    read: bandwidth.CopyBandwidth | None = None
     flush: Callable[[], None] | None = None
     _gpu_timer: object = None
 
@@ -117,6 +131,13 @@ class Environment:
                 bandwidth.CPU_QUICK_COPY_BYTES if quick else bandwidth.CPU_COPY_BYTES))
         except Exception as exc:  # the sweep still runs; fraction_of_copy_bw stays empty
             log(f"note: copy bandwidth not measured: {type(exc).__name__}: {exc}")
+        try:
+            env.read = (bandwidth.gpu_read_bandwidth() if on_gpu else bandwidth.host_read_bandwidth(
+                bandwidth.CPU_QUICK_COPY_BYTES if quick else bandwidth.CPU_COPY_BYTES))
+        except Exception as exc:  # the sweep still runs; fraction_of_read_bw stays empty
+            log(f"note: read bandwidth not measured: {type(exc).__name__}: {exc}")
+        if on_gpu:
+            device.free_device_memory()  # the 1 GiB buffers of both measurements
         return env
 
 
@@ -173,7 +194,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
     try:
         candidate.limits.check(candidate.name, problem, resolved)
         prepared = candidate.prepare(problem, resolved)
-    except ValueError as exc:
+    except Unsupported as exc:  # a refusal; a bare ValueError is a bug in prepare, below
         return done("unsupported", str(exc))
     except Exception as exc:
         return done("error", f"prepare raised {type(exc).__name__}: {exc}")
@@ -187,15 +208,45 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
     if not verdict.ok:
         return done("wrong", verdict.report.replace("\n", " | "))
     try:
-        stats = timing.measure(prepared.launch, env.timer_for(candidate.family, resolved), config,
-                               flush=env.flush if resolved == "gpu" else None)
+        parts = launch_parts(prepared)
+    except Exception as exc:
+        return done("error", f"launch_parts raised {type(exc).__name__}: {exc}")
+    if parts:  # the parts in order must compute what launch() computes
+        try:
+            for _, part in parts:
+                part()
+            parts_verdict = compare(prepared.result(), data.expected(), problem.dtype)
+        except Exception as exc:
+            return done("error", f"launch_parts()'s launches raised {type(exc).__name__}: {exc}")
+        if not parts_verdict.ok:
+            return done("wrong", "launch_parts() run in order differs from the reference: "
+                        + parts_verdict.report.replace("\n", " | "))
+    timer = env.timer_for(candidate.family, resolved)
+    flush = env.flush if resolved == "gpu" else None
+    try:
+        stats = timing.measure(prepared.launch, timer, config, flush=flush)
+        part_stats = [(name, timing.measure(part, timer, config, flush=flush)) for name, part in parts]
     except Exception as exc:
         return done("error", f"timing raised {type(exc).__name__}: {exc}")
     nbytes = problem.bytes_moved()
     gbps = bandwidth.kernel_gbps(nbytes, stats.median)
     return done("ok", candidate.note(), time_us=stats.median * 1e6, iqr_us=stats.iqr * 1e6, q1_us=stats.q1 * 1e6,
                 q3_us=stats.q3 * 1e6, min_us=stats.min * 1e6, repeats=stats.repeats, bytes=nbytes, gbps=gbps,
-                fraction_of_copy_bw=(gbps / env.copy.gbps) if env.copy else None)
+                fraction_of_copy_bw=(gbps / env.copy.gbps) if env.copy else None,
+                fraction_of_read_bw=(gbps / env.read.gbps) if env.read else None,
+                partition_us=part_stats[0][1].median * 1e6 if part_stats else None,
+                parts_us=" ".join(f"{name}={s.median * 1e6:.3f}" for name, s in part_stats) or None)
+
+
+def launch_parts(prepared) -> list:
+    """[(name, callable)] from prepared.launch_parts() (sandbox/variant.py's protocol), or [] without it."""
+    method = getattr(prepared, "launch_parts", None)
+    if method is None:
+        return []
+    parts = [(str(name), fn) for name, fn in method()]
+    if not all(callable(fn) for _, fn in parts):
+        raise TypeError("launch_parts() must return (name, callable) pairs")
+    return parts
 
 
 def add_paging_overhead(row: dict, dense_times: dict, dense_name: str) -> None:
@@ -230,6 +281,7 @@ class SweepOutcome:
     interrupted: bool
     goals: dict
     summary: str
+    without_ok: list = dataclasses.field(default_factory=list)  # selected variants with no ok point
 
     @property
     def failed(self) -> list[dict]:
@@ -239,7 +291,33 @@ class SweepOutcome:
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
-        return 1 if self.failed else 0
+        return 1 if self.failed or self.without_ok else 0
+
+
+def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = frozenset()) -> list[str]:
+    """Selected variants none of whose points is ok while none was skipped for time: nothing measured them
+    (every point unsupported: a block size or head dim nobody supports, a backend missing here). A variant
+    left out on purpose (`not_raced`: CPU-only variants in a GPU sweep) does not count."""
+    out = []
+    for name in variants:
+        mine = [r for r in rows if r["variant"] == name]
+        if name in not_raced or any(r["status"] in ("ok", "skipped") for r in mine):
+            continue
+        out.append(name)
+    return out
+
+
+def validate(config: "SweepConfig") -> None:
+    """Refuse what cannot be run, before a run folder exists (ValueError, one line)."""
+    bad = [b for b in config.block_sizes if b not in POW2_BLOCK_SIZES]
+    if bad:
+        raise ValueError(f"--block-sizes {','.join(map(str, bad))}: block sizes must be powers of two in "
+                         f"{POW2_BLOCK_SIZES[0]}..{POW2_BLOCK_SIZES[-1]} (got {','.join(map(str, config.block_sizes))})")
+    if not config.block_sizes:
+        raise ValueError("--block-sizes: no block size given")
+    if config.backend == "gpu" and not backends.gpu_present():
+        raise ValueError("--backend gpu: no NVIDIA GPU was found here (the CUDA driver reports none); "
+                         "use --backend cpu or auto")
 
 
 def _progress(total: int, enabled: bool):
@@ -259,9 +337,18 @@ def _log_via(bar) -> Callable[[str], None]:
 
 def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Callable[[dict], None] | None = None
               ) -> SweepOutcome:
-    """Run the whole sweep into a new results/<UTC>-sweep/ folder; see the module docstring."""
+    """Run the whole sweep into a new results/<UTC>-sweep/ folder; see the module docstring.
+
+    ValueError (before any folder is created) for a request that cannot run: see validate().
+    """
+    validate(config)
     on_gpu = config.backend != "cpu" and backends.gpu_present()
-    run_dir = new_run_dir("sweep", root=config.results_dir)
+    try:
+        run_dir = new_run_dir("sweep", root=config.results_dir)
+    except OSError as exc:
+        where = config.results_dir if config.results_dir is not None else "the results folder"
+        raise ValueError(f"--results-dir {where}: cannot create a run folder there "
+                         f"({exc.strerror or type(exc).__name__}: {exc.filename or ''})") from None
     meta = meta_mod.collect(argv, config.seed, on_gpu)
     meta["config"] = config.describe()
     meta_mod.write(run_dir / "meta.json", meta)
@@ -276,10 +363,12 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
         f"on {'the GPU' if on_gpu else 'the CPU (emulation: times are not GPU performance)'} -> {run_dir}")
     env = Environment.create(on_gpu, config.quick, log)
     meta["copy_bandwidth"] = env.copy.as_dict() if env.copy else None
+    meta["read_bandwidth"] = env.read.as_dict() if env.read else None
     meta["l2_flush_bytes"] = getattr(env.flush, "nbytes", None)
     meta_mod.write(run_dir / "meta.json", meta)
 
     resolved = {}
+    not_raced = set()
     for c in candidates:
         try:
             resolved[c.name] = (backends.resolve(config.backend, c.family) if c.family != "torch" else "gpu", None)
@@ -287,6 +376,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
             resolved[c.name] = (None, str(exc))
         if on_gpu and resolved[c.name][0] == "cpu":
             resolved[c.name] = (None, "runs on the CPU only: not raced in a GPU sweep (--backend cpu runs it)")
+            not_raced.add(c.name)
 
     deadline = time.monotonic() + config.max_seconds if config.max_seconds else None
     rows: list[dict] = []
@@ -334,11 +424,11 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
         csv.close()
         if bar is not None:
             bar.close()
-    return finish(config, run_dir, rows, meta, env, on_gpu, interrupted, log)
+    return finish(config, run_dir, rows, meta, env, on_gpu, interrupted, log, not_raced)
 
 
 def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment, on_gpu: bool,
-           interrupted: bool, log) -> SweepOutcome:
+           interrupted: bool, log, not_raced: set = frozenset()) -> SweepOutcome:
     """Resources, goals, plots, summary and the final meta.json (also after an interruption)."""
     from . import plots, static_resources, summary as summary_mod
 
@@ -353,10 +443,12 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
     if config.plots:
         meta["plots"] = plots.write_all(run_dir, rows, resource_rows, env.copy, on_gpu, meta.get("gpu"), log,
                                         config.dense_baseline)
+    without_ok = [] if interrupted else variants_without_ok(rows, config.variants, not_raced)
     text = summary_mod.render(rows, env.copy, on_gpu, meta.get("gpu"), goal_report, config.dense_baseline,
-                              resource_rows)
+                              resource_rows, read=env.read, interrupted=interrupted, without_ok=without_ok)
     (run_dir / "summary.txt").write_text(text + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
-    meta.update(end_utc=meta_mod.utc_now(), interrupted=interrupted, points=counts, goals=goal_report)
+    meta.update(end_utc=meta_mod.utc_now(), interrupted=interrupted, points=counts, goals=goal_report,
+                variants_without_ok=without_ok)
     meta_mod.write(run_dir / "meta.json", meta)
-    return SweepOutcome(run_dir, rows, interrupted, goal_report, text)
+    return SweepOutcome(run_dir, rows, interrupted, goal_report, text, without_ok)

@@ -42,8 +42,13 @@ def _block_sizes(rows):
     return sorted({r["block_size"] for r in rows if r["block_size"] is not None})
 
 
+TWO_KERNEL_NOTE = ("A time is one call of launch(): for two-kernel variants (split-KV partition + reduce) it holds "
+                   "both launches and the host gap between them; parts_us / partition_us in sweep.csv hold each "
+                   "kernel alone where the variant exposes launch_parts()")
+
+
 def time_tables(rows) -> list[str]:
-    lines = ["Time per call (us, median; * = fastest at that block size; - = unsupported)"]
+    lines = ["Time per call (us, median; * = fastest at that block size; - = unsupported)", TWO_KERNEL_NOTE]
     for shape in _shapes(rows):
         here = [r for r in rows if r["shape"] == shape]
         sizes = _block_sizes(here)
@@ -79,14 +84,26 @@ def best_table(rows, dense_name: str) -> list[str]:
             best_paged = min(paged, key=lambda r: r["time_us"]) if paged else None
             overhead = best_paged["paging_overhead"] if best_paged else None
             frac = best["fraction_of_copy_bw"]
+            read = best.get("fraction_of_read_bw")
             body.append([shape, b, best["variant"], fmt_us(best["time_us"]), f"{best['gbps']:.3g}",
-                         "-" if frac is None else f"{frac:.1%}",
+                         "-" if frac is None else f"{frac:.1%}", "-" if read is None else f"{read:.1%}",
                          best_paged["variant"] if best_paged else "-",
                          "-" if overhead is None else f"{overhead:.3f}"])
     if not body:
         return ["Best per shape and block size: no correct timed point"]
-    return ["Best per shape and block size (GB/s = bytes_moved / time; % of copy bandwidth)",
-            *table(["shape", "bs", "fastest", "time_us", "GB/s", "% copy", "fastest paged", f"paged/{dense_name}"], body)]
+    return ["Best per shape and block size (GB/s = bytes_moved / time; % of copy and of read bandwidth)",
+            *table(["shape", "bs", "fastest", "time_us", "GB/s", "% copy", "% read", "fastest paged",
+                    f"paged/{dense_name}"], body)]
+
+
+def parts_table(rows) -> list[str]:
+    """Per-kernel medians of the variants that expose launch_parts(), beside their time per call."""
+    with_parts = [r for r in rows if r["status"] == "ok" and r.get("parts_us")]
+    if not with_parts:
+        return []
+    body = [[r["variant"], r["shape"], r["block_size"], fmt_us(r["time_us"]), r["parts_us"]] for r in with_parts]
+    return ["Kernels alone (launch_parts; us, median; time/call includes the launch gap)",
+            *table(["variant", "shape", "bs", "time/call", "parts (us)"], body)]
 
 
 def overhead_tables(rows, dense_name: str) -> list[str]:
@@ -153,23 +170,42 @@ def resource_table(resource_rows) -> list[str]:
             *table(["variant", *[f"bs{b}" for b in sizes]], body)]
 
 
-def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, resource_rows=()) -> str:
+def without_ok_lines(without_ok) -> list[str]:
+    if not without_ok:
+        return []
+    return [f"!!! NO CORRECT POINT for {len(without_ok)} selected variant(s) (every point unsupported; "
+            f"the run fails): {', '.join(without_ok)}"]
+
+
+INTERRUPTED = "INTERRUPTED: the run was stopped (Ctrl-C / SIGINT) before every point ran; the rows above are partial"
+
+
+def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, resource_rows=(), read=None,
+           interrupted: bool = False, without_ok=()) -> str:
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "wrong", "error", "unsupported", "skipped")}
     if on_gpu:
         head = f"Sweep summary: GPU {(gpu_info or {}).get('name', '?')} (CUDA events, L2 flushed before each call, median)"
     else:
         head = f"Sweep summary: {CPU_BANNER}"
     lines = ["=" * len(head), head, "=" * len(head)]
+    if interrupted:
+        lines.append(INTERRUPTED)
     if copy is not None:
         where = "device-to-device" if on_gpu else "host memory (CPU)"
         lines.append(f"Copy bandwidth ({where}, read+write): {copy.gbps:.1f} GB/s")
+    if read is not None:
+        where = "streaming-read kernel" if on_gpu else "host memory (CPU)"
+        lines.append(f"Read bandwidth ({where}): {read.gbps:.1f} GB/s")
     lines.append("Points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    for section in (time_tables(rows), best_table(rows, dense_name), overhead_tables(rows, dense_name),
-                    unsupported_lines(rows), failure_lines(rows), goals_mod.render(goal_report)):
+    for section in (time_tables(rows), parts_table(rows), best_table(rows, dense_name), overhead_tables(rows, dense_name),
+                    unsupported_lines(rows), failure_lines(rows), without_ok_lines(without_ok),
+                    goals_mod.render(goal_report)):
         if section:
             lines += ["", *section]
     if resource_rows:
         lines += ["", *resource_table(resource_rows)]
     if not on_gpu:
         lines += ["", CPU_BANNER]
+    if interrupted:
+        lines += ["", INTERRUPTED]
     return "\n".join(lines)
