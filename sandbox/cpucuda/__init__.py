@@ -17,15 +17,24 @@ expose missing barriers; divergent ``__syncthreads``, deadlocks, failed
 asserts and crashes raise ``CpuKernelError`` / ``CpuKernelMemoryError`` naming
 the kernel, line and thread; ``asan=True`` (or ``SANDBOX_CPUCUDA_ASAN=1``) runs
 each launch under AddressSanitizer in a child process and turns an
-out-of-bounds access into ``CpuKernelMemoryError`` with file and line.
+out-of-bounds access into ``CpuKernelMemoryError`` with file and line;
+``racecheck=True`` (or ``SANDBOX_CPUCUDA_RACECHECK=1``) runs it under
+ThreadSanitizer, one TSan fiber per CUDA thread, and turns a data race
+between two threads of a block into ``CpuKernelRaceError``;
+``poison="finite"`` (``SANDBOX_CPUCUDA_POISON=finite``) fills shared memory
+with large finite values that NaN-blind code (fmaxf) cannot skip.
+``modes(...)`` sets these for every kernel launched inside a ``with`` block.
 
-Not modelled: the memory model and data races between barriers (threads are
-cooperative, so a racy kernel can look right), warp-synchronous code without
-``__syncwarp`` (lanes are not in lockstep), exact half-precision rounding of
+Not modelled: the memory model beyond barriers (fences do nothing; races
+between blocks are not checked), exact half-precision rounding of
 intrinsics (half math goes through float; fast intrinsics are libm's), and
 performance (nothing here predicts GPU speed). README.md has the details.
 """
-from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError
+from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError, CpuKernelRaceError
 from .kernel import CpuRawKernel, CpuRawModule
+from .modes import modes
+from .poison import last as last_poison
+from .substitute import substitute_source
 
-__all__ = ["CpuRawKernel", "CpuRawModule", "CpuKernelError", "CpuKernelMemoryError", "CpuCompileError"]
+__all__ = ["CpuRawKernel", "CpuRawModule", "CpuKernelError", "CpuKernelMemoryError", "CpuKernelRaceError",
+           "CpuCompileError", "modes", "last_poison", "substitute_source"]

@@ -1,7 +1,7 @@
-"""The C ABI shared by the parent process and the ASan child.
+"""The C ABI shared by the parent process and the sanitizer child.
 
-Kept free of NumPy and of package imports: ``_asan_child.py`` imports it as a
-top-level module so the child starts fast under the ASan runtime.
+Kept free of NumPy and of package imports: ``_child.py`` imports it as a
+top-level module so the child starts fast under the sanitizer runtime.
 """
 import ctypes
 
@@ -18,16 +18,25 @@ class LaunchConfig(ctypes.Structure):
         ("stack_size", ctypes.c_uint64),
         ("reverse", ctypes.c_int32),
         ("flags", ctypes.c_int32),
+        ("poison", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("poison_seed", ctypes.c_uint64),
     ]
 
 
-def make_config(grid, block, shared_mem, stack_size, reverse):
+FLAG_STRICT = 1  # F_STRICT: racecheck where only __syncwarp orders lanes
+
+
+def make_config(grid, block, shared_mem, stack_size, reverse, flags=0, poison=0, poison_seed=0):
     cfg = LaunchConfig()
     cfg.grid[:] = grid
     cfg.block[:] = block
     cfg.shared_mem = shared_mem
     cfg.stack_size = stack_size
     cfg.reverse = 1 if reverse else 0
+    cfg.flags = flags
+    cfg.poison = poison
+    cfg.poison_seed = poison_seed
     return cfg
 
 

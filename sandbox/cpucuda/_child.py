@@ -1,12 +1,14 @@
-"""Child process of an AddressSanitizer launch (see asan.py). Not imported by the package.
+"""Child process of a sanitizer launch (see child.py). Not imported by the package.
 
-Runs as ``python -S -E _asan_child.py IN OUT PTRS`` with libasan preloaded:
-reads the pickled launch from IN, copies each array into a malloc of exactly
-its size (so ASan knows its bounds), writes the buffer addresses to PTRS
-(so the parent can name the argument an ASan report points into), launches,
-and pickles the written arrays and any runtime error to OUT. An ASan error
-aborts this process before OUT is written; the parent reads the report from
-stderr. Only the standard library is used: the child starts fast.
+Runs as ``python -B -S -E _child.py IN OUT PTRS`` with the sanitizer runtime
+preloaded: reads the pickled launch from IN, copies each array into a malloc
+of exactly its size (so ASan knows its bounds and TSan names the heap block),
+writes the buffer addresses to PTRS (so the parent can name the argument a
+report points into), fills the __constant__ variables the parent set,
+launches, and pickles the written arrays and any runtime error to OUT. An
+ASan error aborts this process before OUT is written; TSan reports races and
+carries on. The parent reads reports from stderr. Only the standard library
+is used: the child starts fast.
 """
 import ctypes
 import pickle
@@ -21,6 +23,15 @@ def main(inp: str, out: str, ptrs: str) -> int:
     lib = ctypes.CDLL(job["lib"])
     lib.cpucuda_malloc.restype = ctypes.c_void_p
     lib.cpucuda_malloc.argtypes = [ctypes.c_size_t]
+    lib.cpucuda_constant.restype = ctypes.c_void_p
+    lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.cpucuda_last_dynamic_shared.restype = ctypes.c_void_p
+
+    for name, data in job.get("constants", {}).items():
+        size = ctypes.c_size_t()
+        addr = lib.cpucuda_constant(name.encode(), ctypes.byref(size))
+        if addr:
+            ctypes.memmove(addr, data, min(len(data), size.value))
 
     buffers = {}  # buffer id -> (address, nbytes)
     for bid, data in job["buffers"].items():
@@ -47,6 +58,8 @@ def main(inp: str, out: str, ptrs: str) -> int:
     cfg = _abi.make_config(*job["config"])
     err = ctypes.create_string_buffer(_abi.ERROR_BUFFER)
     rc = fn(argv, ctypes.byref(cfg), err, len(err))
+    with open(ptrs, "a") as f:
+        f.write(f"dyn {lib.cpucuda_last_dynamic_shared() or 0} {job['config'][2]}\n")
     written = {bid: ctypes.string_at(addr, size) for bid, (addr, size) in buffers.items() if bid in job["writable"]}
     with open(out, "wb") as f:
         pickle.dump({"rc": rc, "error": err.value.decode(errors="replace"), "buffers": written}, f)

@@ -2,7 +2,7 @@
 
 The kernel is compiled with ``-fsanitize=address -fno-omit-frame-pointer -g``
 (the fiber switches are annotated for ASan in include/cpucuda_sched.h). The
-child (``_asan_child.py``) runs with ``LD_PRELOAD=$(g++ -print-file-name=libasan.so)``
+child (``_child.py``, started by child.py) runs with ``LD_PRELOAD=$(g++ -print-file-name=libasan.so)``
 and ``ASAN_OPTIONS=detect_leaks=0``, copies every array into a malloc of
 exactly its size (so a one-past-the-end access is caught), launches, and
 sends back the arrays the kernel may write; they are copied into the
@@ -17,116 +17,43 @@ Symbolisation: ASan uses ``llvm-symbolizer`` if it is on PATH (Debian:
 """
 from __future__ import annotations
 
-import functools
-import os
-import pickle
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-import numpy as np
-
+from . import child as _child
 from . import compiler as _compiler
 from .errors import CpuKernelError, CpuKernelMemoryError
 
-CHILD = Path(__file__).resolve().parent / "_asan_child.py"
 ASAN_OPTIONS = "detect_leaks=0:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0:symbolize=1"
 
 
-@functools.lru_cache(maxsize=None)
 def libasan() -> str:
     """Path of the ASan runtime that matches the compiler."""
-    try:
-        out = subprocess.run([_compiler.compiler(), "-print-file-name=libasan.so"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise CpuKernelError(f"cannot locate libasan.so with {_compiler.compiler()}: {exc}") from exc
-    if not os.path.isabs(out) or not os.path.exists(out):
-        raise CpuKernelError("libasan.so not found: install the compiler's ASan runtime (Debian: libasan8, part of gcc)")
-    return out
+    return _child.runtime_library("libasan.so", "libasan8, part of gcc")
 
 
-def _buffers(params, items):
-    """Map arrays to child buffers; identical arrays share one, overlaps are refused."""
-    ranges: list[tuple[int, int, int]] = []  # (start, end, buffer id)
-    arg_specs, buffers, writable, owners = [], {}, set(), {}
-    for i, (p, item) in enumerate(zip(params, items)):
-        if item is None:
-            arg_specs.append(("null", None))
-        elif isinstance(item, np.ndarray):
-            start, end = item.ctypes.data, item.ctypes.data + item.nbytes
-            bid = next((b for s, e, b in ranges if (s, e) == (start, end)), None)
-            if bid is None:
-                if any(s < end and start < e for s, e, _ in ranges):
-                    raise ValueError(f"argument {i}: ASan mode cannot pass arrays that partly overlap another argument")
-                bid = len(ranges)
-                ranges.append((start, end, bid))
-                buffers[bid] = item.tobytes()
-                owners[bid] = (i, item)
-            if p.code == "P":
-                writable.add(bid)
-            arg_specs.append(("buffer", bid))
-        else:
-            arg_specs.append(("value", np.asarray(item).tobytes()))
-    return arg_specs, buffers, writable, owners
+def _explain_report(stderr: str, name: str, build, info) -> Exception | None:
+    if "ERROR: AddressSanitizer" not in stderr:
+        return None
+    cls = CpuKernelError if re.search(r"AddressSanitizer: (FPE|ILL)", stderr) else CpuKernelMemoryError
+    return cls(explain(stderr, name, build, info.addresses, info.owners))
 
 
-def launch(build, name, grid, block, shared_mem, stack, reverse, params, items) -> None:
-    """Run the launch under ASan in a child; copy written arrays back or raise."""
-    arg_specs, buffers, writable, owners = _buffers(params, items)
-    job = {"lib": str(build.so_path), "entry": build.entries[name], "args": arg_specs, "buffers": buffers,
-           "writable": writable, "config": (grid, block, shared_mem, stack, reverse)}
-    env = dict(os.environ, LD_PRELOAD=libasan(), ASAN_OPTIONS=ASAN_OPTIONS)
+def _env() -> dict:
+    env = {"ASAN_OPTIONS": ASAN_OPTIONS}
     symbolizer = shutil.which("llvm-symbolizer")
     if symbolizer:
         env["ASAN_SYMBOLIZER_PATH"] = symbolizer
-    timeout = float(os.environ.get("SANDBOX_CPUCUDA_ASAN_TIMEOUT", "600"))
-    with tempfile.TemporaryDirectory(prefix="cpucuda-asan-") as tmp:
-        inp, out, ptrs = (os.path.join(tmp, n) for n in ("in.pkl", "out.pkl", "ptrs.txt"))
-        with open(inp, "wb") as f:
-            pickle.dump(job, f, protocol=pickle.HIGHEST_PROTOCOL)
-        try:
-            proc = subprocess.run([sys.executable, "-S", "-E", str(CHILD), inp, out, ptrs], env=env,
-                                  capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise CpuKernelError(f"kernel {name!r}: the ASan launch did not finish within {timeout:.0f} s "
-                                 "(SANDBOX_CPUCUDA_ASAN_TIMEOUT)") from None
-        if proc.stdout:  # the kernel's printf
-            sys.stdout.write(proc.stdout.decode(errors="replace"))
-        stderr = proc.stderr.decode(errors="replace")
-        if os.path.exists(out):
-            with open(out, "rb") as f:
-                result = pickle.load(f)
-            addresses = {}
-        else:
-            result = None
-            addresses = _read_ptrs(ptrs)
-    if result is None:
-        if "ERROR: AddressSanitizer" in stderr:
-            cls = CpuKernelError if re.search(r"AddressSanitizer: (FPE|ILL)", stderr) else CpuKernelMemoryError
-            raise cls(explain(stderr, name, build, addresses, owners))
-        raise CpuKernelError(f"kernel {name!r}: the ASan child process failed (exit {proc.returncode}):\n"
-                             + stderr[-4000:])
-    if stderr.strip():
-        sys.stderr.write(stderr)
-    for bid, data in result["buffers"].items():
-        _, arr = owners[bid]
-        arr.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
-    if result["rc"]:
-        cls = CpuKernelMemoryError if result["rc"] == 2 else CpuKernelError
-        raise cls(f"kernel {name!r}: {result['error']}")
+    return env
 
 
-def _read_ptrs(path) -> dict[int, tuple[int, int]]:
-    table = {}
-    if os.path.exists(path):
-        for line in open(path):
-            bid, addr, n = (int(x) for x in line.split())
-            table[bid] = (addr, n)
-    return table
+SANITIZER = _child.Sanitizer("AddressSanitizer", libasan, _env, _explain_report)
+
+
+def launch(build, name, config, params, items, constants=None) -> None:
+    """Run the launch under ASan in a child; copy written arrays back or raise."""
+    _child.launch(SANITIZER, build, name, config, params, items, constants)
 
 
 _FRAME = re.compile(r"^\s*#(\d+) 0x[0-9a-f]+ in (.+?) (/\S+?):(\d+)(?::\d+)?\s*$", re.M)

@@ -27,7 +27,9 @@ from . import source as _source
 from .errors import CpuCompileError
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
-CACHE_VERSION = "cpucuda-1"
+CACHE_VERSION = "cpucuda-2"
+# How messages name the cached copy of a source given as a string (`code`).
+CODE_LABEL = "<code>"
 
 _BASE_FLAGS = [
     "-fPIC", "-shared", "-fvisibility=hidden",
@@ -42,6 +44,7 @@ _BASE_FLAGS = [
 _MODE_FLAGS = {
     "normal": ["-O2"],  # SANDBOX_CPUCUDA_OPT=-O1 compiles big template modules about twice as fast
     "asan": ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"],
+    "tsan": ["-O1", "-g", "-fsanitize=thread"],  # racecheck
 }
 # Defines a GPU compile would have; passed before the user's options so that
 # a user -U (say -U__CUDA_ARCH__) can remove them.
@@ -140,8 +143,8 @@ def _compiler_version() -> str:
 @functools.lru_cache(maxsize=None)
 def _runtime_fingerprint() -> str:
     h = hashlib.sha256()
-    for path in sorted(INCLUDE_DIR.iterdir()):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(p for p in INCLUDE_DIR.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(INCLUDE_DIR)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -162,6 +165,8 @@ class Build:
     entries: dict  # kernel name or name expression -> entry index
     shared_names: dict  # generated __shared__ storage name -> source name
     mode: str
+    dynamic_names: tuple = ()  # extern __shared__ arrays (views of the dynamic shared memory)
+    constants: tuple = ()  # source.ConstantDecl of every __constant__ variable
 
 
 def entry_code(names: list[str]) -> str:
@@ -180,15 +185,34 @@ def entry_code(names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def refuse_inline_asm(code: str, headers) -> None:
+    """Inline PTX cannot run on the CPU: refuse it before g++ (which would say something obscure)."""
+    found = _source.find_inline_asm(code, CODE_LABEL)
+    for path in headers:
+        found += _source.find_inline_asm(path.read_text(errors="replace"), str(path))
+    if found:
+        file, line = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise CpuCompileError(f"{file}:{line}: inline PTX (asm) cannot run on the CPU: sandbox.cpucuda compiles "
+                              f"CUDA C with g++ for x86-64, so PTX instructions have no meaning here{more}; "
+                              "use the CUDA intrinsic instead, or guard the asm with #ifndef __CPUCUDA__")
+
+
 def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
     """Compile ``code`` with launchers for ``names``; reuse the cached object if any."""
     if mode not in _MODE_FLAGS:
         raise ValueError(f"mode {mode!r}: use one of {sorted(_MODE_FLAGS)}")
+    from .substitute import substituted
+
+    code = substituted(code)
     opts = parse_options(options)
+    headers = _source.user_includes(code, opts.include_dirs)
+    refuse_inline_asm(code, headers)
     rewritten = _source.rewrite_shared(code)
     shared_names = dict(rewritten.names)
-    headers = _source.user_includes(code, opts.include_dirs)
-    full = rewritten.source + entry_code(names)
+    dynamic_names = list(rewritten.dynamic)
+    with_constants, constants = _source.rewrite_constants(rewritten.source)
+    full = with_constants + entry_code(names)
     mode_flags = list(_MODE_FLAGS[mode])
     if mode == "normal" and os.environ.get("SANDBOX_CPUCUDA_OPT"):
         level = os.environ["SANDBOX_CPUCUDA_OPT"]
@@ -210,34 +234,70 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
     so_path = root / f"{key}.so"
     src_path = root / f"{key}.cu"
     overlay = root / f"{key}.include"
-    overlay_flags = _write_overlay(headers, opts.include_dirs, overlay, shared_names)
+    overlay_flags = _write_overlay(headers, opts.include_dirs, overlay, shared_names, dynamic_names)
     if not so_path.exists():
         _atomic_write(src_path, full.encode())
         include_flags = ["-I", str(INCLUDE_DIR)] + overlay_flags
         for d in opts.include_dirs:
             include_flags += ["-I", str(d)]
         _compile(src_path, so_path, flags, include_flags, names)
-    return Build(so_path, src_path, {n: i for i, n in enumerate(names)}, shared_names, mode)
+    return Build(so_path, src_path, {n: i for i, n in enumerate(names)}, shared_names, mode, tuple(dynamic_names),
+                 tuple(constants))
 
 
-def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict) -> list[str]:
-    """Rewritten copies of user headers that declare ``__shared__``, searched first."""
+def _declares(text: str, word: str) -> bool:
+    return any(t.kind == "word" and t.text == word for t in _source.tokenize(text))
+
+
+def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict, dynamic_names: list) -> list[str]:
+    """Copies of the user's headers, searched before the user's -I folders, when any declares ``__shared__``.
+
+    A header that declares ``__shared__`` (or ``__constant__``) must be
+    rewritten, and g++ must find the rewritten copy whichever way it is
+    included: through any -I folder it lies under (``-I csrc -I
+    csrc/attention`` reaches ``csrc/attention/a.cuh`` as ``attention/a.cuh``
+    and as ``a.cuh``), or relative to the header that includes it. So every
+    user header is copied (rewritten where needed) to its path relative to
+    every -I folder that holds it; the copies of one header are hard links of
+    one file, so ``#pragma once`` still sees one file.
+    """
+    rewrite = {p: _declares(p.read_text(errors="replace"), "__shared__")
+               or _declares(p.read_text(errors="replace"), "__constant__") for p in headers}
+    if not any(rewrite.values()):
+        return []
     flags: list[str] = []
     for k, path in enumerate(headers):
         text = path.read_text(errors="replace")
-        if not any(t.kind == "word" and t.text == "__shared__" for t in _source.tokenize(text)):
+        rels = [path.relative_to(d) for d in include_dirs if path.is_relative_to(d)]
+        if not rels:
+            if rewrite[path]:
+                raise CpuCompileError(f"{path}: declares __shared__ or __constant__ but is not under an -I folder; "
+                                      "pass its folder with -I")
             continue
-        rel = next((path.relative_to(d) for d in include_dirs if path.is_relative_to(d)), None)
-        if rel is None:
-            raise CpuCompileError(f"{path}: declares __shared__ but is not under an -I folder; pass its folder with -I")
-        rewritten = _source.rewrite_shared(text, tag=f"h{k}_")
-        shared_names.update(rewritten.names)
-        target = overlay / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # #line keeps g++ and ASan pointing at the user's file.
-        _atomic_write(target, f'#line 1 "{path}"\n{rewritten.source}'.encode())
-        flags += ["-idirafter", str(path.parent)]  # its own quoted includes, after all else
-    return (["-I", str(overlay)] if flags else []) + flags
+        if rewrite[path]:
+            rewritten = _source.rewrite_shared(text, tag=f"h{k}_")
+            shared_names.update(rewritten.names)
+            dynamic_names.extend(rewritten.dynamic)
+            text, _ = _source.rewrite_constants(rewritten.source)
+        # #line keeps g++ and the sanitizers pointing at the user's file.
+        first = overlay / rels[0]
+        first.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(first, f'#line 1 "{path}"\n{text}'.encode())
+        for rel in rels[1:]:
+            _atomic_link(first, overlay / rel)
+        flags += ["-idirafter", str(path.parent)]  # includes the scan could not resolve, after all else
+    return ["-I", str(overlay)] + list(dict.fromkeys(flags))
+
+
+def _atomic_link(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:  # no hard links here: a copy (#pragma once may then see two files)
+        tmp.write_bytes(source.read_bytes())
+    os.replace(tmp, target)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -16,3 +16,11 @@ class CpuKernelMemoryError(CpuKernelError):
 
 class CpuCompileError(CpuKernelError):
     """g++ rejected the source, or the source rewriter did not understand it."""
+
+
+class CpuKernelRaceError(CpuKernelError):
+    """A data race between two threads of one block in one barrier interval (racecheck mode).
+
+    The message names the kernel, the kind (read-after-write, write-after-read,
+    write-after-write), the array, the block, both threads and both source lines.
+    """

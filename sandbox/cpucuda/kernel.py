@@ -6,18 +6,24 @@ import os
 import re
 import threading
 
+import numpy as np
+
 from . import _abi
 from . import args as _args
 from . import compiler as _compiler
-from .errors import CpuKernelError, CpuKernelMemoryError
+from . import poison as _poison
+from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError
+from .modes import (ORDERS, default_asan, default_poison, default_racecheck, default_thread_order, resolve_poison,
+                    resolve_racecheck)
 from .source import find_kernels
+from .substitute import substituted
 
 # One launch at a time per process: the runtime in each shared object keeps
 # its scheduler state in globals (ctypes releases the GIL during the call).
 _LAUNCH_LOCK = threading.Lock()
 _LIBS: dict[str, ctypes.CDLL] = {}
 _last_lib: list = [None]  # the library whose fiber stacks are mapped (see cpucuda_release)
-_ORDERS = ("forward", "reverse")
+_ORDERS = ORDERS
 _MAX_DEFAULT_DYNAMIC_SMEM = 48 * 1024  # above this CUDA wants the kernel attribute raised
 _MAX_DYNAMIC_SMEM = 227 * 1024  # sm_90's opt-in limit per block
 
@@ -30,19 +36,6 @@ def _load(path) -> ctypes.CDLL:
     return lib
 
 
-def default_thread_order() -> str:
-    """``SANDBOX_CPUCUDA_ORDER`` (forward|reverse), read at each launch."""
-    order = os.environ.get("SANDBOX_CPUCUDA_ORDER", "forward")
-    if order not in _ORDERS:
-        raise ValueError(f"SANDBOX_CPUCUDA_ORDER={order!r}: use one of {_ORDERS}")
-    return order
-
-
-def default_asan() -> bool:
-    """``SANDBOX_CPUCUDA_ASAN=1`` runs every launch under AddressSanitizer."""
-    return os.environ.get("SANDBOX_CPUCUDA_ASAN", "").lower() in ("1", "true", "yes", "on")
-
-
 def _resolve_asan(asan, sanitize):
     """``sanitize="address"`` is an alias of ``asan=True``."""
     if sanitize in (None, "", "none"):
@@ -52,10 +45,10 @@ def _resolve_asan(asan, sanitize):
     return True
 
 
-def stack_size(asan: bool) -> int:
-    """Bytes per fiber stack: ``SANDBOX_CPUCUDA_STACK_KB`` (default 256; x4 under ASan)."""
+def stack_size(mode: str) -> int:
+    """Bytes per fiber stack: ``SANDBOX_CPUCUDA_STACK_KB`` (default 256; x4 under ASan, x2 under TSan)."""
     kib = int(os.environ.get("SANDBOX_CPUCUDA_STACK_KB", "256"))
-    return kib * 1024 * (4 if asan else 1)
+    return kib * 1024 * {"asan": 4, "tsan": 2}.get(mode, 1)
 
 
 def _dims(value, what: str, limits) -> tuple[int, int, int]:
@@ -75,7 +68,12 @@ def _dims(value, what: str, limits) -> tuple[int, int, int]:
 
 
 class _Program:
-    """Source and options, compiled on demand for a growing set of kernel names."""
+    """Source and options, compiled on demand for a growing set of kernel names.
+
+    Normal builds hold every name (one g++ run per batch); sanitizer builds
+    (asan, tsan) hold only the kernel launched, since they compile several
+    times slower and a check usually launches one configuration of a batch.
+    """
 
     def __init__(self, code: str, options, names):
         if not isinstance(code, str):
@@ -83,21 +81,63 @@ class _Program:
         self.code = code
         self.options = tuple(options) if not isinstance(options, str) else (options,)
         self.names = list(dict.fromkeys(names))
-        self._builds: dict[str, _compiler.Build] = {}
+        self._builds: dict[tuple, _compiler.Build] = {}
         self._lock = threading.Lock()
+        self.constants: dict[str, np.ndarray] = {}  # __constant__ values set from Python (get_global)
 
     def add(self, name: str) -> None:
         with self._lock:
             if name not in self.names:
                 self.names.append(name)
-                self._builds.clear()
+                self._builds = {k: b for k, b in self._builds.items() if k[0] != "normal"}
 
-    def build(self, mode: str) -> _compiler.Build:
+    def build(self, mode: str, name: str | None = None) -> _compiler.Build:
+        names = tuple(self.names) if mode == "normal" or name is None else (name,)
+        code = substituted(self.code)  # the mutation test's hook: see substitute.py
+        key = (mode, names, code)
         with self._lock:
-            b = self._builds.get(mode)
+            b = self._builds.get(key)
             if b is None:
-                b = self._builds[mode] = _compiler.build(self.code, self.options, self.names, mode)
+                b = self._builds[key] = _compiler.build(self.code, self.options, list(names), mode)
             return b
+
+    def constant(self, name: str) -> np.ndarray:
+        """The host copy of __constant__ ``name``, filled from the compiled object's initial bytes."""
+        with self._lock:
+            if name in self.constants:
+                return self.constants[name]
+        b = self.build("normal")
+        decl = next((c for c in b.constants if c.name == name), None)
+        if decl is not None and decl.is_const:
+            raise ValueError(f"__constant__ {name} is declared const: g++ may keep it in read-only memory, so it "
+                             "cannot be set from Python; drop the const to fill it with get_global")
+        lib = _load(b.so_path)
+        lib.cpucuda_constant.restype = ctypes.c_void_p
+        lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+        size = ctypes.c_size_t()
+        addr = lib.cpucuda_constant(name.encode(), ctypes.byref(size))
+        if not addr:
+            known = ", ".join(c.name for c in b.constants) or "none"
+            raise KeyError(f"no __constant__ variable {name!r} in this module (found: {known})")
+        host = np.frombuffer(ctypes.string_at(addr, size.value), dtype=np.uint8).copy()
+        with self._lock:
+            return self.constants.setdefault(name, host)
+
+    def constant_bytes(self) -> dict[str, bytes]:
+        with self._lock:
+            return {n: a.tobytes() for n, a in self.constants.items()}
+
+    def load_constants(self, lib) -> None:
+        """Copy the host values of the __constant__ variables into ``lib`` before a launch."""
+        if not self.constants:
+            return
+        lib.cpucuda_constant.restype = ctypes.c_void_p
+        lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+        for name, data in self.constant_bytes().items():
+            size = ctypes.c_size_t()
+            addr = lib.cpucuda_constant(name.encode(), ctypes.byref(size))
+            if addr:
+                ctypes.memmove(addr, data, min(len(data), size.value))
 
     def params(self, name: str) -> list[_args.Param]:
         b = self.build("normal")
@@ -121,17 +161,20 @@ class CpuRawKernel:
     exact C type). ``name`` may also be a name expression (``"k<16, float>"``).
 
     Extras beyond CuPy (keyword-only): ``asan=True`` runs launches under
-    AddressSanitizer in a child process; ``thread_order="reverse"`` runs the
-    threads of each block (and the blocks) in reverse order. Both can also be
-    set as attributes, per call (``thread_order=``), or by environment
-    (``SANDBOX_CPUCUDA_ASAN=1``, ``SANDBOX_CPUCUDA_ORDER=reverse``).
+    AddressSanitizer in a child process; ``racecheck=True`` (or ``"strict"``)
+    under ThreadSanitizer, raising :class:`CpuKernelRaceError` on a data race;
+    ``thread_order="reverse"`` runs the threads of each block (and the
+    blocks) in reverse order; ``poison="finite"`` fills shared memory with
+    large finite values instead of NaN. Each can also be set as an attribute,
+    per call (``thread_order=``, ``poison=``, ``poison_seed=``), or by
+    environment (see sandbox/cpucuda/modes.py).
     """
 
     max_threads_per_block = 1024
 
     def __init__(self, code, name, options=(), backend="nvrtc", translate_cucomplex=False, *,
                  enable_cooperative_groups=False, jitify=False, asan=None, thread_order=None, sanitize=None,
-                 _program=None):
+                 racecheck=None, poison=None, _program=None):
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"name must be the kernel's name, got {name!r}")
         self.code = code
@@ -140,6 +183,8 @@ class CpuRawKernel:
         self.backend = backend
         self.asan = _resolve_asan(asan, sanitize)
         self.thread_order = thread_order
+        self.racecheck = racecheck
+        self.poison = poison
         self.max_dynamic_shared_size_bytes = 0
         self._program = _program or _Program(code, self.options, [name])
         self._program.add(name)
@@ -157,7 +202,8 @@ class CpuRawKernel:
             self._params = self._program.params(self.name)
         return self._params
 
-    def __call__(self, grid, block, args, *, shared_mem=0, stream=None, thread_order=None):
+    def __call__(self, grid, block, args, *, shared_mem=0, stream=None, thread_order=None, poison=None,
+                 poison_seed=None):
         grid = _dims(grid, "grid", (2**31 - 1, 65535, 65535))
         block = _dims(block, "block", (1024, 1024, 64))
         if block[0] * block[1] * block[2] > 1024:
@@ -173,13 +219,33 @@ class CpuRawKernel:
         if order not in _ORDERS:
             raise ValueError(f"thread_order={order!r}: use one of {_ORDERS}")
         asan = default_asan() if self.asan is None else bool(self.asan)
+        race = default_racecheck() if self.racecheck is None else resolve_racecheck(self.racecheck)
+        if asan and race != "off":
+            raise ValueError(f"kernel {self.name!r}: asan and racecheck cannot run in one launch (each needs its own "
+                             "sanitizer runtime); run the kernel once in each mode")
+        kind = resolve_poison(poison or self.poison or default_poison())
+        seed = _poison.seed_for_launch(kind, poison_seed)
+        _poison.record(kind, seed)
+        flags = _abi.FLAG_STRICT if race == "strict" else 0
         items = _args.convert(self.name, self.params, args)
-        if asan:
-            from . import asan as _asan
+        mode = "asan" if asan else "tsan" if race != "off" else "normal"
+        config = (grid, block, shared_mem, stack_size(mode), order == "reverse", flags, _poison.KINDS[kind], seed)
+        try:
+            self._launch(mode, config, items)
+        except CpuCompileError:
+            raise
+        except CpuKernelError as exc:  # every launch error says how shared memory was poisoned
+            exc.args = (f"{exc.args[0]}\n({_poison.describe(kind, seed)})",) + exc.args[1:]
+            raise
 
-            build = self._program.build("asan")
-            _asan.launch(build, self.name, grid, block, shared_mem, stack_size(True), order == "reverse",
-                         self.params, items)
+    def _launch(self, mode: str, config: tuple, items) -> None:
+        if mode != "normal":
+            from . import asan as _asan
+            from . import racecheck as _racecheck
+
+            build = self._program.build(mode, self.name)
+            runner = _asan if mode == "asan" else _racecheck
+            runner.launch(build, self.name, config, self.params, items, self._program.constant_bytes())
             return
         build = self._program.build("normal")
         lib = _load(build.so_path)
@@ -187,12 +253,13 @@ class CpuRawKernel:
         if fn is None:
             fn = self._launchers[build.so_path] = _abi.launch_function(lib, build.entries[self.name])
         packed = _args.pack(items)
-        cfg = _abi.make_config(grid, block, shared_mem, stack_size(False), order == "reverse")
+        cfg = _abi.make_config(*config)
         err = ctypes.create_string_buffer(_abi.ERROR_BUFFER)
         with _LAUNCH_LOCK:
             if _last_lib[0] is not None and _last_lib[0] is not lib:
                 _last_lib[0].cpucuda_release()
             _last_lib[0] = lib
+            self._program.load_constants(lib)
             rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))
         if rc:
             raise_launch_error(self.name, rc, err.value.decode(errors="replace"))
@@ -212,13 +279,15 @@ class CpuRawModule:
 
     Every plain (non-template, top-level) ``__global__`` function is
     available through ``get_function(name)``; template instantiations through
-    the name expressions given at construction. ``asan`` and ``thread_order``
-    are passed on to the kernels (see :class:`CpuRawKernel`).
+    the name expressions given at construction. ``asan``, ``racecheck``,
+    ``thread_order`` and ``poison`` are passed on to the kernels (see
+    :class:`CpuRawKernel`). ``get_global(name)`` gives a ``__constant__``
+    variable's bytes as a writable NumPy array.
     """
 
     def __init__(self, *, code=None, path=None, options=(), backend="nvrtc", translate_cucomplex=False,
                  enable_cooperative_groups=False, name_expressions=None, jitify=False, asan=None,
-                 thread_order=None, sanitize=None):
+                 thread_order=None, sanitize=None, racecheck=None, poison=None):
         if code is None:
             raise ValueError("CpuRawModule needs code= (CUDA C source); path= (cubin/PTX) cannot run on the CPU")
         if isinstance(name_expressions, str):
@@ -229,6 +298,8 @@ class CpuRawModule:
         self.name_expressions = tuple(name_expressions or ())
         self.asan = _resolve_asan(asan, sanitize)
         self.thread_order = thread_order
+        self.racecheck = racecheck
+        self.poison = poison
         self._kernels = find_kernels(code)
         plain = [k.name for k in self._kernels if not k.is_template and not k.in_namespace]
         self._program = _Program(code, self.options, plain + list(self.name_expressions))
@@ -251,4 +322,16 @@ class CpuRawModule:
                     )
                 # Perhaps a kernel the scanner cannot see (macro-generated, namespaced): let g++ decide.
         return CpuRawKernel(self.code, name, self.options, self.backend, asan=self.asan,
-                            thread_order=self.thread_order, _program=self._program)
+                            thread_order=self.thread_order, racecheck=self.racecheck, poison=self.poison,
+                            _program=self._program)
+
+    def get_global(self, name: str) -> np.ndarray:
+        """The bytes of ``__constant__`` variable ``name`` as a writable NumPy uint8 array.
+
+        CuPy returns a device MemoryPointer to copy into; here the array is a
+        host copy that every launch of this module's kernels copies into the
+        variable first (in every mode), so write it before launching:
+        ``mod.get_global("coeffs").view(np.float32)[:] = values``. It starts
+        with the variable's initial value.
+        """
+        return self._program.constant(name)

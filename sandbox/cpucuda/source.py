@@ -1,6 +1,6 @@
 """Reading and rewriting CUDA C source before g++ sees it.
 
-Two jobs, both on a light tokenisation that skips comments, strings and
+Jobs, all on a light tokenisation that skips comments, strings and
 preprocessor lines:
 
 * find the ``__global__`` functions (name, template or not, inside a
@@ -11,7 +11,9 @@ preprocessor lines:
   each block poisons with 0xFF bytes; an ``extern __shared__ T x[];`` becomes
   a pointer to the launch's dynamic shared buffer of exactly ``shared_mem``
   bytes. Rewrites keep every line where it was, so g++ and ASan line numbers
-  match the original source.
+  match the original source;
+* register ``__constant__`` variables so Python can fill them (get_global);
+* find inline PTX (``asm(...)``), which cannot run on the CPU.
 
 What the parser does not understand raises ``CpuCompileError`` with the line.
 """
@@ -162,6 +164,7 @@ class SharedRewrite:
 
     source: str
     names: dict[str, str]  # generated storage name -> name in the source
+    dynamic: list[str] = None  # names of extern __shared__ arrays (views of dynamic shared memory)
 
 
 def rewrite_shared(src: str, tag: str = "") -> SharedRewrite:
@@ -191,7 +194,8 @@ def rewrite_shared(src: str, tag: str = "") -> SharedRewrite:
     out = src
     for a, b, rep in reversed(edits):
         out = out[:a] + rep + out[b:]
-    return SharedRewrite(out, names)
+    dynamic = [n for store, n in names.items() if store.startswith("__cpucuda_dyn_")]
+    return SharedRewrite(out, {k: v for k, v in names.items() if not k.startswith("__cpucuda_dyn_")}, dynamic)
 
 
 def _decl_start(tokens: list[Token], i: int) -> int:
@@ -245,7 +249,7 @@ def _rewrite_one(text: str, in_function: bool, uid: str, line: int, names: dict[
     out = []
     for k, (name, dims) in enumerate(declarators):
         store = f"__cpucuda_shared_{name}_{uid}_{k}"
-        names[store] = name
+        names[store if not is_extern else f"__cpucuda_dyn_{uid}_{k}"] = name
         if is_extern:
             if dims != "[]":
                 raise CpuCompileError(f"line {line}: extern __shared__ {name} must be an array of unknown size (T {name}[];)")
@@ -312,3 +316,116 @@ def user_includes(src: str, include_dirs: list[Path], base: Path | None = None, 
                     user_includes(path.read_text(errors="replace"), include_dirs, path.parent, seen)
                 break
     return list(seen)
+
+
+# ---------------------------------------------------------------- locations
+
+_LINE_DIRECTIVE = re.compile(r'^[ \t]*#[ \t]*line[ \t]+(\d+)(?:[ \t]+"([^"]*)")?', re.M)
+
+
+def locate(src: str, pos: int, default_file: str) -> tuple[str, int]:
+    """(file, line) of offset ``pos``, honouring ``#line N "file"`` directives.
+
+    Kernels loaded from files (kernels/cupy_raw/common.load_source) carry
+    ``#line`` directives, so messages can name the user's own file.
+    """
+    file, base_line, base_pos = default_file, 1, 0
+    for m in _LINE_DIRECTIVE.finditer(src, 0, pos):
+        file = m.group(2) if m.group(2) is not None else file
+        base_line = int(m.group(1))
+        base_pos = src.index("\n", m.end()) + 1 if "\n" in src[m.end():] else len(src)
+    if pos < base_pos:
+        return file, base_line
+    return file, base_line + src.count("\n", base_pos, pos)
+
+
+# ---------------------------------------------------------------- inline PTX
+
+_ASM_WORDS = {"asm", "__asm__", "__asm"}
+_ASM_QUALIFIERS = {"volatile", "__volatile__", "__volatile", "goto", "inline"}
+
+
+def find_inline_asm(src: str, default_file: str) -> list[tuple[str, int]]:
+    """Where ``src`` has ``asm(...)`` / ``asm volatile(...)`` statements: (file, line) each."""
+    tokens = tokenize(src)
+    found = []
+    for i, tok in enumerate(tokens):
+        if tok.kind != "word" or tok.text not in _ASM_WORDS:
+            continue
+        j = i + 1
+        while j < len(tokens) and tokens[j].text in _ASM_QUALIFIERS:
+            j += 1
+        if j < len(tokens) and tokens[j].text == "(":
+            found.append(locate(src, tok.start, default_file))
+    return found
+
+
+# ---------------------------------------------------------------- __constant__
+
+
+@dataclass(frozen=True)
+class ConstantDecl:
+    """A file- or namespace-scope ``__constant__`` variable."""
+
+    name: str
+    line: int
+    is_const: bool  # declared const: g++ may place it in read-only memory
+
+
+def rewrite_constants(src: str) -> tuple[str, list[ConstantDecl]]:
+    """Append a registration after each ``__constant__`` declaration (same line).
+
+    ``static int __cpucuda_constant_N = ::cpucuda::register_constant("name", &name, sizeof(name));``
+    lets ``CpuRawModule.get_global(name)`` find the variable's bytes. ``extern``
+    declarations are left alone (the definition registers).
+    """
+    tokens = tokenize(src)
+    scopes = _scope_kinds(tokens)
+    edits: list[tuple[int, str]] = []
+    decls: list[ConstantDecl] = []
+    for i, tok in enumerate(tokens):
+        if tok.kind != "word" or tok.text != "__constant__":
+            continue
+        line = line_of(src, tok.start)
+        if "code" in scopes[i]:
+            raise CpuCompileError(f"line {line}: __constant__ is only allowed at file or namespace scope")
+        start = _decl_start(tokens, i)
+        end = _decl_end(tokens, i, src)
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", src[tokens[start].start:tokens[end].start], flags=re.S)
+        if re.search(r"\bextern\b", text):
+            continue
+        is_const = re.search(r"\b(?:const|constexpr)\b", text) is not None
+        regs = []
+        for part in _split_top_level(text):
+            head = re.split(r"[={]", part, maxsplit=1)[0]
+            head = _ALIGN.sub(" ", _ATTRIB.sub(" ", head))
+            head = " ".join(re.sub(r"\b(?:__constant__|static|__device__|const|constexpr|volatile)\b", " ", head).split())
+            m = re.search(r"([A-Za-z_]\w*)\s*((?:\[[^\[\]]*\]\s*)*)$", head)
+            if not m:
+                raise CpuCompileError(f"line {line}: cannot parse this __constant__ declaration: {text.strip()!r}")
+            name = m.group(1)
+            decls.append(ConstantDecl(name, line, is_const))
+            regs.append(f'static int __cpucuda_constant_{len(decls)} = ::cpucuda::register_constant('
+                        f'"{name}", (void*)&{name}, sizeof({name}));')
+        edits.append((tokens[end].end, " " + " ".join(regs)))
+    out = src
+    for pos, text in reversed(edits):
+        out = out[:pos] + text + out[pos:]
+    return out, decls
+
+
+def _split_top_level(decl: str) -> list[str]:
+    """Split declarators at commas outside (), [], {} and <>."""
+    parts, depth, cur = [], 0, []
+    for ch in decl:
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p for p in (p.strip() for p in parts) if p]

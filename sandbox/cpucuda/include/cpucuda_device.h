@@ -110,16 +110,57 @@ CPUCUDA_REDUCE(__reduce_min_sync, W_MIN, int)
 CPUCUDA_REDUCE(__reduce_min_sync, W_MIN, unsigned)
 CPUCUDA_REDUCE(__reduce_max_sync, W_MAX, int)
 CPUCUDA_REDUCE(__reduce_max_sync, W_MAX, unsigned)
+CPUCUDA_REDUCE(__reduce_and_sync, W_AND, unsigned)
+CPUCUDA_REDUCE(__reduce_or_sync, W_OR, unsigned)
+CPUCUDA_REDUCE(__reduce_xor_sync, W_XOR, unsigned)
 #undef CPUCUDA_REDUCE
+// __match_any_sync: the lanes of `mask` holding the same value; __match_all_sync:
+// `mask` if all hold the same value (and *pred = 1), else 0.
+template <class T>
+static inline unsigned __match_any_sync(unsigned mask, T value, CPUCUDA_SITE) {
+    static_assert(std::is_integral<T>::value || std::is_floating_point<T>::value, "__match_any_sync takes a scalar");
+    return (unsigned)cpucuda::warp_rendezvous(cpucuda::W_MATCH_ANY, mask, cpucuda::to_bits(value), -1, 0,
+                                              "__match_any_sync", cpucuda_file, cpucuda_line);
+}
+template <class T>
+static inline unsigned __match_all_sync(unsigned mask, T value, int* pred, CPUCUDA_SITE) {
+    static_assert(std::is_integral<T>::value || std::is_floating_point<T>::value, "__match_all_sync takes a scalar");
+    unsigned r = (unsigned)cpucuda::warp_rendezvous(cpucuda::W_MATCH_ALL, mask, cpucuda::to_bits(value), -1, 0,
+                                                    "__match_all_sync", cpucuda_file, cpucuda_line);
+    *pred = r != 0;
+    return r;
+}
+namespace cpucuda {
+// The lanes of the calling warp that reach this call site together
+// (cooperative_groups::coalesced_threads()).
+static inline unsigned coalesced_lanes(const char* file, int line) {
+    return (unsigned)warp_rendezvous(W_COALESCE, 0, 0, -1, 0, "coalesced_threads", file, line);
+}
+}  // namespace cpucuda
 // Every existing lane counts as active: fibers do not model divergence.
 static inline unsigned __activemask() { return cpucuda::g.warps[cpucuda::g.cur->warp].existing; }
 static inline unsigned __lanemask_lt() { return (1u << cpucuda::g.cur->lane) - 1u; }
 
 // ---------------------------------------------------------------- atomics
 // Fibers never switch inside these, so a plain read-modify-write is atomic.
+// Under racecheck they are relaxed __atomic compare-and-swap loops instead,
+// which TSan sees as atomics (a plain read-modify-write would read as a
+// race); a failed compare-and-swap writes nothing.
 
+#if CPUCUDA_TSAN
+#define CPUCUDA_ATOMIC_RMW(T, op)                                                                        \
+    T old;                                                                                                \
+    __atomic_load(p, &old, __ATOMIC_RELAXED);                                                            \
+    for (;;) {                                                                                            \
+        T desired = (op);                                                                                 \
+        if (__atomic_compare_exchange(p, &old, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))     \
+            return old;                                                                                   \
+    }
+#else
+#define CPUCUDA_ATOMIC_RMW(T, op) T old = *p; *p = (op); return old;
+#endif
 #define CPUCUDA_ATOMIC(name, T, op)                                                                      \
-    static inline T name(T* p, T v) { T old = *p; *p = (op); return old; }                               \
+    static inline T name(T* p, T v) { CPUCUDA_ATOMIC_RMW(T, op) }                                        \
     static inline T name##_block(T* p, T v) { return name(p, v); }                                      \
     static inline T name##_system(T* p, T v) { return name(p, v); }
 #define CPUCUDA_ATOMIC_INTS(name, op)                    \
@@ -148,14 +189,22 @@ CPUCUDA_ATOMIC(atomicDec, unsigned int, (old == 0u || old > v) ? v : old - 1u)
 #undef CPUCUDA_ATOMIC
 // CUDA has no atomicMax/atomicMin for float: kernels build them from
 // atomicCAS on the bits, as they must on the GPU.
+#if CPUCUDA_TSAN
+#define CPUCUDA_CAS_BODY \
+    __atomic_compare_exchange(p, &compare, &v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); return compare;
+#else
+#define CPUCUDA_CAS_BODY auto old = *p; if (old == compare) *p = v; return old;
+#endif
 #define CPUCUDA_CAS(T)                                                         \
-    static inline T atomicCAS(T* p, T compare, T v) { T old = *p; if (old == compare) *p = v; return old; } \
+    static inline T atomicCAS(T* p, T compare, T v) { CPUCUDA_CAS_BODY } \
     static inline T atomicCAS_block(T* p, T compare, T v) { return atomicCAS(p, compare, v); }
 CPUCUDA_CAS(int)
 CPUCUDA_CAS(unsigned int)
 CPUCUDA_CAS(unsigned long long)
 CPUCUDA_CAS(unsigned short)
 #undef CPUCUDA_CAS
+#undef CPUCUDA_CAS_BODY
+#undef CPUCUDA_ATOMIC_RMW
 
 // ---------------------------------------------------------------- memory
 

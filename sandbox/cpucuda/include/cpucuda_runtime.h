@@ -20,7 +20,7 @@
 #define __global__
 #define __device__
 #define __host__
-#define __constant__
+#define __constant__  // rewritten: each __constant__ variable also registers itself (see get_global)
 #define __managed__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
@@ -43,3 +43,15 @@
 #include "cpucuda_launch.h"
 // NVRTC offers assert() without an include; so do we (ours: see assert.h).
 #include "assert.h"
+
+// Python looks up __constant__ variables (CpuRawModule.get_global) and, for
+// racecheck reports, the heap block that held dynamic shared memory.
+CPUCUDA_EXPORT CPUCUDA_RUNTIME void* cpucuda_constant(const char* name, size_t* size) {
+    for (unsigned i = 0; i < cpucuda::g_nconstants; ++i)
+        if (strcmp(cpucuda::g_constants[i].name, name) == 0) {
+            *size = cpucuda::g_constants[i].n;
+            return cpucuda::g_constants[i].p;
+        }
+    return nullptr;
+}
+CPUCUDA_EXPORT CPUCUDA_RUNTIME const void* cpucuda_last_dynamic_shared(void) { return cpucuda::g.last_dyn_smem; }

@@ -9,6 +9,19 @@
 // every lane of its mask has. A pass where nothing ran and nothing was
 // released is a deadlock. Errors end the launch: the runtime writes a message
 // and returns to Python; the abandoned fibers are reset by the next launch.
+//
+// Racecheck (compiled with -fsanitize=thread): each fiber is also a TSan
+// fiber. Switches carry no happens-before (no_sync) except the first switch
+// into a thread in each block, which inherits the scheduler's history (so a
+// block is ordered after the previous one). Ordering between the threads of a
+// block comes only from explicit release/acquire pairs: at __syncthreads every
+// arriving thread releases a barrier object and every released thread
+// acquires it (two objects alternate, so a fast thread's next release never
+// reaches a slow thread's acquire); warp operations do the same per lane
+// group (in strict mode only __syncwarp does). Each thread releases at exit
+// and the scheduler acquires after the block. The runtime is not instrumented
+// (CPUCUDA_RUNTIME), so its own bookkeeping and the lazy poisoning of shared
+// memory are invisible to TSan.
 #pragma once
 
 #include <setjmp.h>
@@ -40,21 +53,29 @@ struct Fiber {
     int wsrc;            // lane it reads from; -1: its own value
     int pred;            // predicate for ballot / vote / __syncthreads_count
     uint64_t wres;       // result handed back on release
+    unsigned wmask;      // lanes of the rendezvous it waits in (0 for coalesced_threads: found on release)
+    int wkind;
     void* fake_stack;    // ASan's fake-stack handle while switched out
+    void* tsan;          // its TSan fiber (racecheck)
+    bool tsan_first;     // the next switch into it is its first in this block
+    void* sync_obj;      // the object it released at its pending barrier / warp operation
 };
 
+// Lanes of a warp may wait in several rendezvous at once when their masks
+// are disjoint (tiles of a cooperative-groups partition); each lane records
+// its own mask, kind and call site.
 struct Warp {
     unsigned existing;   // lanes that exist (the last warp may be partial)
-    unsigned mask;       // lanes taking part in the pending rendezvous
-    unsigned arrived;
-    int kind;
-    const char* what;
-    const char* file;
-    int line;
+    unsigned arrived;    // lanes waiting in a warp operation
+    unsigned parity;     // per group leader (lowest lane): which of two sync objects is in use
+    unsigned coalesced_parity;
 };
 
-enum WarpKind : int { W_SYNC, W_SHFL, W_BALLOT, W_ANY, W_ALL, W_ADD, W_MIN, W_MAX };
+enum WarpKind : int { W_SYNC, W_SHFL, W_BALLOT, W_ANY, W_ALL, W_ADD, W_MIN, W_MAX, W_MATCH_ANY, W_MATCH_ALL,
+                      W_COALESCE, W_AND, W_OR, W_XOR };
 enum BarrierKind : int { B_SYNC, B_COUNT, B_AND, B_OR };
+enum LaunchFlags : int { F_STRICT = 1 };  // racecheck: only __syncwarp orders memory between lanes
+enum PoisonKind : int { POISON_NAN = 0, POISON_FINITE = 1 };
 
 struct LaunchConfig {  // mirrored by sandbox/cpucuda/_abi.py
     uint32_t grid[3];
@@ -63,6 +84,9 @@ struct LaunchConfig {  // mirrored by sandbox/cpucuda/_abi.py
     uint64_t stack_size;
     int32_t reverse;
     int32_t flags;
+    int32_t poison;      // PoisonKind
+    int32_t reserved;
+    uint64_t poison_seed;
 };
 
 struct Runtime {
@@ -77,8 +101,12 @@ struct Runtime {
     uint3 blockIdx, threadIdx;  // threadIdx: copy of the running fiber's
     unsigned nthreads, nwarps;
     bool reverse;
+    bool strict;
+    int poison;
+    uint64_t poison_seed;
     unsigned char* dyn_smem;
     size_t dyn_size;
+    const void* last_dyn_smem;  // for racecheck reports: which heap block was shared memory
     // Per-block.
     unsigned long block_gen;    // bumped per block: static __shared__ re-poisoning
     unsigned done;
@@ -87,6 +115,7 @@ struct Runtime {
     const char* bar_what;
     const char* bar_file;
     int bar_line;
+    unsigned bar_parity;
     Warp warps[32];
     // Fibers and their stacks (kept across launches).
     Fiber* fibers;
@@ -95,6 +124,9 @@ struct Runtime {
     unsigned nstacks;
     size_t stack_size;
     Fiber* cur;
+    void** tsan_fibers;         // racecheck: one TSan fiber per fiber slot (kept across blocks)
+    unsigned ntsan;
+    void* tsan_main;
     Context main_ctx;
     void* main_fake_stack;
     const void* main_stack_bottom;
@@ -108,6 +140,13 @@ struct Runtime {
 };
 static Runtime g;
 
+#if CPUCUDA_TSAN
+// Addresses used only as TSan synchronisation objects.
+static char g_sync_bar[2];
+static char g_sync_warp[32][33][2];  // [warp][group leader lane, 32: coalesced groups][parity]
+static char g_sync_exit;
+#endif
+
 static const size_t kPage = 4096;
 // Normal mode puts a canary after dynamic shared memory, as large as the
 // buffer itself (at least 256 bytes): overflows up to that size are reported
@@ -116,13 +155,13 @@ static inline size_t canary_size(size_t n) { return n > 256 ? n : 256; }
 
 // ---------------------------------------------------------------- errors
 
-static void format_error(const char* fmt, va_list ap) {
+CPUCUDA_RUNTIME static void format_error(const char* fmt, va_list ap) {
     if (g.rc) return;  // keep the first error
     g.rc = 1;
     if (g.err && g.errlen) vsnprintf(g.err, g.errlen, fmt, ap);
 }
 
-static void set_error(const char* fmt, ...) {
+CPUCUDA_RUNTIME static void set_error(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     format_error(fmt, ap);
@@ -132,7 +171,7 @@ static void set_error(const char* fmt, ...) {
 static inline void switch_to_main(Fiber* f, bool finished);
 
 // Report an error from inside a fiber and abandon the launch.
-[[noreturn]] static void fiber_fail(const char* fmt, ...) {
+[[noreturn]] CPUCUDA_RUNTIME static void fiber_fail(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     format_error(fmt, ap);
@@ -142,7 +181,7 @@ static inline void switch_to_main(Fiber* f, bool finished);
 }
 
 // "thread (x,y,z) of block (x,y,z)" into a small static buffer ring.
-static const char* where(const Fiber* f) {
+CPUCUDA_RUNTIME static const char* where(const Fiber* f) {
     static char bufs[4][96];
     static int next;
     char* b = bufs[next++ & 3];
@@ -153,7 +192,10 @@ static const char* where(const Fiber* f) {
 
 // ---------------------------------------------------------------- switching
 
-static inline void switch_to_main(Fiber* f, bool finished) {
+CPUCUDA_RUNTIME static inline void switch_to_main(Fiber* f, bool finished) {
+#if CPUCUDA_TSAN
+    __tsan_switch_to_fiber(g.tsan_main, cpucuda_tsan_no_sync);
+#endif
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(finished ? nullptr : &f->fake_stack, g.main_stack_bottom, g.main_stack_size);
 #else
@@ -166,9 +208,15 @@ static inline void switch_to_main(Fiber* f, bool finished) {
 #endif
 }
 
-static inline void resume(Fiber* f) {
+CPUCUDA_RUNTIME static inline void resume(Fiber* f) {
     g.cur = f;
     g.threadIdx = f->tid;
+#if CPUCUDA_TSAN
+    // The first switch per block synchronises: the thread starts after
+    // everything the scheduler saw (the previous block, the poisoning).
+    __tsan_switch_to_fiber(f->tsan, f->tsan_first ? 0u : cpucuda_tsan_no_sync);
+    f->tsan_first = false;
+#endif
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(&g.main_fake_stack, f->stack_lo, f->stack_size);
 #endif
@@ -180,11 +228,14 @@ static inline void resume(Fiber* f) {
     g.cur = nullptr;
 }
 
-static void fiber_main(void*) {
+CPUCUDA_RUNTIME static void fiber_main(void*) {
 #if CPUCUDA_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &g.main_stack_bottom, &g.main_stack_size);
 #endif
     g.body(g.body_ctx);
+#if CPUCUDA_TSAN
+    __tsan_release(&g_sync_exit);  // the scheduler acquires it after the block
+#endif
     Fiber* f = g.cur;
     f->state = DONE;
     g.done++;
@@ -194,11 +245,11 @@ static void fiber_main(void*) {
 
 // ---------------------------------------------------------------- barriers
 
-static inline bool same_site(const char* f1, int l1, const char* f2, int l2) {
+CPUCUDA_RUNTIME static inline bool same_site(const char* f1, int l1, const char* f2, int l2) {
     return l1 == l2 && (f1 == f2 || strcmp(f1, f2) == 0);
 }
 
-static int block_barrier(int kind, int pred, const char* what, const char* file, int line) {
+CPUCUDA_RUNTIME static int block_barrier(int kind, int pred, const char* what, const char* file, int line) {
     Fiber* f = g.cur;
     if (g.bar_arrived == 0) {
         g.bar_kind = kind;
@@ -221,11 +272,18 @@ static int block_barrier(int kind, int pred, const char* what, const char* file,
     f->what = what;
     f->file = file;
     f->line = line;
+#if CPUCUDA_TSAN
+    f->sync_obj = &g_sync_bar[g.bar_parity];
+    __tsan_release(f->sync_obj);
+#endif
     switch_to_main(f, false);
+#if CPUCUDA_TSAN
+    __tsan_acquire(f->sync_obj);
+#endif
     return (int)f->wres;
 }
 
-static bool release_block_barrier() {
+CPUCUDA_RUNTIME static bool release_block_barrier() {
     if (g.bar_arrived == 0 || g.bar_arrived != g.nthreads) return false;
     int result = g.bar_kind == B_COUNT ? g.bar_count
                : g.bar_kind == B_AND   ? g.bar_count == (int)g.nthreads
@@ -236,6 +294,7 @@ static bool release_block_barrier() {
         g.fibers[i].wres = (uint64_t)(int64_t)result;
     }
     g.bar_arrived = 0;
+    g.bar_parity ^= 1u;
     return true;
 }
 
@@ -244,113 +303,201 @@ static bool release_block_barrier() {
 // A warp operation is a rendezvous of the lanes in `mask`: each deposits its
 // value (and the lane it wants to read), waits, and on release every result
 // is computed from the deposits at once, so no lane can see a value that a
-// faster lane already replaced in the next operation.
-static uint64_t warp_rendezvous(int kind, unsigned mask, uint64_t val, int src, int pred,
-                                const char* what, const char* file, int line) {
+// faster lane already replaced in the next operation. Lane groups with
+// disjoint masks (say the two 16-lane tiles of a warp) rendezvous
+// independently; overlapping but different masks are an error.
+// coalesced_threads() (W_COALESCE) does not know its lanes in advance: it is
+// released once no lane of the warp can run, with the lanes waiting at its
+// call site as the group.
+
+CPUCUDA_RUNTIME static inline bool warp_kind_syncs(int kind) {
+    return kind == W_SYNC || !g.strict;  // strict racecheck: only __syncwarp orders memory
+}
+
+CPUCUDA_RUNTIME static uint64_t warp_rendezvous(int kind, unsigned mask, uint64_t val, int src, int pred,
+                                                const char* what, const char* file, int line) {
     Fiber* f = g.cur;
     Warp& w = g.warps[f->warp];
-    const unsigned m = mask & w.existing;
-    if (!((m >> f->lane) & 1u))
+    Fiber* lanes = g.fibers + f->warp * 32;
+    const unsigned m = kind == W_COALESCE ? 0u : mask & w.existing;
+    if (kind != W_COALESCE && !((m >> f->lane) & 1u))
         fiber_fail("%s at %s:%d: %s (lane %u) passed mask 0x%08x, which does not include its own lane",
                    what, file, line, where(f), f->lane, mask);
-    if (w.arrived == 0) {
-        w.mask = m;
-        w.kind = kind;
-        w.what = what;
-        w.file = file;
-        w.line = line;
-    } else if (w.mask != m) {
-        fiber_fail("%s at %s:%d: lanes of warp %u disagree on the mask (0x%08x vs 0x%08x at %s:%d); "
-                   "concurrent rendezvous of disjoint lane groups are not supported",
-                   what, file, line, f->warp, m, w.mask, w.file, w.line);
-    } else if (!same_site(file, line, w.file, w.line) || kind != w.kind) {
-        fiber_fail("divergent warp operation: %s reached %s at %s:%d while lanes of its warp wait at %s at %s:%d",
-                   where(f), what, file, line, w.what, w.file, w.line);
+    for (unsigned l = 0; l < 32 && kind != W_COALESCE; ++l) {
+        if (!((w.arrived >> l) & 1u)) continue;
+        const Fiber& o = lanes[l];
+        if (o.wkind == W_COALESCE) continue;
+        const bool overlaps = (o.wmask & m) != 0;
+        if (overlaps && o.wmask != m)
+            fiber_fail("%s at %s:%d: lanes of warp %u disagree on the mask (0x%08x vs 0x%08x at %s:%d)",
+                       what, file, line, f->warp, m, o.wmask, o.file, o.line);
+        if (overlaps && (!same_site(file, line, o.file, o.line) || kind != o.wkind))
+            fiber_fail("divergent warp operation: %s reached %s at %s:%d while lanes of its warp wait at %s at %s:%d",
+                       where(f), what, file, line, o.what, o.file, o.line);
     }
     f->wval = val;
     f->wsrc = src;
     f->pred = pred;
+    f->wmask = m;
+    f->wkind = kind;
     f->state = AT_WARP;
     f->what = what;
     f->file = file;
     f->line = line;
     w.arrived |= 1u << f->lane;
+#if CPUCUDA_TSAN
+    const bool syncs = warp_kind_syncs(kind);
+    if (syncs) {
+        // One pair of objects per group leader (its lowest lane); coalesced groups, whose lanes are known
+        // only on release, share a pair of their own.
+        const unsigned leader = kind == W_COALESCE ? 32u : (unsigned)__builtin_ctz(m);
+        const unsigned parity = kind == W_COALESCE ? w.coalesced_parity : (w.parity >> leader) & 1u;
+        f->sync_obj = &g_sync_warp[f->warp][leader][parity];
+        __tsan_release(f->sync_obj);
+    }
+#endif
     switch_to_main(f, false);
+#if CPUCUDA_TSAN
+    if (syncs) __tsan_acquire(f->sync_obj);
+#endif
     return f->wres;
 }
 
-static bool release_warps() {
+// Results of one complete group `m` (all its lanes have arrived).
+CPUCUDA_RUNTIME static void release_group(Warp& w, Fiber* lanes, unsigned m, int kind) {
+    uint64_t ballot = 0, acc = 0;
+    bool first = true;
+    for (unsigned l = 0; l < 32; ++l) {
+        if (!((m >> l) & 1u)) continue;
+        if (lanes[l].pred) ballot |= 1ull << l;
+        int64_t v = (int64_t)lanes[l].wval;
+        if (first) acc = (uint64_t)v;
+        else if (kind == W_ADD) acc += (uint64_t)v;
+        else if (kind == W_MIN) acc = (uint64_t)(v < (int64_t)acc ? v : (int64_t)acc);
+        else if (kind == W_MAX) acc = (uint64_t)(v > (int64_t)acc ? v : (int64_t)acc);
+        else if (kind == W_AND) acc &= (uint64_t)v;
+        else if (kind == W_OR) acc |= (uint64_t)v;
+        else if (kind == W_XOR) acc ^= (uint64_t)v;
+        first = false;
+    }
+    bool all_equal = true;
+    for (unsigned l = 0; l < 32; ++l)
+        if (((m >> l) & 1u) && lanes[l].wval != lanes[__builtin_ctz(m)].wval) all_equal = false;
+    for (unsigned l = 0; l < 32; ++l) {
+        if (!((m >> l) & 1u)) continue;
+        Fiber& f = lanes[l];
+        switch (kind) {
+        case W_SHFL:
+            if (f.wsrc < 0) f.wres = f.wval;
+            else if ((m >> f.wsrc) & 1u) f.wres = lanes[f.wsrc].wval;
+            else f.wres = ~0ull;  // undefined on a GPU: read as 0xFF bytes (NaN)
+            break;
+        case W_BALLOT: f.wres = ballot; break;
+        case W_ANY: f.wres = ballot != 0; break;
+        case W_ALL: f.wres = ballot == m; break;
+        case W_ADD: case W_MIN: case W_MAX: case W_AND: case W_OR: case W_XOR: f.wres = acc; break;
+        case W_MATCH_ANY: {
+            uint64_t same = 0;
+            for (unsigned k = 0; k < 32; ++k)
+                if (((m >> k) & 1u) && lanes[k].wval == f.wval) same |= 1ull << k;
+            f.wres = same;
+            break;
+        }
+        case W_MATCH_ALL: f.wres = all_equal ? m : 0; f.pred = all_equal; break;
+        case W_COALESCE: f.wres = m; break;
+        default: f.wres = 0;
+        }
+        f.state = READY;
+    }
+    w.arrived &= ~m;
+    if (kind != W_COALESCE) w.parity ^= 1u << __builtin_ctz(m);
+    else w.coalesced_parity ^= 1u;
+}
+
+CPUCUDA_RUNTIME static bool release_warps() {
     bool any = false;
     for (unsigned wi = 0; wi < g.nwarps; ++wi) {
         Warp& w = g.warps[wi];
-        if (w.arrived == 0 || w.arrived != w.mask) continue;
         Fiber* lanes = g.fibers + wi * 32;
-        uint64_t ballot = 0, acc = 0;
-        bool first = true;
-        for (unsigned l = 0; l < 32; ++l) {
-            if (!((w.mask >> l) & 1u)) continue;
-            if (lanes[l].pred) ballot |= 1ull << l;
-            int64_t v = (int64_t)lanes[l].wval;
-            if (first) acc = (uint64_t)v;
-            else if (w.kind == W_ADD) acc += (uint64_t)v;
-            else if (w.kind == W_MIN) acc = (uint64_t)(v < (int64_t)acc ? v : (int64_t)acc);
-            else if (w.kind == W_MAX) acc = (uint64_t)(v > (int64_t)acc ? v : (int64_t)acc);
-            first = false;
-        }
-        for (unsigned l = 0; l < 32; ++l) {
-            if (!((w.mask >> l) & 1u)) continue;
-            Fiber& f = lanes[l];
-            switch (w.kind) {
-            case W_SHFL:
-                if (f.wsrc < 0) f.wres = f.wval;
-                else if ((w.mask >> f.wsrc) & 1u) f.wres = lanes[f.wsrc].wval;
-                else f.wres = ~0ull;  // undefined on a GPU: read as 0xFF bytes (NaN)
-                break;
-            case W_BALLOT: f.wres = ballot; break;
-            case W_ANY: f.wres = ballot != 0; break;
-            case W_ALL: f.wres = ballot == w.mask; break;
-            case W_ADD: case W_MIN: case W_MAX: f.wres = acc; break;
-            default: f.wres = 0;
+        unsigned pending = w.arrived;
+        while (pending) {
+            const unsigned l = (unsigned)__builtin_ctz(pending);
+            const Fiber& f = lanes[l];
+            if (f.wkind == W_COALESCE) { pending &= ~(1u << l); continue; }
+            const unsigned m = f.wmask;
+            pending &= ~m;
+            if ((w.arrived & m) == m) {
+                release_group(w, lanes, m, f.wkind);
+                any = true;
             }
-            f.state = READY;
         }
-        w.arrived = 0;
-        any = true;
+    }
+    return any;
+}
+
+// coalesced_threads(): once no lane of a warp can run, the lanes waiting at
+// one coalesced_threads() call site form the group.
+CPUCUDA_RUNTIME static bool release_coalesced() {
+    bool any = false;
+    for (unsigned wi = 0; wi < g.nwarps; ++wi) {
+        Warp& w = g.warps[wi];
+        Fiber* lanes = g.fibers + wi * 32;
+        bool runnable = false;
+        for (unsigned l = 0; l < 32; ++l)
+            if (((w.existing >> l) & 1u) && lanes[l].state == READY) runnable = true;
+        if (runnable) continue;
+        const Fiber* lead = nullptr;
+        unsigned m = 0;
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!((w.arrived >> l) & 1u) || lanes[l].wkind != W_COALESCE) continue;
+            if (!lead) lead = &lanes[l];
+            if (same_site(lanes[l].file, lanes[l].line, lead->file, lead->line)) m |= 1u << l;
+        }
+        if (m) {
+            release_group(w, lanes, m, W_COALESCE);
+            any = true;
+        }
     }
     return any;
 }
 
 // ---------------------------------------------------------------- deadlock
 
-static void describe_deadlock() {
-    unsigned at_bar = 0, at_warp = 0, done = 0;
+CPUCUDA_RUNTIME static void describe_deadlock() {
+    unsigned at_bar = 0, done = 0;
     const Fiber* warp_waiter = nullptr;
     for (unsigned i = 0; i < g.nthreads; ++i) {
         const Fiber& f = g.fibers[i];
         if (f.state == AT_BARRIER) at_bar++;
-        else if (f.state == AT_WARP) { at_warp++; if (!warp_waiter) warp_waiter = &f; }
+        else if (f.state == AT_WARP) { if (!warp_waiter) warp_waiter = &f; }
         else if (f.state == DONE) done++;
     }
     if (warp_waiter) {
         const Warp& w = g.warps[warp_waiter->warp];
-        unsigned missing = w.mask & ~w.arrived, gone = 0;
+        const Fiber* lanes = g.fibers + warp_waiter->warp * 32;
+        const unsigned group = warp_waiter->wmask;
+        unsigned here = 0;
+        for (unsigned l = 0; l < 32; ++l)
+            if (((w.arrived >> l) & 1u) && lanes[l].wmask == group && lanes[l].wkind == warp_waiter->wkind) here |= 1u << l;
+        unsigned missing = group & ~here, gone = 0;
         const Fiber* other = nullptr;
         for (unsigned l = 0; l < 32; ++l)
             if ((missing >> l) & 1u) {
-                const Fiber& o = g.fibers[warp_waiter->warp * 32 + l];
+                const Fiber& o = lanes[l];
                 if (o.state == DONE) gone++;
                 else if (!other) other = &o;
             }
         if (other)
             set_error("deadlock in block (%u,%u,%u): lanes 0x%08x of warp %u wait at %s at %s:%d for lanes 0x%08x; "
                       "%s waits at %s at %s:%d instead",
-                      g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, w.arrived, warp_waiter->warp, w.what, w.file,
-                      w.line, missing, where(other), other->what, other->file, other->line);
+                      g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, here, warp_waiter->warp, warp_waiter->what,
+                      warp_waiter->file, warp_waiter->line, missing, where(other), other->what, other->file,
+                      other->line);
         else
             set_error("deadlock in block (%u,%u,%u): lanes 0x%08x of warp %u wait at %s at %s:%d for lanes "
                       "0x%08x, which have exited (%u)",
-                      g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, w.arrived, warp_waiter->warp, w.what, w.file,
-                      w.line, missing, gone);
+                      g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, here, warp_waiter->warp, warp_waiter->what,
+                      warp_waiter->file, warp_waiter->line, missing, gone);
         return;
     }
     set_error("deadlock in block (%u,%u,%u): %u thread(s) wait at %s at %s:%d but %u thread(s) have already "
@@ -362,7 +509,7 @@ static void describe_deadlock() {
 
 // Fiber stacks: mmap'd with a PROT_NONE guard page below, so an overflow
 // faults (and is reported) instead of overwriting the neighbour's stack.
-static bool ensure_fibers(unsigned n, size_t stack_size) {
+CPUCUDA_RUNTIME static bool ensure_fibers(unsigned n, size_t stack_size) {
     if (g.stack_size != stack_size) {
         for (unsigned i = 0; i < g.nstacks; ++i) munmap(g.stacks[i], g.stack_size + kPage);
         g.nstacks = 0;
@@ -383,6 +530,14 @@ static bool ensure_fibers(unsigned n, size_t stack_size) {
         mprotect(p, kPage, PROT_NONE);
         g.stacks[g.nstacks++] = (char*)p;
     }
+#if CPUCUDA_TSAN
+    if (n > g.ntsan) {
+        void** nt = (void**)realloc(g.tsan_fibers, n * sizeof(void*));
+        if (!nt) return false;
+        g.tsan_fibers = nt;
+        while (g.ntsan < n) g.tsan_fibers[g.ntsan++] = __tsan_create_fiber(0);
+    }
+#endif
     return true;
 }
 
@@ -390,12 +545,12 @@ static bool ensure_fibers(unsigned n, size_t stack_size) {
 // stack with its guard page costs the process two memory mappings (the
 // kernel caps them near 65k), so Python releases the pool of the previous
 // library whenever a launch goes to a different one.
-static void release_fibers() {
+CPUCUDA_RUNTIME static void release_fibers() {
     for (unsigned i = 0; i < g.nstacks; ++i) munmap(g.stacks[i], g.stack_size + kPage);
     g.nstacks = 0;
 }
 
-static unsigned char* alloc_dynamic_shared(size_t n) {
+CPUCUDA_RUNTIME static unsigned char* alloc_dynamic_shared(size_t n) {
 #if CPUCUDA_ASAN
     return (unsigned char*)malloc(n ? n : 1);  // exact size: ASan bounds it
 #else
@@ -404,7 +559,7 @@ static unsigned char* alloc_dynamic_shared(size_t n) {
 }
 
 // A write past the dynamic shared memory shows as a changed canary.
-static bool canary_intact() {
+CPUCUDA_RUNTIME static bool canary_intact() {
 #if CPUCUDA_ASAN
     return true;
 #else
@@ -421,7 +576,7 @@ static SharedRegion* g_regions;
 static unsigned g_nregions;
 static unsigned g_region_cap;
 
-static int register_region(void* p, size_t n, void** dyn) {
+CPUCUDA_RUNTIME static int register_region(void* p, size_t n, void** dyn) {
     if (g_nregions == g_region_cap) {
         g_region_cap = g_region_cap ? 2 * g_region_cap : 16;
         g_regions = (SharedRegion*)realloc(g_regions, g_region_cap * sizeof(SharedRegion));
@@ -430,13 +585,73 @@ static int register_region(void* p, size_t n, void** dyn) {
     return 0;
 }
 
-// Static __shared__ storage is poisoned with 0xFF (NaN for float and half)
-// by the first thread of each block that reaches its declaration.
-static inline void shared_enter(void* p, size_t n, unsigned long* gen) {
+// Poisons. "nan": 0xFF bytes (NaN for float, half and double, -1 for
+// integers). "finite": large finite values of alternating sign, a new random
+// pattern per launch (seeded): every 4-byte word holds two halves of
+// magnitude 32768..65504 with opposite signs, which read as a float of
+// magnitude 1e34..1e36 and an int of magnitude ~2e9; consecutive floats and
+// consecutive halves alternate in sign. It catches what NaN hides: fmaxf
+// and fminf drop a NaN operand, comparisons with NaN are false, and
+// `x == x` style filters skip it; an unwritten slot read through
+// fmaxf(a, slot) changes the result under one of the two signs.
+CPUCUDA_RUNTIME static inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+CPUCUDA_RUNTIME static inline uint32_t finite_poison_word(size_t w) {
+    const uint64_t r = splitmix64(g.poison_seed + w);
+    const uint32_t s = (uint32_t)((w ^ g.poison_seed) & 1u);
+    const uint32_t lo = (s << 15) | 0x7800u | (uint32_t)(r & 0x3FFu);
+    const uint32_t hi = ((s ^ 1u) << 15) | 0x7800u | (uint32_t)((r >> 10) & 0x3FFu);
+    return (hi << 16) | lo;
+}
+
+// A plain loop, not memset: under racecheck TSan intercepts memset and would
+// record the lazy poisoning as the poisoning thread's write (a false race);
+// the empty asm keeps g++ from turning the loop back into memset.
+CPUCUDA_RUNTIME static void poison_fill(void* p, size_t n) {
+    unsigned char* b = (unsigned char*)p;
+    if (g.poison == POISON_NAN) {
+#if CPUCUDA_TSAN
+        for (size_t i = 0; i < n; ++i) {
+            b[i] = 0xFF;
+            __asm__ __volatile__("" : : "r"(b + i) : "memory");
+        }
+#else
+        memset(p, 0xFF, n);
+#endif
+        return;
+    }
+    for (size_t w = 0; 4 * w < n; ++w) {
+        const uint32_t word = finite_poison_word(w);
+        const size_t k = n - 4 * w < 4 ? n - 4 * w : 4;
+        for (size_t i = 0; i < k; ++i) b[4 * w + i] = (unsigned char)(word >> (8 * i));
+        __asm__ __volatile__("" : : "r"(b + 4 * w) : "memory");
+    }
+}
+
+// Static __shared__ storage is poisoned by the first thread of each block
+// that reaches its declaration.
+CPUCUDA_RUNTIME static inline void shared_enter(void* p, size_t n, unsigned long* gen) {
     if (*gen != g.block_gen) {
         *gen = g.block_gen;
-        memset(p, 0xFF, n);
+        poison_fill(p, n);
     }
+}
+
+// __constant__ variables register themselves (a static initialiser appended
+// by the source rewrite), so Python can find and fill them: get_global().
+struct ConstantSymbol { const char* name; void* p; size_t n; };
+static ConstantSymbol* g_constants;
+static unsigned g_nconstants;
+
+CPUCUDA_RUNTIME static int register_constant(const char* name, void* p, size_t n) {
+    g_constants = (ConstantSymbol*)realloc(g_constants, (g_nconstants + 1) * sizeof(ConstantSymbol));
+    g_constants[g_nconstants++] = ConstantSymbol{name, p, n};
+    return 0;
 }
 
 static inline void* dynamic_shared() { return g.dyn_smem; }
@@ -448,7 +663,7 @@ static const size_t kAltStack = 1 << 16;
 static const int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
 static struct sigaction g_old_actions[4];
 
-static void on_crash(int sig, siginfo_t* info, void*) {
+CPUCUDA_RUNTIME static void on_crash(int sig, siginfo_t* info, void*) {
     if (!pthread_equal(pthread_self(), g.launch_thread)) {
         // Not our launch: give the signal back to whoever handled it before.
         for (int i = 0; i < 4; ++i)
@@ -461,7 +676,7 @@ static void on_crash(int sig, siginfo_t* info, void*) {
     siglongjmp(g.crash_jmp, 1);
 }
 
-static void install_crash_handlers(stack_t* old_stack) {
+CPUCUDA_RUNTIME static void install_crash_handlers(stack_t* old_stack) {
     if (!g_altstack) g_altstack = (char*)malloc(kAltStack);
     stack_t ss;
     ss.ss_sp = g_altstack;
@@ -476,12 +691,12 @@ static void install_crash_handlers(stack_t* old_stack) {
     for (int i = 0; i < 4; ++i) sigaction(kCrashSignals[i], &sa, &g_old_actions[i]);
 }
 
-static void remove_crash_handlers(const stack_t* old_stack) {
+CPUCUDA_RUNTIME static void remove_crash_handlers(const stack_t* old_stack) {
     for (int i = 0; i < 4; ++i) sigaction(kCrashSignals[i], &g_old_actions[i], nullptr);
     sigaltstack(old_stack, nullptr);
 }
 
-static void describe_crash() {
+CPUCUDA_RUNTIME static void describe_crash() {
     const Fiber* f = g.crash_fiber;
     const char* who = f ? where(f) : "the scheduler";
     uintptr_t a = (uintptr_t)g.crash_addr;
@@ -501,7 +716,7 @@ static void describe_crash() {
 
 // ---------------------------------------------------------------- grid
 
-static void init_block(unsigned bx, unsigned by, unsigned bz) {
+CPUCUDA_RUNTIME static void init_block(unsigned bx, unsigned by, unsigned bz) {
     g.blockIdx = uint3{bx, by, bz};
     g.block_gen++;
     g.done = 0;
@@ -524,19 +739,29 @@ static void init_block(unsigned bx, unsigned by, unsigned bz) {
         f.what = "";
         f.file = "";
         f.line = 0;
+        f.wmask = 0;
+        f.wkind = 0;
         f.fake_stack = nullptr;
+#if CPUCUDA_TSAN
+        f.tsan = g.tsan_fibers[i];
+        f.tsan_first = true;
+        char name[96];  // race reports name the CUDA thread by its fiber's name
+        snprintf(name, sizeof name, "thread (%u,%u,%u) of block (%u,%u,%u)", f.tid.x, f.tid.y, f.tid.z, bx, by, bz);
+        __tsan_set_fiber_name(f.tsan, name);
+#endif
     }
     for (unsigned w = 0; w < g.nwarps; ++w) {
         unsigned lanes = n - w * 32 >= 32 ? 32 : n - w * 32;
-        g.warps[w] = Warp{lanes == 32 ? ~0u : (1u << lanes) - 1u, 0, 0, 0, "", "", 0};
+        g.warps[w] = Warp{lanes == 32 ? ~0u : (1u << lanes) - 1u, 0, 0, 0};
     }
+    g.bar_parity = 0;
     for (unsigned r = 0; r < g_nregions; ++r)
         if (g_regions[r].dyn) *g_regions[r].dyn = g.dyn_smem;
-        else memset(g_regions[r].p, 0xFF, g_regions[r].n);
-    memset(g.dyn_smem, 0xFF, g.dyn_size);
+        else poison_fill(g_regions[r].p, g_regions[r].n);
+    poison_fill(g.dyn_smem, g.dyn_size);
 }
 
-static int run_block() {
+CPUCUDA_RUNTIME static int run_block() {
     const unsigned n = g.nthreads;
     for (;;) {
         bool ran = false;
@@ -550,11 +775,15 @@ static int run_block() {
         if (g.done == n) break;
         bool released = release_warps();
         released |= release_block_barrier();
+        if (!released) released = release_coalesced();
         if (!ran && !released) {
             describe_deadlock();
             return g.rc;
         }
     }
+#if CPUCUDA_TSAN
+    __tsan_acquire(&g_sync_exit);  // the next block starts after everything this one did
+#endif
     if (!canary_intact()) {
         set_error("write past the end of dynamic shared memory (%zu bytes requested at launch) in block (%u,%u,%u)",
                   g.dyn_size, g.blockIdx.x, g.blockIdx.y, g.blockIdx.z);
@@ -565,13 +794,13 @@ static int run_block() {
 
 #if CPUCUDA_ASAN
 // Before ASan aborts the child, say which CUDA thread was running.
-static void on_asan_death() {
+CPUCUDA_RUNTIME static void on_asan_death() {
     if (g.cur) fprintf(stderr, "cpucuda: the faulting CUDA thread is %s\n", where(g.cur));
 }
 #endif
 
-static int run_grid(const LaunchConfig* cfg, void (*body)(void*), void* ctx, char* err, size_t errlen,
-                    const char* kernel) {
+CPUCUDA_RUNTIME static int run_grid(const LaunchConfig* cfg, void (*body)(void*), void* ctx, char* err,
+                                    size_t errlen, const char* kernel) {
 #if CPUCUDA_ASAN
     __sanitizer_set_death_callback(on_asan_death);
 #endif
@@ -587,6 +816,12 @@ static int run_grid(const LaunchConfig* cfg, void (*body)(void*), void* ctx, cha
     g.nthreads = cfg->block[0] * cfg->block[1] * cfg->block[2];
     g.nwarps = (g.nthreads + 31) / 32;
     g.reverse = cfg->reverse != 0;
+    g.strict = (cfg->flags & F_STRICT) != 0;
+    g.poison = cfg->poison;
+    g.poison_seed = cfg->poison_seed;
+#if CPUCUDA_TSAN
+    g.tsan_main = __tsan_get_current_fiber();
+#endif
     if (g.nthreads == 0 || g.nthreads > 1024) {
         set_error("block of %u threads: must be 1..1024", g.nthreads);
         return g.rc;
@@ -597,12 +832,13 @@ static int run_grid(const LaunchConfig* cfg, void (*body)(void*), void* ctx, cha
     }
     g.dyn_size = cfg->shared_mem;
     g.dyn_smem = alloc_dynamic_shared(g.dyn_size);
+    g.last_dyn_smem = g.dyn_smem;
 #if !CPUCUDA_ASAN
     memset(g.dyn_smem + g.dyn_size, 0xA5, canary_size(g.dyn_size));
 #endif
     const uint64_t nblocks = (uint64_t)cfg->grid[0] * cfg->grid[1] * cfg->grid[2];
 
-#if !CPUCUDA_ASAN
+#if !CPUCUDA_ASAN && !CPUCUDA_TSAN  // the sanitizers report crashes themselves
     stack_t old_stack;
     g.launch_thread = pthread_self();
     g.crash_fiber = nullptr;
@@ -621,7 +857,7 @@ static int run_grid(const LaunchConfig* cfg, void (*body)(void*), void* ctx, cha
                    (unsigned)(b / ((uint64_t)cfg->grid[0] * cfg->grid[1])));
         run_block();
     }
-#if !CPUCUDA_ASAN
+#if !CPUCUDA_ASAN && !CPUCUDA_TSAN
     remove_crash_handlers(&old_stack);
 #endif
     free(g.dyn_smem);
