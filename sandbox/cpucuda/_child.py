@@ -43,16 +43,17 @@ def main(inp: str, out: str, ptrs: str) -> int:
             f.write(f"{bid} {addr} {n}\n")
 
     n = len(job["args"])
-    slots = (ctypes.c_uint64 * max(n, 1))()
-    base = ctypes.addressof(slots)
-    argv = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))])
+    # 16 bytes per argument, 16-byte aligned (a cuDoubleComplex by value), as args.Packed lays them out
+    slots = (ctypes.c_uint64 * (2 * max(n, 1) + 2))()
+    base = ctypes.addressof(slots) + (-ctypes.addressof(slots)) % 16
+    argv = (ctypes.c_void_p * max(n, 1))(*[base + 16 * i for i in range(max(n, 1))])
     for i, (kind, value) in enumerate(job["args"]):
         if kind == "buffer":
-            slots[i] = buffers[value][0]
+            ctypes.c_uint64.from_address(base + 16 * i).value = buffers[value][0]
         elif kind == "null":
-            slots[i] = 0
+            ctypes.c_uint64.from_address(base + 16 * i).value = 0
         else:  # raw little-endian bytes of a scalar
-            ctypes.memmove(base + 8 * i, value, len(value))
+            ctypes.memmove(base + 16 * i, value, len(value))
 
     fn = _abi.launch_function(lib, job["entry"])
     cfg = _abi.make_config(*job["config"])

@@ -7,19 +7,49 @@ CuPy's, made strict where a GPU would silently read garbage:
 * a pointer parameter takes a C-contiguous NumPy array (passed by address,
   written in place) or None (NULL); a read-only array only for ``const T*``;
 * a scalar parameter takes a NumPy scalar of exactly its C type
-  (np.int32 for ``int``, np.float32 for ``float``, np.float16 for ``__half``);
+  (np.int32 for ``int``, np.float32 for ``float``, np.float16 for ``__half``,
+  ml_dtypes.bfloat16 / float8_e4m3fn / float8_e5m2 for ``__nv_bfloat16`` /
+  ``__nv_fp8_e4m3`` / ``__nv_fp8_e5m2``, np.complex64 for ``cuFloatComplex``
+  (= ``float2``), np.complex128 for ``cuDoubleComplex`` (= ``double2``));
   a Python int is accepted for integer parameters when it fits (CuPy passes
   it as int64 and a GPU reads the low bytes), a Python float only for
-  ``double``, a Python bool only for ``bool``.
+  ``double``, a Python complex only for ``cuDoubleComplex``, a Python bool
+  only for ``bool``.
+
+Pointers are untyped, as in CuPy: any array's address passes, so arrays of
+ml_dtypes.bfloat16 (or uint16 bit patterns) for ``__nv_bfloat16*``,
+float8_e4m3fn/float8_e5m2 (or uint8) for ``__nv_fp8_e4m3*``/``__nv_fp8_e5m2*``/
+``__nv_fp8_storage_t*``, complex64 for ``cuFloatComplex*``.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-_SCALAR_DTYPES = {c: np.dtype(c) for c in "?bBhHiIqQefd"}
+# Type codes (include/cpucuda_launch.h): NumPy's, plus ml_dtypes' 'E' (bfloat16),
+# '4' (float8_e4m3fn) and '5' (float8_e5m2).
+_NUMPY_CODES = "?bBhHiIqQefdFD"
+_ML_DTYPES_CODES = {"E": "bfloat16", "4": "float8_e4m3fn", "5": "float8_e5m2"}
+
+
+@functools.lru_cache(maxsize=None)
+def scalar_dtype(code: str) -> np.dtype:
+    """The NumPy dtype a by-value parameter with this type code takes."""
+    if code in _NUMPY_CODES:
+        return np.dtype(code)
+    try:
+        import ml_dtypes
+    except ImportError as exc:  # pragma: no cover - ml_dtypes is a dependency
+        raise TypeError(f"parameters of this type take ml_dtypes.{_ML_DTYPES_CODES[code]} scalars: "
+                        "install ml_dtypes") from exc
+    return np.dtype(getattr(ml_dtypes, _ML_DTYPES_CODES[code]))
+
+
+def _dtype_label(dtype: np.dtype) -> str:
+    return f"ml_dtypes.{dtype.name}" if dtype.name in _ML_DTYPES_CODES.values() else f"np.{dtype.name}"
 
 
 @dataclass(frozen=True)
@@ -44,21 +74,31 @@ def parse_type_name(pretty: str) -> str:
     return pretty[i + len(marker):(j if j >= 0 else len(pretty) - 1)]
 
 
+SLOT = 16  # bytes per argument slot: the largest by-value type (cuDoubleComplex), and its alignment
+
+
 class Packed:
-    """``void* args[]`` for the launcher, plus what must stay alive meanwhile."""
+    """``void* args[]`` for the launcher, plus what must stay alive meanwhile.
+
+    Each argument's bytes sit in a 16-byte, 16-byte-aligned slot, so a
+    cuDoubleComplex (double2, aligned(16)) is read where the C++ side expects it.
+    """
 
     def __init__(self, n: int):
-        self.slots = np.zeros(max(n, 1), dtype=np.uint64)
+        m = max(n, 1)
+        self._raw = np.zeros(m * SLOT + SLOT, dtype=np.uint8)
+        start = (-self._raw.ctypes.data) % SLOT
+        self.slots = self._raw[start:start + m * SLOT]
         base = self.slots.ctypes.data
-        self.argv = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))])
+        self.argv = (ctypes.c_void_p * m)(*[base + SLOT * i for i in range(m)])
         self.arrays: list[np.ndarray | None] = [None] * n
 
     def set_pointer(self, i: int, address: int) -> None:
-        self.slots[i] = address
+        self.slots[SLOT * i:SLOT * i + 8].view(np.uint64)[0] = address
 
     def set_scalar(self, i: int, value: np.generic) -> None:
         raw = np.asarray(value).reshape(1).view(np.uint8)
-        self.slots.view(np.uint8)[8 * i:8 * i + raw.size] = raw
+        self.slots[SLOT * i:SLOT * i + raw.size] = raw
 
 
 def _describe(value) -> str:
@@ -88,7 +128,8 @@ def _convert_one(kernel: str, i: int, p: Param, value):
     if p.code == "x":
         raise TypeError(
             f"{where}: this executor cannot pass parameters of type {p.ctype!r} by value "
-            "(supported: pointers, bool, 8/16/32/64-bit integers, __half, float, double)"
+            "(supported: pointers, bool, 8/16/32/64-bit integers, __half, __nv_bfloat16, __nv_fp8_e4m3, "
+            "__nv_fp8_e5m2, float, double, cuFloatComplex/float2, cuDoubleComplex/double2)"
         )
     if p.is_pointer:
         if value is None:
@@ -101,31 +142,37 @@ def _convert_one(kernel: str, i: int, p: Param, value):
         if p.code == "P" and not value.flags.writeable:
             raise ValueError(f"{where}: the array is read-only but the parameter is not a pointer to const")
         return value
-    dtype = _SCALAR_DTYPES[p.code]
+    dtype = scalar_dtype(p.code)
+    label = _dtype_label(dtype)
     if isinstance(value, np.ndarray):
-        raise TypeError(f"{where}: passed by value; expects np.{dtype.name}(...), got {_describe(value)}")
+        raise TypeError(f"{where}: passed by value; expects {label}(...), got {_describe(value)}")
     if isinstance(value, np.generic):
         if value.dtype != dtype:
-            raise TypeError(f"{where}: expects np.{dtype.name}, got {_describe(value)}; "
+            raise TypeError(f"{where}: expects {label}, got {_describe(value)}; "
                             f"a GPU would misread its bytes")
         return value
     if isinstance(value, bool):
         if p.code != "?":
-            raise TypeError(f"{where}: expects np.{dtype.name}, got {_describe(value)}")
+            raise TypeError(f"{where}: expects {label}, got {_describe(value)}")
         return np.bool_(value)
     if isinstance(value, int):
-        if dtype.kind not in "iu":
-            raise TypeError(f"{where}: expects np.{dtype.name}, got {_describe(value)}; CuPy would pass an "
-                            "int64 whose bytes the kernel reads as a float")
+        if p.code not in "bBhHiIqQ":
+            raise TypeError(f"{where}: expects {label}, got {_describe(value)}; CuPy would pass an "
+                            "int64 whose bytes the kernel misreads")
         info = np.iinfo(dtype)
         if not info.min <= value <= info.max:
             raise ValueError(f"{where}: {value} does not fit in {dtype.name}")
         return dtype.type(value)
     if isinstance(value, float):
         if p.code != "d":
-            raise TypeError(f"{where}: expects np.{dtype.name}, got {_describe(value)}; CuPy would pass a "
+            raise TypeError(f"{where}: expects {label}, got {_describe(value)}; CuPy would pass a "
                             "float64 whose bytes the kernel misreads")
         return np.float64(value)
+    if isinstance(value, complex):
+        if p.code != "D":
+            raise TypeError(f"{where}: expects {label}, got {_describe(value)}; CuPy would pass a "
+                            "complex128 whose bytes the kernel misreads")
+        return np.complex128(value)
     raise TypeError(f"{where}: unsupported argument {_describe(value)}")
 
 

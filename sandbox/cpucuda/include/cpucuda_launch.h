@@ -8,14 +8,25 @@
 
 namespace cpucuda {
 
+// Type codes of by-value types that headers included after this one define
+// (<cuda_fp8.h> specialises it for __nv_fp8_e4m3 and __nv_fp8_e5m2); 0: none.
+template <class T> struct by_value_code : std::integral_constant<char, 0> {};
+
 // One character per parameter, NumPy's type codes: the exact C type that
 // Python must pass. 'P' pointer, 'C' pointer to const, 'x' unsupported.
+// Beyond NumPy's own: 'E' __nv_bfloat16, '4' __nv_fp8_e4m3, '5' __nv_fp8_e5m2
+// (ml_dtypes' codes for bfloat16, float8_e4m3fn, float8_e5m2); 'F' float2 =
+// cuFloatComplex and 'D' double2 = cuDoubleComplex (complex64, complex128).
 template <class T> constexpr char type_code() {
     using U = std::remove_cv_t<T>;
     if (std::is_pointer<U>::value)
         return std::is_const<std::remove_pointer_t<U>>::value ? 'C' : 'P';
+    if (by_value_code<U>::value) return by_value_code<U>::value;
     if (std::is_same<U, bool>::value) return '?';
     if (std::is_same<U, __half>::value) return 'e';
+    if (std::is_same<U, __nv_bfloat16>::value) return 'E';
+    if (std::is_same<U, float2>::value) return 'F';
+    if (std::is_same<U, double2>::value) return 'D';
     if (std::is_same<U, float>::value) return 'f';
     if (std::is_same<U, double>::value) return 'd';
     if (std::is_integral<U>::value) {

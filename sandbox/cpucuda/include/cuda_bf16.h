@@ -1,3 +1,3 @@
-// Intercepts <cuda_bf16.h>: the runtime header already defines what kernels use from it.
+// Intercepts <cuda_bf16.h>: the runtime header already defines __nv_bfloat16 (cpucuda_bf16.h).
 #pragma once
 #include "cpucuda_runtime.h"
