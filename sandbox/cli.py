@@ -1,4 +1,8 @@
-"""python -m sandbox COMMAND: each command is a module with add_arguments(parser) and main(args) -> int."""
+"""python -m sandbox COMMAND: each command is a module with add_arguments(parser) and main(args) -> int.
+
+Exit status: the command's; 2 for a request it refuses (a ValueError: one line "error: ...", no
+traceback); 130 on Ctrl-C (one line).
+"""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +41,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `python -m sandbox ... | head`: the reader left, that is fine
         sys.stdout = None
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT
+        print(f"interrupted: python -m sandbox {args.command} stopped (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,18 +1,56 @@
-"""python -m sandbox check [NAME...]: each variant on edge-case and random problems; non-zero exit on failure."""
+"""python -m sandbox check [NAME...]: each variant on edge-case and random problems; non-zero exit on failure.
+
+Exit status: 0 when every problem of every variant matches the reference, 1 when any fails, 2 for a
+request that cannot run here (--backend gpu without a GPU, a bad --random, an unknown name), 130
+on Ctrl-C. A failing problem is printed as the call that rebuilds it (`DecodeProblem.random(...)`).
+
+--asan / --reverse / --racecheck / --poison finite run the CPU executor's checking modes for the CUDA C
+variants (they set SANDBOX_CPUCUDA_ASAN=1, SANDBOX_CPUCUDA_ORDER=reverse, SANDBOX_CPUCUDA_RACECHECK=1,
+SANDBOX_CPUCUDA_POISON=finite for this process and its children); the CUDA C variants then run on the
+CPU executor whatever --backend says (auto), and the output names each mode that ran.
+"""
 from __future__ import annotations
+
+import argparse
+import os
 
 import numpy as np
 
-from .. import registry
+from .. import backends, registry
 from ..check import check_problem, edge_case_problems
 from ..problem import DecodeProblem
+
+# flag -> (environment variable, value, what the output calls it)
+MODES = {
+    "asan": ("SANDBOX_CPUCUDA_ASAN", "1", "AddressSanitizer (--asan)"),
+    "reverse": ("SANDBOX_CPUCUDA_ORDER", "reverse", "threads in reverse order (--reverse)"),
+    "racecheck": ("SANDBOX_CPUCUDA_RACECHECK", "1", "shared-memory race check (--racecheck)"),
+    "poison": ("SANDBOX_CPUCUDA_POISON", None, "shared memory poisoned with finite values (--poison finite)"),
+}
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("names", nargs="*", metavar="NAME", help="variants to check (default: all registered)")
     parser.add_argument("--backend", default="auto", choices=("auto", "gpu", "cpu"))
-    parser.add_argument("--random", type=int, default=4, metavar="N", help="random problems per variant (default 4)")
+    parser.add_argument("--random", type=non_negative_int, default=4, metavar="N",
+                        help="random problems per variant (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random problems (default 0)")
+    modes = parser.add_argument_group("CPU-executor modes (CUDA C variants; see sandbox/cpucuda/README.md)")
+    modes.add_argument("--asan", action="store_true", help="run every launch under AddressSanitizer")
+    modes.add_argument("--reverse", action="store_true", help="run each block's threads in reverse order")
+    modes.add_argument("--racecheck", action="store_true", help="report shared-memory races between barriers")
+    modes.add_argument("--poison", choices=("finite",), metavar="finite",
+                       help="poison shared memory with finite values (default poison: NaN)")
 
 
 def problems_for(variant, seed: int, num_random: int):
@@ -30,21 +68,67 @@ def problems_for(variant, seed: int, num_random: int):
                                        head_dim=head_dim, block_size=int(rng.choice(pool)), max_context_len=300,
                                        dtype=limits.dtypes[i % len(limits.dtypes)], extreme_logits=bool(i % 2))
         out.append((f"random#{i} seed={problem.seed}", problem))
-    return out
+    return [(label, p) for label, p in out if limits.supports(p)]  # fixed edge cases may step outside them
+
+
+def selected_modes(args) -> list[str]:
+    return [m for m in MODES if (getattr(args, m, None) if m != "poison" else args.poison)]
+
+
+def apply_modes(args) -> list[str]:
+    """Set the environment of each requested mode for this process (children inherit it); their labels."""
+    labels = []
+    for mode in selected_modes(args):
+        variable, value, label = MODES[mode]
+        os.environ[variable] = args.poison if mode == "poison" else value
+        labels.append(label)
+    return labels
+
+
+def backend_for(name: str, family: str, backend: str, modes: list[str]) -> str:
+    """The backend a variant is checked on; ValueError (one line) when it cannot run here."""
+    if modes and family == "cupy":
+        if backend == "gpu":
+            raise ValueError(f"{', '.join(modes)}: CPU-executor modes run CUDA C on the CPU; drop --backend gpu")
+        return "cpu"
+    return backends.resolve(backend, family)
 
 
 def main(args) -> int:
+    if args.backend == "gpu" and not backends.gpu_present():
+        raise ValueError("--backend gpu: no NVIDIA GPU was found here (the CUDA driver reports none); "
+                         "use --backend cpu or auto")
+    explicit = bool(args.names)
     names = args.names or registry.variants()
+    variants = {name: registry.get(name) for name in names}  # unknown name: ValueError listing the valid ones
+    modes = selected_modes(args)
+    plan = {}
+    for name, variant in variants.items():
+        try:
+            plan[name] = backend_for(name, variant.family, args.backend, modes)
+        except ValueError as exc:
+            if explicit:
+                raise ValueError(f"{name}: {exc}") from None
+            plan[name] = exc  # e.g. numpy.* with --backend gpu: said below, not a failure
+    labels = apply_modes(args)
+    if labels:
+        print(f"modes: {'; '.join(labels)} (CUDA C variants on the CPU executor; other families run as usual)")
     failures = 0
-    for name in names:
-        variant = registry.get(name)
-        results = [(label, check_problem(name, p, args.backend)) for label, p in problems_for(variant, args.seed, args.random)]
-        bad = [(label, r) for label, r in results if not r.ok]
-        worst = max((r.comparison.max_abs_err for _, r in results if r.comparison is not None), default=float("nan"))
+    for name, variant in variants.items():
+        backend = plan[name]
+        if isinstance(backend, ValueError):
+            print(f"SKIP  {name:<28} {backend}")
+            continue
+        results = [(label, p, check_problem(name, p, backend))
+                   for label, p in problems_for(variant, args.seed, args.random)]
+        bad = [(label, p, r) for label, p, r in results if not r.ok]
+        worst = max((r.comparison.max_abs_err for _, _, r in results if r.comparison is not None), default=float("nan"))
         status = "PASS" if not bad else "FAIL"
-        print(f"{status}  {name:<28} {len(results) - len(bad)}/{len(results)} problems, worst max abs err {worst:.3g}")
-        for label, r in bad[:5]:
-            print(f"      {label}: {r.problem}")
+        ran = f" [{', '.join(m for m in modes)}]" if modes and variant.family == "cupy" else ""
+        print(f"{status}  {name:<28} {len(results) - len(bad)}/{len(results)} problems, worst max abs err "
+              f"{worst:.3g}{ran}")
+        for label, problem, r in bad[:5]:
+            print(f"      {label}: problem={problem!r}")
             print("      " + (r.error or r.comparison.report).replace("\n", "\n      "))
         failures += bool(bad)
     return 1 if failures else 0
