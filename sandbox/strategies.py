@@ -1,15 +1,22 @@
-"""The hypothesis strategy for decode problems that every kernel test reuses.
+"""The hypothesis strategy for problems that every kernel test reuses.
 
 It reaches: context length 1, k*block_size and k*block_size + 1; GQA ratios 1, 2, 4, 8; every
-power-of-two block size 1..256; float32 and float16; shuffled and shared blocks, NaN in every
-unused slot, extreme logits, one sequence at full table capacity. The drawn seed is part of the
-falsifying example, so a failure prints how to rebuild the exact problem.
+power-of-two block size 1..256; float32, float16 and bfloat16 queries; caches of the query's
+dtype or fp8 (e4m3fn, e5m2; values over the whole finite range, subnormals included); shuffled
+and shared blocks, NaN in every unused slot, extreme logits, one sequence at full table
+capacity; each option on and off: k/v scales, sliding windows shorter and longer than the
+context with their start at k*block_size and k*block_size + 1 and the blocks before them freed
+(-1, NaN-poisoned), soft-caps small enough to bite on extreme logits, ALiBi slopes as the
+paper's geometric sequence or random; several query tokens per sequence where the variant
+takes them. The drawn seed is part of the falsifying example, so a failure prints how to
+rebuild the exact problem.
 """
 from __future__ import annotations
 
 from hypothesis import note
 from hypothesis import strategies as st
 
+from .options import FEATURES
 from .problem import DecodeProblem
 from .variant import DTYPES, POW2_BLOCK_SIZES
 
@@ -35,29 +42,100 @@ def context_lengths(draw, block_size: int, num_seqs: int, max_tokens: int):
 
 
 @st.composite
+def window_lefts(draw, context_len: int, block_size: int) -> int:
+    """-1 (off), or a window whose start (L-1-W) sits at k*bs or k*bs+1 of a sequence, 0, or longer than it."""
+    kind = draw(st.sampled_from(["off", "off", "edge", "edge_plus_1", "last_token", "longer", "any"]))
+    last = context_len - 1
+    if kind == "off":
+        return -1
+    if kind == "last_token":
+        return 0
+    if kind == "longer":
+        return last + draw(st.integers(0, 3 * block_size))
+    if kind == "any":
+        return draw(st.integers(0, max(last, 0)))
+    k = draw(st.integers(0, last // block_size))
+    start = k * block_size + (1 if kind == "edge_plus_1" else 0)
+    return max(0, last - start)
+
+
+@st.composite
+def query_lengths(draw, context_lens: list[int], block_size: int, max_query_len: int | None):
+    """None (decode) or per-sequence query lengths: 1, block edges, longer than a block, q_s = L_s."""
+    if max_query_len == 1 or not draw(st.booleans()):
+        return None
+    cap = max_query_len or 10**9
+
+    def one(length):
+        kind = draw(st.sampled_from(["one", "block", "block_plus_1", "all", "any"]))
+        q = {"one": 1, "block": block_size, "block_plus_1": block_size + 1, "all": length}.get(kind)
+        if q is None:
+            q = draw(st.integers(1, length))
+        return max(1, min(q, length, cap))
+
+    return [one(n) for n in context_lens]
+
+
+@st.composite
 def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128), dtypes=DTYPES,
                     gqa_ratios=(1, 2, 4, 8), max_num_seqs: int = 3, max_kv_heads: int = 2, max_tokens: int = 520,
-                    allow_extreme: bool = True) -> DecodeProblem:
+                    allow_extreme: bool = True, kv_dtypes=(), options=(), max_query_len: int | None = 1,
+                    max_query_tokens: int = 64) -> DecodeProblem:
     """A DecodeProblem small enough for the simulator/executor yet reaching every edge case above.
 
-    max_tokens bounds each context length (block size 256 still gets 256 and 257 tokens when >= 257).
+    kv_dtypes: fp8 formats that may be drawn for the cache (besides the query's dtype); options:
+    the FEATURES that may be switched on; max_query_len: 1 (decode), an int, or None (any), with
+    at most max_query_tokens query tokens in all. max_tokens bounds each context length (block
+    size 256 still gets 256 and 257 tokens when >= 257).
     """
     block_size = draw(st.sampled_from(block_sizes))
     num_seqs = draw(st.integers(1, max_num_seqs))
     num_kv_heads = draw(st.integers(1, max_kv_heads))
     ratio = draw(st.sampled_from(gqa_ratios))
+    num_heads = num_kv_heads * ratio
     lens = draw(context_lengths(block_size, num_seqs, max_tokens))
+    dtype = draw(st.sampled_from(dtypes))
+    kv_dtype = draw(st.sampled_from((None,) + tuple(kv_dtypes))) if kv_dtypes else None
+    q_lens = draw(query_lengths(lens, block_size, max_query_len))
+    if q_lens is not None and sum(q_lens) > max_query_tokens:
+        q_lens = [max(1, q * max_query_tokens // sum(q_lens)) for q in q_lens]
+    extreme = allow_extreme and draw(st.booleans())
+    kw = {}
+    on = {f for f in FEATURES if f in options and draw(st.booleans())}
+    if "kv_scale" in on:
+        kw.update(k_scale=draw(st.sampled_from([0.25, 0.5, 2.0])), v_scale=draw(st.sampled_from([0.5, 3.0])))
+        if kv_dtype is not None:  # fp8 values reach 448 / 57344: keep dequantized magnitudes sane
+            kw.update(k_scale=kw["k_scale"] / 448, v_scale=kw["v_scale"] / 448)
+    if "window" in on:
+        kw.update(window_left=draw(window_lefts(lens[0], block_size)),
+                  free_outside_window=draw(st.booleans()))
+    if "softcap" in on:
+        kw.update(logits_soft_cap=draw(st.sampled_from([1.0, 5.0, 30.0])))
+    if "alibi" in on:
+        kw.update(alibi_slopes=draw(st.sampled_from(["paper", "random"])))
     problem = DecodeProblem.random(
         seed=draw(st.integers(0, 2**31 - 1)),
         num_seqs=num_seqs,
-        num_heads=num_kv_heads * ratio,
+        num_heads=num_heads,
         num_kv_heads=num_kv_heads,
         head_dim=draw(st.sampled_from(head_dims)),
         block_size=block_size,
         context_lens=lens,
-        dtype=draw(st.sampled_from(dtypes)),
+        dtype=dtype,
+        kv_dtype=kv_dtype,
         share_prefix=draw(st.booleans()),
-        extreme_logits=allow_extreme and draw(st.booleans()),
+        extreme_logits=extreme,
+        query_lens=q_lens,
+        **kw,
     )
     note(problem.describe())
     return problem
+
+
+def problems_for(limits, **shapes):
+    """decode_problems restricted to what `limits` (a variant's Limits) declares."""
+    block_sizes = tuple(b for b in POW2_BLOCK_SIZES if limits.block_sizes is None or b in limits.block_sizes)
+    if limits.head_dims is not None and "head_dims" in shapes:
+        shapes["head_dims"] = tuple(d for d in shapes["head_dims"] if d in limits.head_dims) or limits.head_dims[:1]
+    return decode_problems(block_sizes=block_sizes, dtypes=limits.dtypes, kv_dtypes=limits.kv_dtypes,
+                           options=limits.options, max_query_len=limits.max_query_len, **shapes)

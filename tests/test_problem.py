@@ -1,7 +1,7 @@
 """DecodeProblem generator, the shared strategy's reach, validation messages, the comparison helper."""
 import numpy as np
 import pytest
-from hypothesis import example, find, given, settings
+from hypothesis import Phase, example, find, given, settings
 from hypothesis import strategies as st
 
 from sandbox.compare import TOLERANCES, compare
@@ -67,6 +67,61 @@ def test_extreme_logits_would_overflow_a_naive_exp():
 ])
 def test_strategy_reaches(what, predicate):
     find(decode_problems(), predicate, settings=settings(max_examples=2000, database=None, derandomize=True))
+
+
+FULL = decode_problems(dtypes=("float32", "float16", "bfloat16"), kv_dtypes=("float8_e4m3fn", "float8_e5m2"),
+                       options=("kv_scale", "window", "softcap", "alibi"), max_query_len=None)
+
+
+def _window_start_at(p, offset):
+    """Some sequence's window starts at k*block_size + offset (k >= 1) and the window is shorter than it."""
+    if p.options.window_left < 0:
+        return False
+    start = p.context_lens.astype(np.int64) - p.query_lens - p.options.window_left
+    return bool(((start > p.block_size) & (start % p.block_size == offset)).any())
+
+
+REACH = [
+    ("bfloat16", lambda p: p.dtype.name == "bfloat16"),
+    ("e4m3 cache with a float16 query", lambda p: p.kv_dtype.name == "float8_e4m3fn" and p.dtype.name == "float16"),
+    ("e5m2 cache with a bfloat16 query", lambda p: p.kv_dtype.name == "float8_e5m2" and p.dtype.name == "bfloat16"),
+    ("every option off", lambda p: p.options.features == ()),
+    ("every option on", lambda p: set(p.options.features) == {"kv_scale", "window", "softcap", "alibi"}),
+    ("window starting at k*block_size", lambda p: _window_start_at(p, 0)),
+    ("window starting at k*block_size + 1", lambda p: p.block_size > 1 and _window_start_at(p, 1)),
+    ("window longer than the context", lambda p: p.options.window_left >= int(p.context_lens.max())),
+    ("window of the last token alone", lambda p: p.options.window_left == 0),
+    ("freed blocks before a window", lambda p: p.options.window_left >= 0 and bool(
+        ((p.block_tables[:, :1] == -1) & (p.context_lens[:, None] > p.block_size)).any())),
+    ("soft-cap on extreme logits", lambda p: 0 < p.options.logits_soft_cap <= 5 and p.recipe["extreme_logits"]),
+    ("ALiBi paper slopes", lambda p: p.recipe.get("alibi_slopes") == "paper"),
+    ("ALiBi random slopes", lambda p: p.recipe.get("alibi_slopes") == "random"),
+    ("several query tokens, one longer than a block", lambda p: p.max_query_len > p.block_size > 1),
+    ("a query as long as its context", lambda p: p.max_query_len > 1 and bool((p.query_lens == p.context_lens).any())),
+]
+
+
+def test_strategy_reaches_precisions_and_options():
+    """One pass of plain generation (no shrinking, unlike find) must meet every case of REACH."""
+    missing = {what for what, _ in REACH}
+
+    @settings(max_examples=800, database=None, derandomize=True, phases=[Phase.generate])
+    @given(FULL)
+    def draw(problem):
+        missing.difference_update({what for what, predicate in REACH if what in missing and predicate(problem)})
+
+    draw()
+    assert not missing, f"the strategy never drew: {sorted(missing)}"
+
+
+def test_repr_rebuilds_a_problem_with_options_and_query_lens():
+    p = DecodeProblem.random(3, dtype="bfloat16", kv_dtype="e5m2", window_left=7, logits_soft_cap=4.0,
+                             alibi_slopes="random", query_lens=[1, 3, 2, 5], max_context_len=40)
+    rebuilt = eval(repr(p), {"DecodeProblem": DecodeProblem})
+    for x, y in zip(p.arrays()[:5] + (p.query_start, p.options.alibi_slopes),
+                    rebuilt.arrays()[:5] + (rebuilt.query_start, rebuilt.options.alibi_slopes)):
+        np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8))
+    assert p.options.kwargs().keys() == rebuilt.options.kwargs().keys() and p.options.window_left == 7
 
 
 def _valid():

@@ -12,10 +12,12 @@ import pytest
 from hypothesis import Phase, given, settings
 
 from sandbox import registry
-from sandbox.check import check_problem, edge_case_problems
+from sandbox.check import check_problem, edge_case_problems, option_edge_cases
+from sandbox.dtypes import FP8_DTYPES, QUERY_DTYPES
+from sandbox.options import FEATURES
 from sandbox.problem import DecodeProblem
-from sandbox.strategies import decode_problems
-from sandbox.variant import POW2_BLOCK_SIZES
+from sandbox.strategies import problems_for
+from sandbox.variant import Unsupported
 
 # Shapes per family: the Numba simulator (~270 us per thread-barrier) and the CPU executor are
 # slow, so their problems stay small; the strategy still reaches every edge case within them.
@@ -38,12 +40,8 @@ def family_examples(family: str) -> int | None:
 
 
 def strategy_for(variant):
-    limits = variant.limits
-    shapes = dict(FAMILY_SHAPES[variant.family])
-    block_sizes = tuple(b for b in POW2_BLOCK_SIZES if limits.block_sizes is None or b in limits.block_sizes)
-    if limits.head_dims is not None:
-        shapes["head_dims"] = tuple(d for d in shapes["head_dims"] if d in limits.head_dims) or limits.head_dims[:1]
-    return decode_problems(block_sizes=block_sizes, dtypes=limits.dtypes, **shapes)
+    """The shared strategy within the variant's declared limits (dtypes, fp8 caches, options, query lengths)."""
+    return problems_for(variant.limits, **FAMILY_SHAPES[variant.family])
 
 
 def assert_matches_reference(name: str, problem: DecodeProblem, backend: str = "auto") -> None:
@@ -80,6 +78,8 @@ def test_variant_matches_reference_on_edge_cases(name):
     for dtype in limits.dtypes:
         for label, problem in edge_case_problems(head_dim, dtype, block_sizes):
             assert_matches_reference(name, problem)
+    for label, problem in option_edge_cases(limits, head_dim):
+        assert_matches_reference(name, problem)
 
 
 @pytest.mark.parametrize("name", registry.variants())
@@ -90,11 +90,21 @@ def test_variant_refuses_what_it_does_not_declare_before_launch(name):
         unsupported.append(("block_size", dict(block_size=3)))
     if limits.head_dims is not None:
         unsupported.append(("head_dim", dict(head_dim=max(limits.head_dims) + 8)))
+    for dtype in set(QUERY_DTYPES) - set(limits.dtypes):
+        unsupported.append(("dtype", dict(dtype=dtype)))
+    for kv_dtype in set(FP8_DTYPES) - set(limits.kv_dtypes):
+        unsupported.append(("kv_dtype", dict(kv_dtype=kv_dtype, dtype=limits.dtypes[0])))
+    option_kwargs = dict(kv_scale=dict(k_scale=0.5), window=dict(window_left=3), softcap=dict(logits_soft_cap=5.0),
+                         alibi=dict(alibi_slopes="paper"))
+    for feature in set(FEATURES) - set(limits.options):
+        unsupported.append(("option", dict(option_kwargs[feature], dtype=limits.dtypes[0])))
+    if limits.max_query_len is not None:
+        unsupported.append(("query_len", dict(query_lens=limits.max_query_len + 1, dtype=limits.dtypes[0])))
     for what, kwargs in unsupported:
         shape = dict(num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=64, block_size=16, max_context_len=20)
         shape.update(kwargs)
         problem = DecodeProblem.random(5, **shape)
-        with pytest.raises(ValueError, match=f"{name} does not support {what}="):
+        with pytest.raises(Unsupported, match=f"{name} does not support {what}="):
             check_and_raise(name, problem)
 
 
