@@ -28,11 +28,29 @@ _MAX_DEFAULT_DYNAMIC_SMEM = 48 * 1024  # above this CUDA wants the kernel attrib
 _MAX_DYNAMIC_SMEM = 227 * 1024  # sm_90's opt-in limit per block
 
 
+_INITIAL_CONSTANTS: dict[str, dict[str, bytes]] = {}  # library path -> __constant__ name -> initial bytes
+
+
 def _load(path) -> ctypes.CDLL:
     key = str(path)
     lib = _LIBS.get(key)
     if lib is None:
-        lib = _LIBS[key] = ctypes.CDLL(key, mode=os.RTLD_LOCAL)
+        lib = ctypes.CDLL(key, mode=os.RTLD_LOCAL)
+        lib.cpucuda_constant.restype = ctypes.c_void_p
+        lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+        lib.cpucuda_constant_name.restype = ctypes.c_char_p
+        lib.cpucuda_constant_name.argtypes = [ctypes.c_uint]
+        # Modules compiled from the same text share one loaded library: keep the initial values, so a
+        # module that never set a constant does not see another module's values (each launch rewrites all).
+        initial = {}
+        i = 0
+        while (name := lib.cpucuda_constant_name(i)) is not None:
+            size = ctypes.c_size_t()
+            addr = lib.cpucuda_constant(name, ctypes.byref(size))
+            initial[name.decode()] = ctypes.string_at(addr, size.value)
+            i += 1
+        _INITIAL_CONSTANTS[key] = initial
+        _LIBS[key] = lib
     return lib
 
 
@@ -111,15 +129,12 @@ class _Program:
         if decl is not None and decl.is_const:
             raise ValueError(f"__constant__ {name} is declared const: g++ may keep it in read-only memory, so it "
                              "cannot be set from Python; drop the const to fill it with get_global")
-        lib = _load(b.so_path)
-        lib.cpucuda_constant.restype = ctypes.c_void_p
-        lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
-        size = ctypes.c_size_t()
-        addr = lib.cpucuda_constant(name.encode(), ctypes.byref(size))
-        if not addr:
-            known = ", ".join(c.name for c in b.constants) or "none"
+        _load(b.so_path)
+        initial = _INITIAL_CONSTANTS[str(b.so_path)]
+        if name not in initial:
+            known = ", ".join(initial) or "none"
             raise KeyError(f"no __constant__ variable {name!r} in this module (found: {known})")
-        host = np.frombuffer(ctypes.string_at(addr, size.value), dtype=np.uint8).copy()
+        host = np.frombuffer(initial[name], dtype=np.uint8).copy()
         with self._lock:
             return self.constants.setdefault(name, host)
 
@@ -127,13 +142,13 @@ class _Program:
         with self._lock:
             return {n: a.tobytes() for n, a in self.constants.items()}
 
-    def load_constants(self, lib) -> None:
-        """Copy the host values of the __constant__ variables into ``lib`` before a launch."""
-        if not self.constants:
+    def load_constants(self, lib, so_path) -> None:
+        """Copy this module's __constant__ values (set ones, else the initial ones) into ``lib``."""
+        initial = _INITIAL_CONSTANTS.get(str(so_path))
+        if not initial:
             return
-        lib.cpucuda_constant.restype = ctypes.c_void_p
-        lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
-        for name, data in self.constant_bytes().items():
+        values = {**initial, **self.constant_bytes()}
+        for name, data in values.items():
             size = ctypes.c_size_t()
             addr = lib.cpucuda_constant(name.encode(), ctypes.byref(size))
             if addr:
@@ -259,7 +274,7 @@ class CpuRawKernel:
             if _last_lib[0] is not None and _last_lib[0] is not lib:
                 _last_lib[0].cpucuda_release()
             _last_lib[0] = lib
-            self._program.load_constants(lib)
+            self._program.load_constants(lib, build.so_path)
             rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))
         if rc:
             raise_launch_error(self.name, rc, err.value.decode(errors="replace"))

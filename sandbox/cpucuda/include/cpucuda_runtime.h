@@ -54,4 +54,7 @@ CPUCUDA_EXPORT CPUCUDA_RUNTIME void* cpucuda_constant(const char* name, size_t* 
         }
     return nullptr;
 }
+CPUCUDA_EXPORT CPUCUDA_RUNTIME const char* cpucuda_constant_name(unsigned i) {
+    return i < cpucuda::g_nconstants ? cpucuda::g_constants[i].name : nullptr;
+}
 CPUCUDA_EXPORT CPUCUDA_RUNTIME const void* cpucuda_last_dynamic_shared(void) { return cpucuda::g.last_dyn_smem; }
