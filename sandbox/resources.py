@@ -126,6 +126,11 @@ def _modules(names):
     return out
 
 
+def without_compile_report(names=None) -> list[str]:
+    """The selected (default: every registered) variants and cache writers that define no compile_report."""
+    return [name for name, _, module in _modules(names) if not hasattr(module, "compile_report")]
+
+
 def _supported(module, block_size: int, head_dim: int, dtype: str) -> str | None:
     """Why this variant cannot take the configuration (by its LIMITS), or None."""
     limits = getattr(module, "LIMITS", None)

@@ -200,3 +200,18 @@ def test_nvrtc_options_equal_what_the_installed_cupy_passes(monkeypatch):
         cupy.RawModule(code=DIVIDE, options=common.OPTIONS).get_function("divide")
     keep = lambda opts: {o for o in opts if not o.startswith(("-I", "-arch", "--gpu-architecture"))}  # noqa: E731
     assert keep(seen[0]) == set(nvrtc.cupy_options(common.OPTIONS)), seen[0]
+
+
+# ---------------------------------------------------------------- --variants as the sweep takes it
+
+def test_resources_and_sass_take_variants_like_the_sweep_and_name_those_without_compile_report(capsys):
+    from sandbox import cli
+    assert cli.main(["resources", "--variants", "cupy.write*,numpy.gather", "--block-sizes", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "cupy.write_cache" in out and "numba.write_cache" not in out
+    assert "no compile_report (not compiled, no static resources): numpy.gather" in out
+    assert cli.main(["sass", "--variants", "numpy", "cupy.write_cache", "--block-sizes", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "cupy.write_cache" in out and "no compile_report (not compiled, no static resources): numpy.gather" in out
+    assert cli.main(["resources", "--variants", "nothing.*"]) == 2
+    assert "matches no registered variant" in capsys.readouterr().err

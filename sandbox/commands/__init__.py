@@ -1,5 +1,8 @@
 """One module per CLI command, and what several of them share."""
 import argparse
+import fnmatch
+
+FAMILIES = ("numpy", "numba", "cupy", "wrong")
 
 
 def align(lines: list[list[str]]) -> str:
@@ -17,3 +20,29 @@ def block_size_list(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"block sizes must be integers >= 1, got {text!r}")
     return tuple(sorted(set(values)))
+
+
+def select_names(text, known: list, by_family) -> list:
+    """Names matching comma-separated exact names, families (numpy, numba, cupy, wrong) or globs (numba.*),
+    in the order asked, without repeats. `text` may be a list of such strings (several arguments).
+    An item that matches nothing is a ValueError listing the valid names."""
+    if isinstance(text, (list, tuple)):
+        text = ",".join(text)
+    chosen: list = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if item in FAMILIES:
+            matches = by_family(item)
+        elif any(ch in item for ch in "*?["):
+            matches = fnmatch.filter(known, item)
+        elif item in known:
+            matches = [item]
+        else:
+            raise ValueError(f"unknown variant {item!r}; valid names: {', '.join(known)}")
+        if not matches:
+            raise ValueError(f"--variants {item!r} matches no registered variant; valid names: {', '.join(known)}")
+        chosen += [m for m in matches if m not in chosen]
+    if not chosen:
+        raise ValueError(f"--variants {text!r} names no variant")
+    return chosen

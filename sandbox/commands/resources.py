@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import resources
-from . import align
+from .. import registry, resources
+from . import align, select_names
 from ..variant import POW2_BLOCK_SIZES
 
 
@@ -14,9 +14,29 @@ def _split(values):
     return [v for value in values for v in str(value).split(",") if v]
 
 
+def select(values) -> list[str] | None:
+    """--variants as the sweep takes it (comma-separated names, families, globs), over variants, negative
+    controls and cache writers; None (everything registered) when not given."""
+    if not values:
+        return None
+    known = registry.variants() + registry.variants("wrong") + registry.cache_writers()
+    return select_names(list(values), known,
+                        lambda family: registry.variants(family) + (registry.cache_writers(family)
+                                                                    if family != "wrong" else []))
+
+
+def without_report_line(names) -> str:
+    """One line naming the selected variants that have no compile_report (nothing to compile), or ""."""
+    missing = resources.without_compile_report(names)
+    if not missing:
+        return ""
+    return f"no compile_report (not compiled, no static resources): {', '.join(missing)}"
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--variants", nargs="+", metavar="NAME",
-                        help="variants or cache writers (default: every registered one with compile_report)")
+    parser.add_argument("--variants", nargs="+", metavar="LIST",
+                        help="comma-separated variant or cache-writer names, families (numba, cupy, wrong) or globs "
+                             "(numba.*), as the sweep takes them; default: every registered one with compile_report")
     parser.add_argument("--block-sizes", nargs="+", metavar="N", default=[",".join(map(str, POW2_BLOCK_SIZES))],
                         help="block sizes, space or comma separated (default: 1..256, powers of two)")
     parser.add_argument("--head-dim", type=int, default=128)
@@ -49,7 +69,7 @@ def table(rows) -> str:
 
 def main(args) -> int:
     block_sizes = [int(b) for b in _split(args.block_sizes)]
-    variants = _split(args.variants) if args.variants else None
+    variants = select(args.variants)
     print(f"compiling for {args.arch} ({args.dtype}, head_dim {args.head_dim}, block sizes "
           f"{','.join(map(str, block_sizes))}); numba kernels compile in a real-mode child process ...",
           file=sys.stderr, flush=True)
@@ -64,4 +84,7 @@ def main(args) -> int:
         notes = {row["variant"]: row["note"] for row in rows if row.get("note")}
         for name, note in notes.items():
             print(f"note {name}: {note}")
+    missing = without_report_line(variants)
+    if missing:
+        print(missing, file=sys.stderr if args.json else sys.stdout)
     return 1 if any("error" in row for row in rows) else 0

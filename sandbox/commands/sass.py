@@ -7,15 +7,16 @@ import sys
 
 from .. import resources, sass
 from . import align
-from .resources import _split
+from .resources import _split, select, without_report_line
 
 HEADER = ("variant", "bs", "instrs", "global loads (width:count)", "16B loads", "global stores", "local", "generic",
           "shared ld/st", "bar", "shfl", "call", "fp64")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--variants", nargs="+", metavar="NAME",
-                        help="variants or cache writers (default: every registered one with compile_report)")
+    parser.add_argument("--variants", nargs="+", metavar="LIST",
+                        help="comma-separated variant or cache-writer names, families (numba, cupy, wrong) or globs "
+                             "(numba.*), as the sweep takes them; default: every registered one with compile_report")
     parser.add_argument("--block-sizes", nargs="+", metavar="N", default=["16"],
                         help="block sizes, space or comma separated (default: 16)")
     parser.add_argument("--head-dim", type=int, default=128)
@@ -43,7 +44,7 @@ def table(rows) -> str:
 
 def main(args) -> int:
     block_sizes = [int(b) for b in _split(args.block_sizes)]
-    variants = _split(args.variants) if args.variants else None
+    variants = select(args.variants)
     print(f"compiling for {args.arch} ({args.dtype}, head_dim {args.head_dim}, block sizes "
           f"{','.join(map(str, block_sizes))}) and disassembling with nvdisasm ...", file=sys.stderr, flush=True)
     rows = sass.collect(variants, block_sizes, args.head_dim, args.dtype, args.arch, keep_sass=args.dump,
@@ -60,4 +61,7 @@ def main(args) -> int:
               "once). 16B loads = LDG of >= 128 bits; local = LDL/STL (spills, local arrays); generic = LD/ST "
               "through a generic address; call = CALL to a slow-path subroutine (its code is not counted).")
         print(table(rows))
+    missing = without_report_line(variants)
+    if missing:
+        print(missing, file=sys.stderr if (args.json or args.dump) else sys.stdout)
     return 1 if any("error" in row for row in rows) else 0

@@ -5,13 +5,12 @@ wrong or raised, 130 when interrupted (the rows measured so far are kept).
 """
 from __future__ import annotations
 
-import fnmatch
 from pathlib import Path
 
 from .. import backends, registry
 from ..sweep import shapes as shapes_mod, timing
 from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
-from . import block_size_list
+from . import block_size_list, select_names
 
 
 def add_arguments(parser) -> None:
@@ -53,22 +52,7 @@ def select_variants(text: str | None) -> list[str]:
     """Registered names matching the comma-separated names, families or globs (unknown names raise ValueError)."""
     if not text:
         return registry.variants()
-    known = registry.variants() + registry.variants("wrong")
-    chosen: list[str] = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        if item in ("numpy", "numba", "cupy", "wrong"):
-            matches = registry.variants(item)
-        elif any(ch in item for ch in "*?["):
-            matches = fnmatch.filter(known, item)
-        else:
-            registry.get(item)  # unknown name: ValueError listing the valid ones
-            matches = [item]
-        if not matches:
-            raise ValueError(f"--variants {item!r} matches no registered variant; valid names: {', '.join(known)}")
-        chosen += [m for m in matches if m not in chosen]
-    return chosen
+    return select_names(text, registry.variants() + registry.variants("wrong"), registry.variants)
 
 
 def build_config(args) -> SweepConfig:
