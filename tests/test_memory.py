@@ -247,3 +247,13 @@ def test_sharing_by_hand():
     assert r.saved == pytest.approx(0.25)
     beam = sharing.beam_search([20], [30], 4, 16, np.random.default_rng(0))
     assert 0 < beam.saved < 1 and beam.blocks_without_sharing == sum(4 * -(-(20 + s) // 16) for s in range(1, 31))
+
+
+def test_fp8_cache_budgets_twice_the_tokens_of_float16():
+    fp16 = cli.config_from_args(parse(["--model-gb", "12"]))
+    fp8 = cli.config_from_args(parse(["--model-gb", "12", "--kv-dtype", "e4m3"]))
+    bf16 = cli.config_from_args(parse(["--model-gb", "12", "--kv-dtype", "bf16"]))
+    assert fp8.budget_tokens == 2 * fp16.budget_tokens and bf16.budget_tokens == fp16.budget_tokens
+    assert "e4m3 cache" in fp8.budget_note and "409,600 bytes/token" in fp8.budget_note
+    with pytest.raises(SystemExit):
+        parse(["--kv-dtype", "e4m3", "--dtype-bytes", "1"])

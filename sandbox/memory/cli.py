@@ -15,6 +15,8 @@ from sandbox.memory import distributions, simulate
 from sandbox.memory.study import DEFAULT_BLOCK_SIZES, StudyConfig
 
 DEFAULT_MODEL_GB = 12.0
+# Bytes per KV element of each cache dtype (an fp8 cache's per-tensor scales are a few bytes per layer).
+KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
 QUICK = dict(num_requests=300, sharing_requests=60)
 DEFAULTS = dict(num_requests=2000, sharing_requests=1000)
 
@@ -33,7 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-layers", type=int, default=40, help="model layers (default 40, a 13B model)")
     parser.add_argument("--num-kv-heads", type=int, default=40, help="KV heads per layer (default 40)")
     parser.add_argument("--head-dim", type=int, default=128, help="head dimension (default 128)")
-    parser.add_argument("--dtype-bytes", type=int, default=2, help="bytes per KV element (default 2)")
+    element = parser.add_mutually_exclusive_group()
+    element.add_argument("--dtype-bytes", type=int, default=None, help="bytes per KV element (default 2)")
+    element.add_argument("--kv-dtype", choices=sorted(KV_DTYPE_BYTES), default=None,
+                         help="KV cache dtype, sets the bytes per element: fp16/bf16 2, e4m3/e5m2 (fp8) 1, fp32 4; "
+                              "an fp8 cache holds twice the tokens of float16 in the same bytes")
     parser.add_argument("--max-len", type=int, default=2048,
                         help="maximum prompt + output length; the contiguous reservation (default 2048)")
     parser.add_argument("--block-sizes", type=block_size_list, default=DEFAULT_BLOCK_SIZES, metavar="LIST",
@@ -56,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> StudyConfig:
     """StudyConfig from parsed arguments; ValueError on a bad combination."""
+    if getattr(args, "kv_dtype", None) is not None:
+        args.dtype_bytes = KV_DTYPE_BYTES[args.kv_dtype]
+    elif args.dtype_bytes is None:
+        args.dtype_bytes = 2
     for name in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -67,7 +77,8 @@ def config_from_args(args: argparse.Namespace) -> StudyConfig:
             raise ValueError(f"--model-gb must be > 0, got {gb}")
         per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * args.dtype_bytes
         budget = simulate.budget_from_model(gb, args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes)
-        note = f" = {gb:g} GB at {per_token:,} bytes/token"
+        kv = f", {args.kv_dtype} cache" if getattr(args, "kv_dtype", None) else ""
+        note = f" = {gb:g} GB at {per_token:,} bytes/token{kv}"
     sizes = QUICK if args.quick else DEFAULTS
     recorded = {k: v for k, v in vars(args).items() if not k.startswith("_") and not callable(v)}
     return StudyConfig(
