@@ -1,0 +1,117 @@
+"""Poison the Numba CUDA simulator's shared memory before every block, as sandbox.cpucuda does.
+
+The simulator (numba.cuda.simulator) gives a static ``cuda.shared.array`` an
+``np.empty`` array keyed by its source line, created once and never reset
+between blocks, and dynamic shared memory ``np.zeros``. So a kernel that
+reads a slot no thread of the block wrote sees whatever the previous block
+left (or zero, or stale heap bytes) and can pass by luck. This patch makes
+such reads loud:
+
+* before each block, every static shared array the kernel has allocated is
+  filled with NaN (float and complex dtypes), the dtype's minimum (signed
+  integers), its maximum (unsigned integers) or True (bool);
+* a static shared array is filled the same way when it is first created;
+* dynamic shared memory is filled with 0xFF bytes before each block (NaN
+  for float16/32/64, -1 for integers), whatever dtype views it.
+
+It replaces two methods (``FakeCUDAShared.array``, rewritten with the same
+(file, line) keying plus the poisoning, and ``BlockManager.run``, wrapped)
+and nothing else. ``install()`` is idempotent; ``sandbox.backends.configure_numba``
+calls it when it chooses the simulator. numba.cuda is not imported early:
+the patch is applied when the simulator's kernel module is first imported
+(an import hook), or at once if it already is.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+
+import numpy as np
+
+_TARGET = "numba.cuda.simulator.kernel"
+_PATCHED = "_sandbox_poisoned"
+
+
+def poison(array: np.ndarray) -> None:
+    """Fill ``array`` in place with its dtype's sentinel (NaN, integer min/max, True)."""
+    kind = array.dtype.kind
+    if kind in "fc":
+        array.fill(np.nan)
+    elif kind == "i":
+        array.fill(np.iinfo(array.dtype).min)
+    elif kind == "u":
+        array.fill(np.iinfo(array.dtype).max)
+    elif kind == "b":
+        array.fill(True)
+    else:
+        array.view(np.uint8).fill(0xFF)
+
+
+def _apply() -> None:
+    from numba.core import types
+    from numba.cuda.simulator import kernel, kernelapi
+    from numba.np import numpy_support
+
+    shared_cls = kernelapi.FakeCUDAShared
+    if getattr(shared_cls, _PATCHED, False):
+        return
+    original_run = kernel.BlockManager.run
+
+    def array(self, shape, dtype, alignment=None):
+        """FakeCUDAShared.array, with new static arrays poisoned (same (file, line) keying as the original)."""
+        if alignment is not None:
+            raise RuntimeError("Array alignment is not supported in cudasim")
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        dtype = np.dtype(dtype)
+        if shape == 0:  # dynamic shared memory: one byte buffer, poisoned per block in run()
+            count = self._dynshared_size // dtype.itemsize
+            return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        res = self._allocations.get(key)
+        if res is None:
+            res = self._allocations[key] = np.empty(shape, dtype)
+            poison(res)
+        return res
+
+    def run(self, grid_point, *args):
+        shared = getattr(kernel._get_kernel_context(), "_shared", None)
+        if shared is not None:
+            for allocation in shared._allocations.values():
+                poison(allocation)
+            shared._dynshared.view(np.uint8).fill(0xFF)
+        return original_run(self, grid_point, *args)
+
+    shared_cls.array = array
+    kernel.BlockManager.run = run
+    setattr(shared_cls, _PATCHED, True)
+
+
+class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Applies the patch right after numba.cuda.simulator.kernel is imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != _TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        original_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Hook)]
+            _apply()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install() -> None:
+    """Poison the simulator's shared memory from now on (at its import if it is not imported yet)."""
+    if _TARGET in sys.modules:
+        _apply()
+    elif not any(isinstance(f, _Hook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Hook())
