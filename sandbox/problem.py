@@ -161,8 +161,8 @@ class DecodeProblem:
         """The call that rebuilds this exact problem (hypothesis prints it for a falsifying example)."""
         if self.recipe is None:
             return self.describe()
-        args = ", ".join(f"{k}={v!r}" for k, v in self.recipe.items())
-        return f"DecodeProblem.random({args})"
+        args = ", ".join(f"{k}={v!r}" for k, v in self.recipe.items() if k != "_constructor")
+        return f"DecodeProblem.{self.recipe.get('_constructor', 'random')}({args})"
 
     def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis/IPython pretty printers: same compact call
         printer.text(repr(self))
@@ -246,7 +246,103 @@ class DecodeProblem:
             key_cache[physical] = _uniform(rng, block_shape)
             value_cache[physical] = _uniform(rng, block_shape)
 
-        default_scale = 1.0 / dtypes.FP8_MAX_FINITE[kv_dt.name] if dtypes.is_fp8(kv_dt) else 1.0
+        recipe = dict(seed=seed, num_seqs=num_seqs, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                      block_size=block_size, context_lens=None if context_lens is None else [int(n) for n in context_lens],
+                      max_context_len=max_context_len, dtype=dtype.name, share_prefix=share_prefix,
+                      full_capacity=full_capacity, extreme_logits=extreme_logits, spare_blocks=spare_blocks,
+                      nan_fill=nan_fill)
+        return cls._finish(rng, "random", recipe, tables, lens, q_lens, key_cache, value_cache, dtype, kv_dtype,
+                           k_scale=k_scale, v_scale=v_scale, window_left=window_left, logits_soft_cap=logits_soft_cap,
+                           alibi_slopes=alibi_slopes, free_outside_window=free_outside_window, query_lens=query_lens,
+                           extreme_logits=extreme_logits, nan_fill=nan_fill)
+
+    @classmethod
+    def shared(cls, seed: int, num_groups: int = 2, group_size: int = 3, prefix_len: int = 40, suffix_lens=None,
+               max_suffix_len: int = 20, how: str = "fork", num_heads: int = 8, num_kv_heads: int = 2,
+               head_dim: int = 64, block_size: int = 16, dtype="float32", extreme_logits: bool = False,
+               nan_fill: bool = True, kv_dtype=None, k_scale=None, v_scale=None, window_left: int = -1,
+               logits_soft_cap: float = 0.0, alibi_slopes=None, free_outside_window: bool = True,
+               query_lens=None) -> "DecodeProblem":
+        """Groups of sequences sharing a prompt, with the block tables sandbox.paging.BlockManager produces.
+
+        Each of num_groups groups has a prompt of prefix_len tokens and group_size sequences that
+        go on with suffix_lens[s] tokens of their own (drawn in 0..max_suffix_len when None).
+        how="fork": the first sequence allocates the prompt and the others fork it (parallel
+        sampling, beams): a partly full last prompt block stays shared until an append splits it by
+        copy-on-write (the copy is done here, as a serving engine would). how="prefix": every
+        sequence allocates prompt + its own tokens from token ids, so only the prompt's full blocks
+        are shared (prefix caching). Physical blocks are then relabelled in a seeded order. The rest
+        (dtypes, options, NaN in unread slots, query_lens) is as in random().
+        """
+        from .paging import BlockManager
+
+        rng = np.random.default_rng(seed)
+        dtype = dtypes.dtype(dtype)
+        kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
+        if how not in ("fork", "prefix"):
+            raise ValueError(f"how must be 'fork' or 'prefix', got {how!r}")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+        if prefix_len < 1 or num_groups < 1 or group_size < 1:
+            raise ValueError(f"prefix_len, num_groups and group_size must be >= 1, got {prefix_len}, {num_groups}, {group_size}")
+        num_seqs = num_groups * group_size
+        suffix = (rng.integers(0, max_suffix_len + 1, size=num_seqs) if suffix_lens is None
+                  else np.asarray(suffix_lens, dtype=np.int64))
+        if suffix.shape != (num_seqs,) or (suffix < 0).any():
+            raise ValueError(f"suffix_lens must give num_groups * group_size = {num_seqs} lengths >= 0, got {suffix.tolist()}")
+        lens = prefix_len + suffix
+        blocks_per_seq = -(-lens // block_size)
+        manager = BlockManager(int(blocks_per_seq.sum()) + num_seqs + 2, block_size)
+        copies = []  # copy-on-write orders (src, dst), in the order an engine runs them
+        for g in range(num_groups):
+            seqs = range(g * group_size, (g + 1) * group_size)
+            prompt = [int(x) for x in rng.integers(0, 50_000, size=prefix_len)]
+            for s in seqs:
+                if how == "prefix":
+                    manager.allocate(s, prompt + [int(x) for x in rng.integers(0, 50_000, size=int(suffix[s]))])
+                elif s == seqs[0]:
+                    manager.allocate(s, prompt)
+                else:
+                    manager.fork(seqs[0], s)
+            for s in seqs if how == "fork" else ():
+                for _ in range(int(suffix[s])):
+                    _, copy = manager.append_slot(s)
+                    if copy is not None:
+                        copies.append(copy)
+        num_blocks = manager.num_blocks
+        relabel = shuffled_blocks(rng, num_blocks, num_blocks)  # physical block b becomes relabel[b]
+        tables = np.full((num_seqs, int(blocks_per_seq.max())), -1, dtype=np.int32)
+        for s in range(num_seqs):
+            table = manager.block_table(s)
+            tables[s, : len(table)] = relabel[table]
+        cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        draw = (lambda: _fp8_spanning(rng, cache_shape, kv_dt)) if dtypes.is_fp8(kv_dt) else (lambda: _uniform(rng, cache_shape))
+        key_cache, value_cache = draw(), draw()
+        shared_tokens = prefix_len % block_size  # what a copy-on-write destination inherits from its source
+        for src, dst in copies:
+            for cache in (key_cache, value_cache):
+                cache[relabel[dst], :shared_tokens] = cache[relabel[src], :shared_tokens]
+        recipe = dict(seed=seed, num_groups=num_groups, group_size=group_size, prefix_len=prefix_len,
+                      suffix_lens=None if suffix_lens is None else [int(n) for n in suffix_lens],
+                      max_suffix_len=max_suffix_len, how=how, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                      head_dim=head_dim, block_size=block_size, dtype=dtype.name, extreme_logits=extreme_logits,
+                      nan_fill=nan_fill)
+        return cls._finish(rng, "shared", recipe, tables, lens, _query_lengths(query_lens, lens), key_cache,
+                           value_cache, dtype, kv_dtype, k_scale=k_scale, v_scale=v_scale, window_left=window_left,
+                           logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes,
+                           free_outside_window=free_outside_window, query_lens=query_lens,
+                           extreme_logits=extreme_logits, nan_fill=nan_fill)
+
+    @classmethod
+    def _finish(cls, rng, constructor: str, recipe: dict, tables, lens, q_lens, key_cache, value_cache, dtype,
+                kv_dtype, *, k_scale, v_scale, window_left, logits_soft_cap, alibi_slopes, free_outside_window,
+                query_lens, extreme_logits, nan_fill) -> "DecodeProblem":
+        """What random() and shared() share once tables and cache values exist: the options, freeing the
+        blocks before a window, NaN in every unread slot, the query, and the recipe that rebuilds it."""
+        num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
+        num_heads = recipe["num_heads"]
+        fp8 = dtypes.is_fp8(key_cache.dtype)
+        default_scale = 1.0 / dtypes.FP8_MAX_FINITE[key_cache.dtype.name] if fp8 else 1.0
         slopes = _alibi_slopes(rng, alibi_slopes, num_heads)
         options = AttentionOptions(k_scale=default_scale if k_scale is None else float(k_scale),
                                    v_scale=default_scale if v_scale is None else float(v_scale),
@@ -254,9 +350,9 @@ class DecodeProblem:
                                    alibi_slopes=slopes).validate(num_heads)
         first_read = first_read_tokens(lens, q_lens, options.window_left)
         if free_outside_window:
-            for s in range(num_seqs):  # the allocator freed every block wholly before the window
+            for s in range(len(lens)):  # the allocator freed every block wholly before the window
                 tables[s, : int(first_read[s] // block_size)] = -1
-        if nan_fill or dtypes.is_fp8(kv_dt):
+        if nan_fill or fp8:
             fill = np.nan if nan_fill else 0.0
             unread = ~_read_slots(tables, lens, first_read, num_blocks, block_size)
             key_cache.reshape(-1, num_kv_heads, head_dim)[unread] = fill
@@ -268,22 +364,17 @@ class DecodeProblem:
         query_start = None
         if query_lens is not None:
             query_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-        recipe = dict(seed=seed, num_seqs=num_seqs, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                      block_size=block_size, context_lens=None if context_lens is None else [int(n) for n in context_lens],
-                      max_context_len=max_context_len, dtype=dtype.name, share_prefix=share_prefix,
-                      full_capacity=full_capacity, extreme_logits=extreme_logits, spare_blocks=spare_blocks,
-                      nan_fill=nan_fill)
-        extras = dict(kv_dtype=None if kv_dtype is None else kv_dt.name, k_scale=k_scale, v_scale=v_scale,
+        extras = dict(kv_dtype=None if kv_dtype is None else key_cache.dtype.name, k_scale=k_scale, v_scale=v_scale,
                       window_left=window_left, logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes,
                       free_outside_window=free_outside_window, query_lens=query_lens)
         defaults = dict(kv_dtype=None, k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=0.0,
                         alibi_slopes=None, free_outside_window=True, query_lens=None)
-        recipe.update({k: v for k, v in extras.items() if v != defaults[k]})  # short repr for plain problems
-        if not dtypes.is_fp8(kv_dt):
+        recipe = dict(recipe, **{k: v for k, v in extras.items() if v != defaults[k]})  # short repr for plain problems
+        if not fp8:
             key_cache, value_cache = key_cache.astype(dtype), value_cache.astype(dtype)
         return cls(query=query.astype(dtype), key_cache=key_cache, value_cache=value_cache,
                    block_tables=tables, context_lens=lens.astype(np.int32), scale=None, options=options,
-                   query_start=query_start, seed=seed, recipe=recipe).validate()
+                   query_start=query_start, seed=recipe["seed"], recipe=dict(recipe, _constructor=constructor)).validate()
 
 
 def _query_lengths(query_lens, context_lens: np.ndarray) -> np.ndarray:
