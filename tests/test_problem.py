@@ -209,12 +209,12 @@ def test_repr_is_the_call_that_rebuilds_the_problem():
 
 def test_shared_problems_come_from_the_allocator_and_repr_rebuilds_them():
     p = DecodeProblem.shared(4, num_groups=2, group_size=3, prefix_len=21, block_size=4, dtype="float16",
-                             kv_dtype="e5m2", query_lens=2, window_left=30)
+                             kv_dtype="e5m2", query_lens=2, logits_soft_cap=3.0)
     rebuilt = eval(repr(p), {"DecodeProblem": DecodeProblem})
     assert repr(p).startswith("DecodeProblem.shared(seed=4")
     for x, y in zip(p.arrays()[:5], rebuilt.arrays()[:5]):
         np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8))
-    # Within a group every table starts with the prompt's 5 full blocks (where the window left them).
+    # Within a group every table starts with the prompt's 5 full blocks.
     for g in range(2):
         rows = p.block_tables[3 * g: 3 * g + 3, :5]
         assert (rows == rows[0]).all()
