@@ -679,3 +679,30 @@ def test_read_bandwidth_beside_copy_and_the_goal_uses_the_stricter(tmp_path):
     by = {c["id"]: c for c in goals.evaluate(rows, True, "cupy.dense")["checks"]}
     assert by["copy_bw_fraction"]["measured"] == pytest.approx(copy_fraction, rel=1e-3)
     assert "(stricter: copy)" in by["copy_bw_fraction"]["detail"]
+
+
+def test_tune_partition_records_a_refusal_as_unsupported_and_goes_on():
+    spec = importlib.util.spec_from_file_location("tune_partition", Path(__file__).resolve().parent.parent /
+                                                  "scripts" / "tune_partition.py")
+    tune_partition = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune_partition)
+    tokens = shapes.make_tokens(shapes.parse_shape(TINY), 0)
+    problem = shapes.paged_problem(tokens, 4)
+    expected = shapes.expected_output(tokens)
+
+    def prepare(name, partition):
+        if partition == 2048:
+            raise Unsupported(f"{name}: tile 8 x 2048 tokens needs 65536 bytes of shared memory (48 KiB max)")
+        if partition == 1024:
+            raise RuntimeError("boom")
+        inner = gather.prepare(problem, "cpu")
+        wrong = partition == 512
+        return types.SimpleNamespace(launch=inner.launch,
+                                     result=lambda: inner.result() * (0 if wrong else 1))
+
+    rows = list(tune_partition.tune(problem, expected, ["cupy.a", "cupy.b"], [256, 512, 1024, 2048],
+                                    lambda fn: timing.Stats.from_samples([1e-5]), prepare=prepare))
+    assert [(r["variant"], r["partition"], r["status"]) for r in rows] == [
+        (v, p, s) for v in ("cupy.a", "cupy.b")
+        for p, s in ((256, "ok"), (512, "wrong"), (1024, "error"), (2048, "unsupported"))]
+    assert "needs 65536 bytes" in rows[3]["note"] and rows[0]["stats"].median == 1e-5
