@@ -8,6 +8,17 @@ and Prepared has:
     result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes)
 Optional:
     compile_report(block_size, head_dim, dtype, arch) -> dict   static resources (see sandbox.resources)
+    Prepared.launch_parts() -> [(name, callable), ...]          each kernel launch of launch(), alone
+
+launch_parts (the sweep's per-kernel times): a prepared object whose launch() issues more than one
+kernel (split-KV: a partition kernel, then a reduce) may return its launches as (name, callable) pairs
+in launch order, e.g. [("partition", launch_partition), ("reduce", launch_reduce)]. Contract: calling
+the callables in order computes exactly what launch() computes (the sweep checks it against the
+reference through result()); each callable issues one kernel asynchronously on the same stream as
+launch(), takes no arguments, allocates nothing and can be repeated (the reduce reads what the last
+partition launch wrote); the first pair is the partition (split) kernel. The sweep times launch() per
+call (both launches and the host gap between them) and each part alone (sweep.csv: partition_us, and
+parts_us "partition=... reduce=..."). Without launch_parts those columns stay empty.
 """
 from __future__ import annotations
 
