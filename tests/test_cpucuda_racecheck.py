@@ -1,0 +1,216 @@
+"""Racecheck (ThreadSanitizer, one TSan fiber per CUDA thread): what it reports, what it must not report, and
+the mutation test: every __syncthreads() of the CUDA C kernels removed one at a time is reported.
+
+Each racecheck launch runs in a child process (about 0.5 s plus a few ms per CUDA thread to create its
+TSan fiber); compiled objects are cached on disk, so only a cold run pays for g++.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from kernels.cupy_raw import common
+from sandbox import registry
+from sandbox.cpucuda import CpuKernelRaceError, CpuRawKernel, CpuRawModule, modes, substitute_source
+from sandbox.cpucuda.source import tokenize
+from sandbox.problem import DecodeProblem
+
+RACY = r"""
+// Each thread writes its slot, then reads its neighbour's: a barrier between them, or not.
+extern "C" __global__ void neighbour(float* out, int use_barrier) {
+    __shared__ float tile[64];
+    tile[threadIdx.x] = (float)threadIdx.x;
+    if (use_barrier) __syncthreads();
+    out[threadIdx.x] = tile[(threadIdx.x + 1) % 64];
+}
+
+// Two threads write one global element (write-after-write), or one reads what another wrote.
+extern "C" __global__ void global_clash(float* x, int read) {
+    if (threadIdx.x == 3) x[5] = 1.0f;
+    if (threadIdx.x == 9) { if (read) x[0] = x[5]; else x[5] = 2.0f; }
+}
+
+// The same through dynamic shared memory.
+extern "C" __global__ void dynamic_neighbour(float* out) {
+    extern __shared__ float buf[];
+    buf[threadIdx.x] = 1.0f;
+    out[threadIdx.x] = buf[(threadIdx.x + 1) % blockDim.x];
+}
+
+// Atomics are not races: a shared counter, a global sum, a float max built from atomicCAS.
+extern "C" __global__ void atomics(int* count, float* sum, float* peak, const float* x) {
+    __shared__ int local;
+    if (threadIdx.x == 0) local = 0;
+    __syncthreads();
+    atomicAdd(&local, 1);
+    atomicAdd(sum, x[threadIdx.x]);
+    int* bits = (int*)peak;
+    int old = *bits, assumed;
+    do {
+        assumed = old;
+        if (__int_as_float(assumed) >= x[threadIdx.x]) break;
+        old = atomicCAS(bits, assumed, __float_as_int(x[threadIdx.x]));
+    } while (old != assumed);
+    __syncthreads();
+    if (threadIdx.x == 0) count[blockIdx.x] = local;
+}
+
+// Lane 0 publishes a value in shared memory; the other lanes read it after a warp operation:
+// `sync` 0: a shuffle (orders lanes by default, not in strict mode), 1: __syncwarp (orders always).
+extern "C" __global__ void publish(int* out, int sync) {
+    __shared__ int slot[32];
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) slot[threadIdx.x / 32] = 42;
+    if (sync) __syncwarp();
+    else (void)__shfl_sync(0xffffffffu, lane, 0);
+    out[threadIdx.x] = slot[threadIdx.x / 32];
+}
+
+// Blocks write the same element one after another: not a race here (blocks are not checked).
+extern "C" __global__ void every_block_writes(int* x) { if (threadIdx.x == 0) x[0] = blockIdx.x; }
+"""
+
+
+@pytest.fixture(scope="module")
+def racy():
+    return CpuRawModule(code=RACY, racecheck=True)
+
+
+def _line(text: str, needle: str) -> int:
+    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
+
+
+def test_missing_barrier_on_shared_memory_is_reported_with_both_lines(racy):
+    k = racy.get_function("neighbour")
+    out = np.zeros(64, np.float32)
+    k(1, 64, (out, np.int32(1)))  # with the barrier: clean
+    np.testing.assert_array_equal(out, (np.arange(64) + 1) % 64)
+    with pytest.raises(CpuKernelRaceError) as info:
+        k(1, 64, (out, np.int32(0)))
+    msg = str(info.value).splitlines()[0]
+    write, read = _line(RACY, "tile[threadIdx.x] = "), _line(RACY, "out[threadIdx.x] = tile[")
+    assert msg.startswith("kernel 'neighbour': data race (write-after-read) on __shared__ tile (byte offset 4) "
+                          "in block (0,0,0): thread (1,0,0) wrote 4 bytes at <code>:"), msg
+    assert f"<code>:{write} in neighbour" in msg and f"<code>:{read} in neighbour" in msg
+    assert "thread (0,0,0) read 4 bytes" in msg
+
+
+@pytest.mark.parametrize("read, kind", [(1, "read-after-write"), (0, "write-after-write")])
+def test_global_memory_race_names_the_argument(racy, read, kind):
+    x = np.zeros((2, 4), np.float32)
+    with pytest.raises(CpuKernelRaceError, match=rf"\({kind}\) on argument 0 \(float32, shape \(2, 4\), element 5 "
+                                                 rf"of the flattened array\) in block \(0,0,0\): thread \(9,0,0\)"):
+        racy.get_function("global_clash")(1, 16, (x, np.int32(read)))
+    assert x[1, 1] == (1.0 if read else 2.0)  # the written arrays still come back
+
+
+def test_dynamic_shared_memory_race_is_named(racy):
+    with pytest.raises(CpuKernelRaceError, match=r"on dynamic shared memory \(buf; byte offset \d+\)"):
+        racy.get_function("dynamic_neighbour")(1, 32, (np.zeros(32, np.float32),), shared_mem=128)
+
+
+def test_atomics_and_consecutive_blocks_are_not_races(racy):
+    x = np.random.default_rng(0).random(64).astype(np.float32)
+    count, total, peak = np.zeros(2, np.int32), np.zeros(1, np.float32), np.zeros(1, np.float32)
+    racy.get_function("atomics")(2, 64, (count, total, peak, x))
+    np.testing.assert_array_equal(count, 64)
+    np.testing.assert_allclose(total[0], 2 * x.sum(), rtol=1e-5)
+    assert peak[0] == x.max()
+    blocks = np.zeros(1, np.int32)
+    racy.get_function("every_block_writes")(4, 32, (blocks,))
+    assert blocks[0] == 3
+
+
+def test_strict_mode_only_trusts_syncwarp():
+    out = np.zeros(64, np.int32)
+    default = CpuRawModule(code=RACY, racecheck=True).get_function("publish")
+    default(1, 64, (out, np.int32(0)))  # a shuffle orders the lanes it joins
+    default(1, 64, (out, np.int32(1)))
+    strict = CpuRawModule(code=RACY, racecheck="strict").get_function("publish")
+    strict(1, 64, (out, np.int32(1)))
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write.*__shared__ slot"):
+        strict(1, 64, (out, np.int32(0)))  # warp-synchronous code relying on lockstep
+
+
+def test_racecheck_from_environment_and_modes(monkeypatch):
+    k = CpuRawModule(code=RACY).get_function("neighbour")
+    out = np.zeros(64, np.float32)
+    monkeypatch.setenv("SANDBOX_CPUCUDA_RACECHECK", "1")
+    with pytest.raises(CpuKernelRaceError):
+        k(1, 64, (out, np.int32(0)))
+    monkeypatch.setenv("SANDBOX_CPUCUDA_RACECHECK", "0")
+    k(1, 64, (out, np.int32(0)))  # normal mode: no check
+    with modes(racecheck="strict"):
+        publish = CpuRawModule(code=RACY).get_function("publish")
+        with pytest.raises(CpuKernelRaceError):
+            publish(1, 32, (np.zeros(32, np.int32), np.int32(0)))
+    with pytest.raises(ValueError, match="asan and racecheck"):
+        CpuRawKernel(RACY, "neighbour", asan=True, racecheck=True)(1, 64, (out, np.int32(1)))
+
+
+def test_race_in_a_user_header_names_the_header(tmp_path):
+    (tmp_path / "stage.cuh").write_text("#pragma once\n__device__ float stage(float v) {\n"
+                                        "    __shared__ float s[32];\n    s[threadIdx.x] = v;\n"
+                                        "    return s[31 - threadIdx.x];\n}\n")
+    code = '#include "stage.cuh"\nextern "C" __global__ void k(float* out) { out[threadIdx.x] = stage(1.f); }\n'
+    k = CpuRawKernel(code, "k", options=(f"-I{tmp_path}",), racecheck=True)
+    with pytest.raises(CpuKernelRaceError, match=rf"__shared__ s .*{tmp_path / 'stage.cuh'}:[45] in stage"):
+        k(1, 32, (np.zeros(32, np.float32),))
+
+
+# ---------------------------------------------------------------- mutation test
+
+def _barriers(text: str) -> list[int]:
+    """Offsets of the `__syncthreads` calls of a source (comments skipped)."""
+    return [t.start for t in tokenize(text) if t.kind == "word" and t.text == "__syncthreads"]
+
+
+def _cuda_c_sources():
+    return sorted(common.KERNEL_DIR.glob("*.cu")) + sorted(common.KERNEL_DIR.glob("*.cuh"))
+
+
+MUTATIONS = [(path.name, k) for path in _cuda_c_sources() for k in range(len(_barriers(path.read_text())))]
+# Variants whose launches the mutations run through: the CUDA C attention variants, registry order.
+VARIANTS = [n for n in registry.variants("cupy")]
+PROBLEM = dict(seed=71, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=16, context_lens=[40],
+               dtype="float32")
+
+
+def test_mutations_are_enumerated():
+    assert len(MUTATIONS) >= 7, MUTATIONS  # common.cuh: 5 in attend, 2 in the reduce kernel
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("filename, index", MUTATIONS, ids=[f"{f}#{k}" for f, k in MUTATIONS])
+def test_every_removed_barrier_is_reported(tmp_path, filename, index):
+    """Remove one __syncthreads() (a copy of kernels/cupy_raw in a temp folder, line numbers kept) and run the
+    variants that include the file under racecheck until one reports the race."""
+    for path in _cuda_c_sources():
+        shutil.copy(path, tmp_path / path.name)
+    target = tmp_path / filename
+    text = target.read_text()
+    at = _barriers(text)[index]
+    end = text.index(";", at) + 1
+    target.write_text(text[:at] + ";" + text[end:])  # `__syncthreads();` -> `;`
+    line = text.count("\n", 0, at) + 1
+    problem = DecodeProblem.random(**PROBLEM)
+    tried = []
+    for name in VARIANTS:
+        module = registry.get(name).module
+        original = common.load_source(module.PATH)
+        if f'kernels/cupy_raw/{filename}"' not in original:  # load_source's #line names every file it inlines
+            continue
+        mutated = common.load_source(tmp_path / module.PATH.name)
+        assert mutated != original
+        tried.append(name)
+        with substitute_source(original, mutated), modes(racecheck=True):
+            try:
+                prepared = module.prepare(problem, "cpu")
+                prepared.launch()
+            except CpuKernelRaceError as exc:
+                assert re.search(rf"data race \((read|write)-after-(read|write)\)", str(exc))
+                return
+    pytest.fail(f"removing the __syncthreads() at {filename}:{line} was not reported (ran {tried})")
