@@ -4,7 +4,8 @@ It reaches: context length 1, k*block_size and k*block_size + 1; GQA ratios 1, 2
 power-of-two block size 1..256; float32, float16 and bfloat16 queries; caches of the query's
 dtype or fp8 (e4m3fn, e5m2; values over the whole finite range, subnormals included); shuffled
 and shared blocks, NaN in every unused slot, extreme logits, one sequence at full table
-capacity; each option on and off: k/v scales, sliding windows shorter and longer than the
+capacity; groups sharing a prompt as sandbox.paging.BlockManager makes them (fork with
+copy-on-write splits, prefix caching); each option on and off: k/v scales, sliding windows shorter and longer than the
 context with their start at k*block_size and k*block_size + 1 and the blocks before them freed
 (-1, NaN-poisoned), soft-caps small enough to bite on extreme logits, ALiBi slopes as the
 paper's geometric sequence or random; several query tokens per sequence where the variant
@@ -113,21 +114,22 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
         kw.update(logits_soft_cap=draw(st.sampled_from([1.0, 5.0, 30.0])))
     if "alibi" in on:
         kw.update(alibi_slopes=draw(st.sampled_from(["paper", "random"])))
-    problem = DecodeProblem.random(
-        seed=draw(st.integers(0, 2**31 - 1)),
-        num_seqs=num_seqs,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        head_dim=draw(st.sampled_from(head_dims)),
-        block_size=block_size,
-        context_lens=lens,
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        share_prefix=draw(st.booleans()),
-        extreme_logits=extreme,
-        query_lens=q_lens,
-        **kw,
-    )
+    common = dict(seed=draw(st.integers(0, 2**31 - 1)), num_heads=num_heads, num_kv_heads=num_kv_heads,
+                  head_dim=draw(st.sampled_from(head_dims)), block_size=block_size, dtype=dtype, kv_dtype=kv_dtype,
+                  extreme_logits=extreme, **kw)
+    if draw(st.integers(0, 3)) == 0:  # sharing as the allocator makes it: fork (copy-on-write) or prefix caching
+        groups = draw(st.integers(1, 2))
+        size = draw(st.integers(1, max(1, (max_num_seqs + 1) // groups)))
+        prefix = draw(st.sampled_from([block_size, block_size + 1, max(1, max_tokens // 2), max(1, max_tokens - 2)]))
+        prefix = max(1, min(prefix, max_tokens))
+        problem = DecodeProblem.shared(num_groups=groups, group_size=size, prefix_len=prefix,
+                                       max_suffix_len=max(0, min(max_tokens - prefix, 2 * block_size)),
+                                       how=draw(st.sampled_from(["fork", "prefix"])),
+                                       query_lens=None if q_lens is None else
+                                       max(1, min(max(q_lens), max_query_tokens // (groups * size))), **common)
+    else:
+        problem = DecodeProblem.random(num_seqs=num_seqs, context_lens=lens, share_prefix=draw(st.booleans()),
+                                       query_lens=q_lens, **common)
     note(problem.describe())
     return problem
 

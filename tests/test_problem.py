@@ -97,6 +97,8 @@ REACH = [
     ("ALiBi paper slopes", lambda p: p.recipe.get("alibi_slopes") == "paper"),
     ("ALiBi random slopes", lambda p: p.recipe.get("alibi_slopes") == "random"),
     ("several query tokens, one longer than a block", lambda p: p.max_query_len > p.block_size > 1),
+    ("a group forked from one prompt (copy-on-write)", lambda p: p.recipe.get("how") == "fork" and p.recipe["group_size"] > 1),
+    ("a group sharing a cached prefix", lambda p: p.recipe.get("how") == "prefix" and p.recipe["group_size"] > 1),
     ("a query as long as its context", lambda p: p.max_query_len > 1 and bool((p.query_lens == p.context_lens).any())),
 ]
 
