@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sandbox.cpucuda import (CpuCompileError, CpuKernelError, CpuKernelMemoryError, CpuRawKernel,
-                             CpuRawModule)
+                             CpuRawModule, last_poison, modes)
 
 # ---------------------------------------------------------------- kernels
 
@@ -723,3 +723,100 @@ def test_asan_reports_barrier_errors_too(monkeypatch):
     monkeypatch.setenv("SANDBOX_CPUCUDA_ASAN", "1")
     with pytest.raises(CpuKernelError, match="divergent barrier"):
         CpuRawModule(code=RACES).get_function("divergent")(1, 32, (np.zeros(32, np.int32),))
+
+
+# ---------------------------------------------------------------- the finite poison
+
+POISON = r"""
+// Row maximum with a classic bug: the last two slots of `vals` are never written, and fmaxf drops
+// the NaN poison, so the result looks right under the default poison.
+extern "C" __global__ void row_max(const float* x, float* out) {
+    __shared__ float vals[32];
+    if (threadIdx.x < 30) vals[threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = -INFINITY;
+        for (int i = 0; i < 32; ++i) m = fmaxf(m, vals[i]);
+        out[0] = m;
+    }
+}
+
+extern "C" __global__ void dump(float* f, __half* h, int* i) {
+    __shared__ float sf[8];
+    __shared__ __half sh[8];
+    __shared__ int si[8];
+    f[threadIdx.x] = sf[threadIdx.x];
+    h[threadIdx.x] = sh[threadIdx.x];
+    i[threadIdx.x] = si[threadIdx.x];
+}
+
+extern "C" __global__ void fails(int* x) { assert(x[0] == 1); }
+"""
+
+
+@pytest.fixture(scope="module")
+def poison_module():
+    return CpuRawModule(code=POISON)
+
+
+def test_unwritten_slot_read_through_fmaxf_is_caught_only_by_the_finite_poison(poison_module):
+    x = np.random.default_rng(8).standard_normal(32).astype(np.float32)
+    k = poison_module.get_function("row_max")
+    out = np.zeros(1, np.float32)
+    k(1, 32, (x, out))  # NaN poison: fmaxf skips it, the bug hides
+    assert out[0] == x[:30].max()
+    for seed in range(8):  # two unwritten neighbours: one of them is large and positive, whatever the seed
+        k(1, 32, (x, out), poison="finite", poison_seed=seed)
+        assert out[0] > 1e30, seed
+
+
+def test_finite_poison_values_and_seeds(poison_module, monkeypatch):
+    f, h, i = np.zeros(8, np.float32), np.zeros(8, np.float16), np.zeros(8, np.int32)
+    k = poison_module.get_function("dump")
+    k(1, 8, (f, h, i), poison="finite", poison_seed=5)
+    assert np.isfinite(f).all() and (np.abs(f) > 1e33).all() and (np.sign(f[:-1]) != np.sign(f[1:])).all()
+    assert np.isfinite(h).all() and (np.abs(h.astype(np.float32)) >= 32768).all()
+    assert (np.sign(h[0::2].astype(np.float32)) != np.sign(h[1::2].astype(np.float32))).all()  # one of each per word
+    assert (np.abs(i.astype(np.int64)) > 2**25).all()
+    again = np.zeros(8, np.float32)
+    k(1, 8, (again, h, i), poison="finite", poison_seed=5)
+    np.testing.assert_array_equal(again, f)  # same seed, same pattern
+    k(1, 8, (again, h, i), poison="finite", poison_seed=6)
+    assert not np.array_equal(again, f)
+    # The environment switches it for the process; each launch draws a new seed, told by last_poison().
+    monkeypatch.setenv("SANDBOX_CPUCUDA_POISON", "finite")
+    k(1, 8, (again, h, i))
+    first = last_poison()
+    k(1, 8, (f, h, i))
+    assert np.isfinite(again).all() and "finite, seed" in first and first != last_poison()
+    monkeypatch.setenv("SANDBOX_CPUCUDA_POISON_SEED", "5")
+    k(1, 8, (f, h, i))
+    assert "seed 5;" in last_poison()
+    monkeypatch.setenv("SANDBOX_CPUCUDA_POISON", "nan")
+    k(1, 8, (f, h, i))
+    assert np.isnan(f).all() and (i == -1).all()
+    with pytest.raises(ValueError, match="poison"):
+        k(1, 8, (f, h, i), poison="zeros")
+
+
+def test_failure_messages_carry_the_poison_and_its_seed(poison_module):
+    with pytest.raises(CpuKernelError, match=r"assertion(.|\n)*shared memory poison: finite, seed 1234; replay with "
+                                             r"SANDBOX_CPUCUDA_POISON=finite SANDBOX_CPUCUDA_POISON_SEED=1234"):
+        poison_module.get_function("fails")(1, 1, (np.zeros(1, np.int32),), poison="finite", poison_seed=1234)
+    with pytest.raises(CpuKernelError, match=r"shared memory poison: nan"):
+        poison_module.get_function("fails")(1, 1, (np.zeros(1, np.int32),))
+
+
+def test_modes_context_manager_sets_and_restores_the_switches(poison_module):
+    import os
+
+    before = {k: os.environ.get(k) for k in ("SANDBOX_CPUCUDA_ORDER", "SANDBOX_CPUCUDA_POISON")}
+    f, h, i = np.zeros(8, np.float32), np.zeros(8, np.float16), np.zeros(8, np.int32)
+    with modes(order="reverse", poison="finite", poison_seed=9):
+        assert os.environ["SANDBOX_CPUCUDA_ORDER"] == "reverse"
+        poison_module.get_function("dump")(1, 8, (f, h, i))
+        assert "seed 9;" in last_poison()
+    assert {k: os.environ.get(k) for k in before} == before
+    with pytest.raises(ValueError, match="order"):
+        with modes(order="sideways"):
+            pass

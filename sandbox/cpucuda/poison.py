@@ -3,12 +3,12 @@
 * ``nan`` (default): 0xFF bytes, NaN for float, half and double, -1 for
   integers. Any arithmetic on an unwritten slot shows as NaN in the output.
 * ``finite``: large finite values of alternating sign (about 1e34 as a
-  float, 32768..65504 as a half, 2e9 as an int), a new random pattern per
+  float, 32768..65504 as a half, 3e7..2e9 as an int), a new random pattern per
   launch from a seed. It catches what NaN hides: ``fmaxf``/``fminf`` drop a
   NaN operand, comparisons with NaN are false, and filters such as
   ``x == x`` skip it. Two unwritten consecutive floats always hold one
-  positive and one negative value, so a max (or min) over them is wrong
-  whatever the seed.
+  positive and one negative value (as do the two halves of each 4-byte
+  word), so a max (or min) over them is wrong whatever the seed.
 
 The seed of each launch is printed in every error message of that launch
 (and ``last()`` tells it after a launch that returned), so a failure can be

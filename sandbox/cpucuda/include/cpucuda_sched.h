@@ -589,8 +589,8 @@ CPUCUDA_RUNTIME static int register_region(void* p, size_t n, void** dyn) {
 // integers). "finite": large finite values of alternating sign, a new random
 // pattern per launch (seeded): every 4-byte word holds two halves of
 // magnitude 32768..65504 with opposite signs, which read as a float of
-// magnitude 1e34..1e36 and an int of magnitude ~2e9; consecutive floats and
-// consecutive halves alternate in sign. It catches what NaN hides: fmaxf
+// magnitude 1e34..1e36 and an int of magnitude 3e7..2e9; consecutive floats
+// alternate in sign (and each word holds one half of each sign). It catches what NaN hides: fmaxf
 // and fminf drop a NaN operand, comparisons with NaN are false, and
 // `x == x` style filters skip it; an unwritten slot read through
 // fmaxf(a, slot) changes the result under one of the two signs.
