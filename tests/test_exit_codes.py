@@ -130,3 +130,26 @@ def test_check_refuses_a_negative_random_count(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["check", "numpy.gather", "--random", "-3"])
     assert info.value.code == 2 and "--random: must be >= 0, got -3" in capsys.readouterr().err
+
+
+RACY = r"""
+extern "C" __global__ void racy(int *out) {
+    __shared__ int value;
+    if (threadIdx.x == 0) value = 7;
+    out[threadIdx.x] = value;   // no __syncthreads: thread 1 reads while thread 0 may write
+}
+"""
+
+
+def test_check_racecheck_reports_a_race_the_plain_run_misses(monkeypatch, modes_env, capsys):
+    def prepare(problem, backend):
+        out = np.zeros(2, np.int32)
+        backends.raw_module(backend, RACY).get_function("racy")(1, 2, (out,))
+        return gather.prepare(problem, "cpu")
+
+    _register(monkeypatch, "cupy.racy", prepare)
+    assert cli.main(["check", "cupy.racy", "--random", "0", "--backend", "cpu"]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", "cupy.racy", "--random", "0", "--racecheck"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  cupy.racy" in out and "[racecheck]" in out and "CpuKernelRaceError" in out
