@@ -2,9 +2,15 @@
 
 Idea (one, over v1): threads split the tokens, keep every logit in dynamic shared memory, take the
 block-wide max and sum as reductions, then split head_dim for the weighted sum of V (coalesced).
-Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); float32 and
-float16; any GQA ratio; max context_len MAX_CONTEXT_LEN = 8192 tokens (32 KB of float32 logits,
-inside the 48 KB a block gets without an opt-in), refused by prepare() before any launch.
+Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); queries
+float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32;
+every option (k/v scales, sliding window, soft-cap, ALiBi); any GQA ratio; decode only; at most
+MAX_CONTEXT_LEN = 8192 tokens read per sequence (32 KB of float32 logits, inside the 48 KB a
+block gets without an opt-in): the context, or what a sliding window keeps of it, refused by
+prepare() before any launch (Unsupported).
+Precisions and options as numba.naive (common.py): one kernel per (query dtype, cache dtype);
+options are runtime arguments; logits live at index t - first (the window's start), so shared
+memory is sized by the tokens read and blocks before the window are never looked up nor read.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16): 63 registers, 1152 B static + 16 KB dynamic shared at 4096
 tokens, no local memory, 50% theoretical occupancy (register-limited). Design-level expectation,
@@ -13,95 +19,128 @@ thread still reads whole K rows alone and every query head re-reads its KV head.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from numba import cuda, float32
 
-from sandbox.variant import Limits
+from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
 
 from . import common
-from .common import MAX_HEAD_DIM, NEG_INF, REDUCE_SCRATCH, ZERO, block_max, block_sum
+from .common import MAX_HEAD_DIM, NEG_INF, REDUCE_SCRATCH, ZERO, block_max, block_sum, first_token
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS)
+LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
 MAX_CONTEXT_LEN = 8192
 
 
-def block_body(query, key_cache, value_cache, block_tables, context_lens, scale, out):
-    """Grid (num_seqs, num_heads); dynamic shared: float32 logits[padded max context]."""
-    seq = cuda.blockIdx.x
-    head = cuda.blockIdx.y
-    tid = cuda.threadIdx.x
-    threads = cuda.blockDim.x
-    num_heads, head_dim = query.shape[1], query.shape[2]
-    block_size = key_cache.shape[1]
-    kv_head = head // (num_heads // key_cache.shape[2])
-    context_len = context_lens[seq]
-    q = cuda.shared.array(MAX_HEAD_DIM, float32)
-    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    logits = cuda.shared.array(0, float32)
+def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
+    adjust = common.logit_options(with_logit_options)
+    load_q = common.DECODE[dtype]
+    load_kv = common.DECODE[kv_dtype]
+    store = common.ENCODE[dtype]
 
-    for d in range(tid, head_dim, threads):
-        q[d] = float32(query[seq, head, d]) * scale
-    cuda.syncthreads()
+    def block_body(query, key_cache, value_cache, block_tables, context_lens, scale,
+                   v_scale, window_left, softcap, alibi, use_alibi, out):
+        """Grid (num_seqs, num_heads); dynamic shared: float32 logits[padded max tokens read]."""
+        seq = cuda.blockIdx.x
+        head = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        threads = cuda.blockDim.x
+        num_heads, head_dim = query.shape[1], query.shape[2]
+        block_size = key_cache.shape[1]
+        kv_head = head // (num_heads // key_cache.shape[2])
+        context_len = context_lens[seq]
+        position = context_len - 1
+        first = first_token(context_len, window_left)
+        slope = alibi[head] if use_alibi else ZERO
+        q = cuda.shared.array(MAX_HEAD_DIM, float32)
+        scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+        logits = cuda.shared.array(0, float32)
 
-    local_max = NEG_INF
-    for t in range(tid, context_len, threads):
-        physical = block_tables[seq, t // block_size]
-        offset = t % block_size
-        logit = ZERO
-        for d in range(head_dim):
-            logit += q[d] * float32(key_cache[physical, offset, kv_head, d])
-        logits[t] = logit
-        local_max = max(local_max, logit)
-    top = block_max(local_max, scratch)
+        for d in range(tid, head_dim, threads):
+            q[d] = load_q(query[seq, head, d]) * scale
+        cuda.syncthreads()
 
-    local_sum = ZERO
-    for t in range(tid, context_len, threads):
-        weight = math.exp(logits[t] - top)
-        logits[t] = weight
-        local_sum += weight
-    inv_sum = float32(1.0) / block_sum(local_sum, scratch)  # its barrier publishes the weights
+        local_max = NEG_INF
+        for t in range(first + tid, context_len, threads):
+            physical = block_tables[seq, t // block_size]
+            offset = t % block_size
+            logit = ZERO
+            for d in range(head_dim):
+                logit += q[d] * load_kv(key_cache[physical, offset, kv_head, d])
+            logit = adjust(logit, softcap, slope, use_alibi, t - position)
+            logits[t - first] = logit
+            local_max = max(local_max, logit)
+        top = block_max(local_max, scratch)
 
-    for d in range(tid, head_dim, threads):
-        acc = ZERO
-        for block in range((context_len + block_size - 1) // block_size):
-            physical = block_tables[seq, block]
-            base = block * block_size
-            for offset in range(min(block_size, context_len - base)):
-                acc += logits[base + offset] * float32(value_cache[physical, offset, kv_head, d])
-        out[seq, head, d] = acc * inv_sum
+        local_sum = ZERO
+        for i in range(tid, context_len - first, threads):
+            weight = math.exp(logits[i] - top)
+            logits[i] = weight
+            local_sum += weight
+        inv_sum = v_scale / block_sum(local_sum, scratch)  # its barrier publishes the weights
+
+        for d in range(tid, head_dim, threads):
+            acc = ZERO
+            t = first
+            while t < context_len:
+                block = t // block_size
+                physical = block_tables[seq, block]
+                start = t - block * block_size
+                count = min(block_size - start, context_len - t)
+                for i in range(count):
+                    acc += logits[t - first + i] * load_kv(value_cache[physical, start + i, kv_head, d])
+                t += count
+            out[seq, head, d] = store(acc * inv_sum)
+
+    return block_body
 
 
-block_kernel = cuda.jit(block_body)
+@functools.lru_cache(maxsize=None)
+def kernel_for(dtype: str, kv_dtype: str, with_logit_options: bool = False):
+    """(python body, jitted kernel) for (query dtype, cache dtype, soft-cap/ALiBi on), made once."""
+    body = make_body(dtype, kv_dtype, with_logit_options)
+    return body, cuda.jit(body)
 
 
-def logits_bytes(max_context_len: int, block_size: int) -> int:
-    """Dynamic shared memory: one float32 per token of the longest context, padded to whole blocks."""
-    return 4 * (-(-max_context_len // block_size) * block_size)
+def logits_bytes(max_tokens: int, block_size: int) -> int:
+    """Dynamic shared memory: one float32 per token read of the longest sequence, padded to whole blocks."""
+    return 4 * (-(-max_tokens // block_size) * block_size)
 
 
-def check_context(context_lens) -> None:
-    longest = int(context_lens.max())
+def check_context(problem) -> int:
+    """The most tokens a sequence reads; Unsupported beyond MAX_CONTEXT_LEN."""
+    longest = int(common.tokens_read(problem).max())
     if longest > MAX_CONTEXT_LEN:
-        raise ValueError(f"numba.block keeps every logit in shared memory and supports context_len <= "
-                         f"{MAX_CONTEXT_LEN} tokens; got max context_lens = {longest}")
+        raise Unsupported(f"numba.block keeps every logit in shared memory and supports context_len <= "
+                          f"{MAX_CONTEXT_LEN} tokens read (the context, or its sliding window); got {longest} "
+                          f"(max context_lens = {int(problem.context_lens.max())})")
+    return longest
 
 
 def prepare(problem, backend: str) -> common.Launch:
-    common.check_head_dim("numba.block", problem.head_dim)
-    check_context(problem.context_lens)
-    args = common.decode_args(problem)
-    out = cuda.device_array(problem.query.shape, problem.dtype)
-    longest = int(problem.context_lens.max())
-    threads = common.launch_threads(max(longest, problem.head_dim))
-    shared = logits_bytes(longest, problem.block_size)
-    return common.Launch(block_kernel, (problem.num_seqs, problem.num_heads), threads, shared, args + (out,), out)
+    p = problem
+    common.check_head_dim("numba.block", p.head_dim)
+    longest = check_context(p)
+    threads = common.launch_threads(max(longest, p.head_dim))
+    grid = (p.num_seqs, p.num_heads)
+    common.check_launch("numba.block", grid, threads)
+    _, kernel = kernel_for(*common.kernel_key(p))
+    args = common.decode_args(p)
+    out = common.output_array(p)
+    shared = logits_bytes(longest, p.block_size)
+    return common.Launch(kernel, grid, threads, shared, args + (out,), out, name="numba.block", out_dtype=p.dtype)
 
 
-def compile_report(block_size: int, head_dim: int, dtype: str, arch: str) -> dict:
-    """Dynamic shared memory for REPRESENTATIVE's context of 4096 tokens (16 KB + padding)."""
-    signature = common.decode_signature(dtype, common.out_array(dtype))
-    kernel = dict(name="block", **common.kernel_resources(block_body, signature, arch))
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   logit_options: bool = False) -> dict:
+    """Dynamic shared memory for REPRESENTATIVE's context of 4096 tokens (16 KB + padding).
+    dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
+    kernel built with soft-cap and ALiBi (default: the plain one)."""
+    q, kv = common.report_dtypes(dtype, kv_dtype)
+    signature = common.decode_signature(q, kv, common.out_array(q))
+    body, _ = kernel_for(q, kv, logit_options)
+    kernel = dict(name="block", **common.kernel_resources(body, signature, arch))
     context = common.REPRESENTATIVE["context_len"]
     return common.report([kernel], common.launch_threads(context, simulated=False),
                          logits_bytes(context, block_size),

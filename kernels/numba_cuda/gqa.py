@@ -3,11 +3,17 @@
 Idea (one, over v2): a K row and a V row are read once per group (num_heads/num_kv_heads query
 heads) instead of once per query head; the context is walked in chunks with an online softmax per
 head (chunk max, rescale), so shared memory is bounded by the group and chunk, not the context.
-Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); float32 and
-float16; any context length; group sizes whose shared memory fits 48 KB (refused by prepare()
-before launch otherwise: e.g. group 32 at head_dim 256). A thread keeps the dot products of a tile
+Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); queries
+float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32;
+every option (k/v scales, sliding window, soft-cap, ALiBi); decode only; any context length; group
+sizes whose shared memory fits 48 KB (refused by prepare() before launch otherwise, Unsupported:
+e.g. group 32 at head_dim 256). A thread keeps the dot products of a tile
 of min(8, next pow2 of group) heads in registers (the tile is a compile-time constant, one kernel
 per tile); groups above 8 re-read K/V once per tile.
+Precisions and options as numba.naive (common.py): one kernel per (tile, query dtype, cache dtype,
+soft-cap/ALiBi on);
+options are runtime arguments; the chunk walk starts at the window's start (blocks before it are
+never looked up nor read); ALiBi reads each head's slope in phase A.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16, group 4): 122 registers, so 25% theoretical occupancy
 (register-limited; a launch bound could trade registers for spills - not tried). Design-level expectation, not a measurement:
@@ -22,20 +28,26 @@ import math
 
 from numba import cuda, float32
 
-from sandbox.variant import Limits
+from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
 
 from . import common
-from .common import NEG_INF, ZERO
+from .common import NEG_INF, ZERO, first_token
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS)
+LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
 GROUP_TILE = 8  # query heads whose dot products / accumulators one thread keeps in registers
 SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 
 
-def make_body(tile: int):
-    """The kernel body with `tile` (query heads per register tile) fixed at compile time."""
+def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False):
+    """The kernel body with `tile` (query heads per register tile), the dtypes and whether soft-cap /
+    ALiBi exist fixed at compile time."""
+    adjust = common.logit_options(with_logit_options)
+    load_q = common.DECODE[dtype]
+    load_kv = common.DECODE[kv_dtype]
+    store = common.ENCODE[dtype]
 
-    def gqa_body(query, key_cache, value_cache, block_tables, context_lens, scale, chunk, out):
+    def gqa_body(query, key_cache, value_cache, block_tables, context_lens, scale,
+                 v_scale, window_left, softcap, alibi, use_alibi, chunk, out):
         """Grid (num_seqs, num_kv_heads). Dynamic shared float32, rows padded to whole tiles (gp):
         q[gp, head_dim] (scaled), p[gp, chunk] (logits, then weights), acc[slices, gp, head_dim],
         running max[gp], running sum[gp], correction[gp]. Pad rows stay zero.
@@ -50,6 +62,8 @@ def make_body(tile: int):
         padded = (group + tile - 1) // tile * tile
         head0 = kv_head * group
         context_len = context_lens[seq]
+        position = context_len - 1
+        first = first_token(context_len, window_left)
         slices = max(1, threads // head_dim)  # token slices of phase C when threads outnumber head_dim
         lanes = threads // slices
         my_slice = tid // lanes
@@ -65,14 +79,14 @@ def make_body(tile: int):
             sh[i] = ZERO
         cuda.syncthreads()
         for i in range(tid, group * head_dim, threads):
-            sh[i] = float32(query[seq, head0 + i // head_dim, i % head_dim]) * scale
+            sh[i] = load_q(query[seq, head0 + i // head_dim, i % head_dim]) * scale
         for g in range(tid, group, threads):
             sh[max_at + g] = NEG_INF
         cuda.syncthreads()
 
         dots = cuda.local.array(tile, float32)
         accs = cuda.local.array(tile, float32)
-        for chunk_start in range(0, context_len, chunk):
+        for chunk_start in range(first, context_len, chunk):
             n = min(chunk, context_len - chunk_start)
             # A: the logits of every head of the group, each K row read once per tile of heads.
             for i in range(tid, n, threads):
@@ -83,11 +97,12 @@ def make_body(tile: int):
                     for j in range(tile):
                         dots[j] = ZERO
                     for d in range(head_dim):
-                        k = float32(key_cache[physical, offset, kv_head, d])
+                        k = load_kv(key_cache[physical, offset, kv_head, d])
                         for j in range(tile):
                             dots[j] += sh[(g0 + j) * head_dim + d] * k
                     for j in range(min(tile, group - g0)):
-                        sh[p_at + (g0 + j) * chunk + i] = dots[j]
+                        slope = alibi[head0 + g0 + j] if use_alibi else ZERO
+                        sh[p_at + (g0 + j) * chunk + i] = adjust(dots[j], softcap, slope, use_alibi, t - position)
             cuda.syncthreads()
             # B: per head, the chunk's max, the rescale of what came before, weights and their sum.
             for g in range(tid, group, threads):
@@ -115,7 +130,7 @@ def make_body(tile: int):
                             accs[j] = sh[base + j * head_dim] * sh[corr_at + g0 + j]
                         for i in range(my_slice, n, slices):
                             t = chunk_start + i
-                            v = float32(value_cache[block_tables[seq, t // block_size], t % block_size, kv_head, d])
+                            v = load_kv(value_cache[block_tables[seq, t // block_size], t % block_size, kv_head, d])
                             for j in range(tile):
                                 accs[j] += sh[p_at + (g0 + j) * chunk + i] * v
                         for j in range(tile):
@@ -128,9 +143,7 @@ def make_body(tile: int):
             total = ZERO
             for s in range(slices):
                 total += sh[acc_at + (s * padded + g) * head_dim + d]
-            out[seq, head0 + g, d] = total / sh[sum_at + g]
-
-
+            out[seq, head0 + g, d] = store(total * (v_scale / sh[sum_at + g]))
 
     return gqa_body
 
@@ -141,9 +154,9 @@ def tile_for(group: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(tile: int):
-    """(python function, jitted kernel) with `tile` compiled in; numba caches each per signature."""
-    body = make_body(tile)
+def kernel_for(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False):
+    """(python function, jitted kernel) with `tile`, the dtypes and soft-cap/ALiBi on/off compiled in, made once."""
+    body = make_body(tile, dtype, kv_dtype, with_logit_options)
     return body, cuda.jit(body)
 
 
@@ -162,7 +175,7 @@ def launch_shape(group: int, head_dim: int, longest: int, simulated=None) -> tup
         chunk //= 2
     size = shared_bytes(group, head_dim, chunk, threads)
     if size > SHARED_LIMIT:
-        raise ValueError(f"numba.gqa needs {size} bytes of shared memory for a group of {group} query heads at "
+        raise Unsupported(f"numba.gqa needs {size} bytes of shared memory for a group of {group} query heads at "
                          f"head_dim {head_dim}; the limit is {SHARED_LIMIT} bytes")
     return threads, chunk, size
 
@@ -171,21 +184,27 @@ def prepare(problem, backend: str) -> common.Launch:
     p = problem
     common.check_head_dim("numba.gqa", p.head_dim)
     group = p.num_heads // p.num_kv_heads
-    threads, chunk, size = launch_shape(group, p.head_dim, int(p.context_lens.max()))
+    threads, chunk, size = launch_shape(group, p.head_dim, int(common.tokens_read(p).max()))
+    grid = (p.num_seqs, p.num_kv_heads)
+    common.check_launch("numba.gqa", grid, threads)
+    _, kernel = kernel_for(tile_for(group), *common.kernel_key(p))
     args = common.decode_args(p) + (chunk,)
-    out = cuda.device_array(p.query.shape, p.dtype)
-    _, kernel = kernel_for(tile_for(group))
-    return common.Launch(kernel, (p.num_seqs, p.num_kv_heads), threads, size, args + (out,), out)
+    out = common.output_array(p)
+    return common.Launch(kernel, grid, threads, size, args + (out,), out, name="numba.gqa", out_dtype=p.dtype)
 
 
-def compile_report(block_size: int, head_dim: int, dtype: str, arch: str) -> dict:
-    """Dynamic shared memory for REPRESENTATIVE's group of 4 (32/8 heads) at context 4096."""
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   logit_options: bool = False) -> dict:
+    """Dynamic shared memory for REPRESENTATIVE's group of 4 (32/8 heads) at context 4096.
+    dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
+    kernel built with soft-cap and ALiBi (default: the plain one)."""
     from numba import types
 
+    q, kv = common.report_dtypes(dtype, kv_dtype)
     rep = common.REPRESENTATIVE
     group = rep["num_heads"] // rep["num_kv_heads"]
     threads, chunk, size = launch_shape(group, head_dim, rep["context_len"], simulated=False)
-    signature = common.decode_signature(dtype, types.int64, common.out_array(dtype))
-    body, _ = kernel_for(tile_for(group))
+    signature = common.decode_signature(q, kv, types.int64, common.out_array(q))
+    body, _ = kernel_for(tile_for(group), q, kv, logit_options)
     kernel = dict(name="gqa", **common.kernel_resources(body, signature, arch))
     return common.report([kernel], threads, size, note=f"group {group} (tile {tile_for(group)}), chunk {chunk} tokens")

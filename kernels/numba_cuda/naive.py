@@ -3,7 +3,14 @@
 Idea: each thread walks its sequence's blocks through the block table, token by token, with an
 online softmax (running max and sum, float32) and a per-thread accumulator of head_dim floats.
 Limits: block sizes 1..256 (any power of two, a runtime value); head dims up to 256 (declared:
-32, 64, 80, 96, 112, 120, 128, 192, 256); float32 and float16 (math in float32); any GQA ratio.
+32, 64, 80, 96, 112, 120, 128, 192, 256); queries float32, float16, bfloat16 and caches of the
+query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option (k/v scales, sliding window,
+soft-cap, ALiBi); any GQA ratio; decode (one query token per sequence).
+Precisions and options (common.py): one kernel per (query dtype, cache dtype), made on first use;
+bfloat16 and fp8 arrive as their bits and are decoded by device functions. Options are runtime
+arguments: k_scale folded into the scale, v_scale on the output, a window only moves the first
+block and offset (blocks wholly before it are never looked up nor read), soft-cap and ALiBi one
+uniform branch per logit.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16): 64 registers, the accumulator in 1 KB of local memory per thread,
 50% theoretical occupancy (register-limited). Design-level expectation, not a measurement: each
@@ -12,16 +19,17 @@ num_seqs*num_heads threads exist: far too few to fill a GPU. The baseline the ot
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from numba import cuda, float32
 
-from sandbox.variant import Limits
+from sandbox.variant import FULL_SUPPORT, Limits
 
 from . import common
-from .common import MAX_HEAD_DIM, NEG_INF, ZERO
+from .common import MAX_HEAD_DIM, NEG_INF, ZERO, first_token
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS)
+LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
 
 
 @cuda.jit(device=True, inline="always")
@@ -36,11 +44,17 @@ def tokens_in_block(context_len, block, block_size):
     return min(block_size, context_len - block * block_size)
 
 
-def make_body(physical_block=table_block, block_tokens=tokens_in_block):
-    """The kernel body with its two paging decisions as device functions: the negative controls in
-    kernels/wrong/ each replace exactly one of them with a flawed twin."""
+def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="float32", kv_dtype=None,
+              with_logit_options=False):
+    """The kernel body for (dtype, kv_dtype) with its two paging decisions as device functions: the
+    negative controls in kernels/wrong/ each replace exactly one of them with a flawed twin."""
+    load_q = common.DECODE[dtype]
+    load_kv = common.DECODE[dtype if kv_dtype is None else kv_dtype]
+    store = common.ENCODE[dtype]
+    adjust = common.logit_options(with_logit_options)
 
-    def naive_body(query, key_cache, value_cache, block_tables, context_lens, scale, out):
+    def naive_body(query, key_cache, value_cache, block_tables, context_lens, scale,
+                   v_scale, window_left, softcap, alibi, use_alibi, out):
         """query/out [num_seqs, num_heads, head_dim]; one thread per (sequence, head) in a 1-D grid."""
         item = cuda.grid(1)
         num_seqs, num_heads, head_dim = query.shape
@@ -51,53 +65,75 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block):
         block_size = key_cache.shape[1]
         kv_head = head // (num_heads // key_cache.shape[2])
         context_len = context_lens[seq]
+        position = context_len - 1
+        first = first_token(context_len, window_left)
+        slope = alibi[head] if use_alibi else ZERO
 
         acc = cuda.local.array(MAX_HEAD_DIM, float32)
         for d in range(head_dim):
             acc[d] = ZERO
         running_max = NEG_INF
         running_sum = ZERO
-        for block in range((context_len + block_size - 1) // block_size):
+        for block in range(first // block_size, (context_len + block_size - 1) // block_size):
             physical = physical_block(block_tables, seq, block, key_cache.shape[0])
-            for offset in range(block_tokens(context_len, block, block_size)):
+            base = block * block_size
+            for offset in range(max(0, first - base), block_tokens(context_len, block, block_size)):
                 logit = ZERO
                 for d in range(head_dim):
-                    logit += float32(query[seq, head, d]) * float32(key_cache[physical, offset, kv_head, d])
-                logit *= scale
+                    logit += load_q(query[seq, head, d]) * load_kv(key_cache[physical, offset, kv_head, d])
+                logit = adjust(logit * scale, softcap, slope, use_alibi, base + offset - position)
                 new_max = max(running_max, logit)
                 correction = math.exp(running_max - new_max)
                 weight = math.exp(logit - new_max)
                 running_sum = running_sum * correction + weight
                 for d in range(head_dim):
-                    acc[d] = acc[d] * correction + weight * float32(value_cache[physical, offset, kv_head, d])
+                    acc[d] = acc[d] * correction + weight * load_kv(value_cache[physical, offset, kv_head, d])
                 running_max = new_max
-        inv_sum = float32(1.0) / running_sum
+        inv_sum = v_scale / running_sum
         for d in range(head_dim):
-            out[seq, head, d] = acc[d] * inv_sum
+            out[seq, head, d] = store(acc[d] * inv_sum)
 
     return naive_body
 
 
-naive_body = make_body()
-naive_kernel = cuda.jit(naive_body)
+def kernel_factory(physical_block=table_block, block_tokens=tokens_in_block):
+    """(dtype, kv_dtype, with_logit_options) -> (python body, jitted kernel), each made once: the
+    kernels of one body family (numba.naive's, or a negative control's)."""
+    @functools.lru_cache(maxsize=None)
+    def kernel_for(dtype: str, kv_dtype: str, with_logit_options: bool = False):
+        body = make_body(physical_block, block_tokens, dtype, kv_dtype, with_logit_options)
+        return body, cuda.jit(body)
+    return kernel_for
 
 
-def launch_per_head(kernel, problem, name="numba.naive") -> common.Launch:
-    """Launcher shared with the negative controls: one thread per (sequence, head), 1-D grid."""
+kernel_for = kernel_factory()
+
+
+def launch_per_head(kernels, problem, name="numba.naive") -> common.Launch:
+    """Launcher shared with the negative controls: one thread per (sequence, head), 1-D grid.
+    `kernels` is a kernel_factory(...) result."""
     common.check_head_dim(name, problem.head_dim)
-    args = common.decode_args(problem)
-    out = cuda.device_array(problem.query.shape, problem.dtype)
     work = problem.num_seqs * problem.num_heads
     threads = common.launch_threads(work)
-    return common.Launch(kernel, (work + threads - 1) // threads, threads, 0, args + (out,), out)
+    grid = (work + threads - 1) // threads
+    common.check_launch(name, grid, threads)
+    _, kernel = kernels(*common.kernel_key(problem))
+    args = common.decode_args(problem)
+    out = common.output_array(problem)
+    return common.Launch(kernel, grid, threads, 0, args + (out,), out, name=name, out_dtype=problem.dtype)
 
 
 def prepare(problem, backend: str) -> common.Launch:
-    return launch_per_head(naive_kernel, problem)
+    return launch_per_head(kernel_for, problem)
 
 
-def compile_report(block_size: int, head_dim: int, dtype: str, arch: str) -> dict:
-    """Resources of the one kernel; threads as launched for REPRESENTATIVE (num_seqs*num_heads >= 128)."""
-    signature = common.decode_signature(dtype, common.out_array(dtype))
-    kernel = dict(name="naive", **common.kernel_resources(naive_body, signature, arch))
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   logit_options: bool = False) -> dict:
+    """Resources of the one kernel; threads as launched for REPRESENTATIVE (num_seqs*num_heads >= 128).
+    dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
+    kernel built with soft-cap and ALiBi (default: the plain one)."""
+    q, kv = common.report_dtypes(dtype, kv_dtype)
+    signature = common.decode_signature(q, kv, common.out_array(q))
+    body, _ = kernel_for(q, kv, logit_options)
+    kernel = dict(name="naive", **common.kernel_resources(body, signature, arch))
     return common.report([kernel], common.launch_threads(common.REPRESENTATIVE["num_heads"] * 8, simulated=False), 0)

@@ -3,10 +3,17 @@
 Idea (one, over v2): cut each context into partitions of P tokens; one thread block per (sequence,
 head, partition) writes a partial max, sum and normalized output; a second kernel merges them with
 log-sum-exp rescaling. Long contexts get many blocks, and shared memory is bounded by P, not context.
-Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); float32 and
-float16; any GQA ratio; any context length. P (partition_size) is a positive multiple of the block
-size, at most 8192; default 512 (the block size when it exceeds 512). The grid covers the longest
-sequence's partitions; a shorter sequence's empty ones write max=-inf, sum=0, output 0.
+Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); queries
+float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32;
+every option (k/v scales, sliding window, soft-cap, ALiBi); any GQA ratio; decode only; any
+context length whose partitions fit CUDA's grid (grid z <= 65535 partitions, refused before
+launch as Unsupported). P (partition_size) is a positive multiple of the block size, at most 8192;
+default 512 (the block size when it exceeds 512). Partitions start at each sequence's first token
+read: token 0, or its sliding window's start (so blocks before a window are never looked up nor
+read). The grid covers the most partitions any sequence needs; a sequence's empty ones write
+max=-inf, sum=0, output 0.
+Precisions and options as numba.naive (common.py): one partition kernel per (query dtype, cache
+dtype, soft-cap/ALiBi on) and one merge per output dtype; options are runtime arguments (v_scale applied by the merge).
 Verdict: matches the reference on every problem the suites draw, the same to 1e-6 for P = 4..512
 (simulator only; never run on a GPU). Compiled for sm_90 (fp16): partition kernel 70 registers
 (43.8% theoretical occupancy), merge 56. Design-level expectation, not a measurement: numba.block's
@@ -15,110 +22,139 @@ when num_seqs*num_heads blocks alone cannot fill the GPU and contexts are long.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from numba import cuda, float32, types
 
-from sandbox.variant import Limits
+from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
 
 from . import common
-from .common import MAX_HEAD_DIM, NEG_INF, REDUCE_SCRATCH, ZERO, block_max, block_sum
+from .common import MAX_HEAD_DIM, NEG_INF, REDUCE_SCRATCH, ZERO, block_max, block_sum, first_token
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS)
+LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
 DEFAULT_PARTITION_SIZE = 512
 MAX_PARTITION_SIZE = 8192  # float32 logits of one partition in 32 KB of shared memory
 
 
-def partition_body(query, key_cache, value_cache, block_tables, context_lens, scale, partition_size,
-                   part_max, part_sum, part_out):
-    """Grid (num_seqs, num_heads, max_partitions); dynamic shared: float32 logits[partition_size].
+def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
+    adjust = common.logit_options(with_logit_options)
+    load_q = common.DECODE[dtype]
+    load_kv = common.DECODE[kv_dtype]
 
-    part_max/part_sum [num_seqs, num_heads, max_partitions], part_out [..., head_dim] (normalized).
-    """
-    seq = cuda.blockIdx.x
-    head = cuda.blockIdx.y
-    part = cuda.blockIdx.z
-    tid = cuda.threadIdx.x
-    threads = cuda.blockDim.x
-    num_heads, head_dim = query.shape[1], query.shape[2]
-    block_size = key_cache.shape[1]
-    kv_head = head // (num_heads // key_cache.shape[2])
-    context_len = context_lens[seq]
-    start = part * partition_size
-    if start >= context_len:  # the whole block leaves here, before any barrier: neutral partials
+    def partition_body(query, key_cache, value_cache, block_tables, context_lens, scale,
+                       v_scale, window_left, softcap, alibi, use_alibi, partition_size,
+                       part_max, part_sum, part_out):
+        """Grid (num_seqs, num_heads, max_partitions); dynamic shared: float32 logits[partition_size].
+
+        Partition `part` holds tokens first + part*P .. first + (part+1)*P - 1 (first: the window's
+        start, or 0). part_max/part_sum [num_seqs, num_heads, max_partitions], part_out [..., head_dim]
+        (normalized; v_scale is the merge's).
+        """
+        seq = cuda.blockIdx.x
+        head = cuda.blockIdx.y
+        part = cuda.blockIdx.z
+        tid = cuda.threadIdx.x
+        threads = cuda.blockDim.x
+        num_heads, head_dim = query.shape[1], query.shape[2]
+        block_size = key_cache.shape[1]
+        kv_head = head // (num_heads // key_cache.shape[2])
+        context_len = context_lens[seq]
+        position = context_len - 1
+        start = first_token(context_len, window_left) + part * partition_size
+        if start >= context_len:  # the whole block leaves here, before any barrier: neutral partials
+            for d in range(tid, head_dim, threads):
+                part_out[seq, head, part, d] = ZERO
+            if tid == 0:
+                part_max[seq, head, part] = NEG_INF
+                part_sum[seq, head, part] = ZERO
+            return
+        end = min(start + partition_size, context_len)
+        slope = alibi[head] if use_alibi else ZERO
+        q = cuda.shared.array(MAX_HEAD_DIM, float32)
+        scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
+        logits = cuda.shared.array(0, float32)
+
         for d in range(tid, head_dim, threads):
-            part_out[seq, head, part, d] = ZERO
+            q[d] = load_q(query[seq, head, d]) * scale
+        cuda.syncthreads()
+
+        local_max = NEG_INF
+        for t in range(start + tid, end, threads):
+            physical = block_tables[seq, t // block_size]
+            offset = t % block_size
+            logit = ZERO
+            for d in range(head_dim):
+                logit += q[d] * load_kv(key_cache[physical, offset, kv_head, d])
+            logit = adjust(logit, softcap, slope, use_alibi, t - position)
+            logits[t - start] = logit
+            local_max = max(local_max, logit)
+        top = block_max(local_max, scratch)
+
+        local_sum = ZERO
+        for i in range(tid, end - start, threads):
+            weight = math.exp(logits[i] - top)
+            logits[i] = weight
+            local_sum += weight
+        total = block_sum(local_sum, scratch)  # its barrier publishes the weights
+        inv_sum = float32(1.0) / total
+
+        for d in range(tid, head_dim, threads):
+            acc = ZERO
+            t = start
+            while t < end:
+                block = t // block_size
+                physical = block_tables[seq, block]
+                first = t - block * block_size
+                count = min(block_size - first, end - t)
+                for i in range(count):
+                    acc += logits[t - start + i] * load_kv(value_cache[physical, first + i, kv_head, d])
+                t += count
+            part_out[seq, head, part, d] = acc * inv_sum
         if tid == 0:
-            part_max[seq, head, part] = NEG_INF
-            part_sum[seq, head, part] = ZERO
-        return
-    end = min(start + partition_size, context_len)
-    q = cuda.shared.array(MAX_HEAD_DIM, float32)
-    scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
-    logits = cuda.shared.array(0, float32)
+            part_max[seq, head, part] = top
+            part_sum[seq, head, part] = total
 
-    for d in range(tid, head_dim, threads):
-        q[d] = float32(query[seq, head, d]) * scale
-    cuda.syncthreads()
-
-    local_max = NEG_INF
-    for t in range(start + tid, end, threads):
-        physical = block_tables[seq, t // block_size]
-        offset = t % block_size
-        logit = ZERO
-        for d in range(head_dim):
-            logit += q[d] * float32(key_cache[physical, offset, kv_head, d])
-        logits[t - start] = logit
-        local_max = max(local_max, logit)
-    top = block_max(local_max, scratch)
-
-    local_sum = ZERO
-    for i in range(tid, end - start, threads):
-        weight = math.exp(logits[i] - top)
-        logits[i] = weight
-        local_sum += weight
-    total = block_sum(local_sum, scratch)  # its barrier publishes the weights
-    inv_sum = float32(1.0) / total
-
-    for d in range(tid, head_dim, threads):
-        acc = ZERO
-        t = start
-        while t < end:
-            block = t // block_size
-            physical = block_tables[seq, block]
-            first = t - block * block_size
-            count = min(block_size - first, end - t)
-            for i in range(count):
-                acc += logits[t - start + i] * float32(value_cache[physical, first + i, kv_head, d])
-            t += count
-        part_out[seq, head, part, d] = acc * inv_sum
-    if tid == 0:
-        part_max[seq, head, part] = top
-        part_sum[seq, head, part] = total
+    return partition_body
 
 
-def merge_body(part_max, part_sum, part_out, out):
-    """Grid (num_seqs, num_heads); threads split head_dim. Empty partitions weigh exp(-inf) * 0 = 0."""
-    seq = cuda.blockIdx.x
-    head = cuda.blockIdx.y
-    num_parts = part_max.shape[2]
-    head_dim = out.shape[2]
-    top = NEG_INF
-    for p in range(num_parts):
-        top = max(top, part_max[seq, head, p])  # finite: partition 0 always holds a token
-    total = ZERO
-    for p in range(num_parts):
-        total += part_sum[seq, head, p] * math.exp(part_max[seq, head, p] - top)
-    inv_total = float32(1.0) / total
-    for d in range(cuda.threadIdx.x, head_dim, cuda.blockDim.x):
-        acc = ZERO
+def make_merge_body(dtype: str):
+    store = common.ENCODE[dtype]
+
+    def merge_body(part_max, part_sum, part_out, v_scale, out):
+        """Grid (num_seqs, num_heads); threads split head_dim. Empty partitions weigh exp(-inf) * 0 = 0."""
+        seq = cuda.blockIdx.x
+        head = cuda.blockIdx.y
+        num_parts = part_max.shape[2]
+        head_dim = out.shape[2]
+        top = NEG_INF
         for p in range(num_parts):
-            acc += part_out[seq, head, p, d] * (part_sum[seq, head, p] * math.exp(part_max[seq, head, p] - top))
-        out[seq, head, d] = acc * inv_total
+            top = max(top, part_max[seq, head, p])  # finite: partition 0 always holds a token
+        total = ZERO
+        for p in range(num_parts):
+            total += part_sum[seq, head, p] * math.exp(part_max[seq, head, p] - top)
+        inv_total = v_scale / total
+        for d in range(cuda.threadIdx.x, head_dim, cuda.blockDim.x):
+            acc = ZERO
+            for p in range(num_parts):
+                acc += part_out[seq, head, p, d] * (part_sum[seq, head, p] * math.exp(part_max[seq, head, p] - top))
+            out[seq, head, d] = store(acc * inv_total)
+
+    return merge_body
 
 
-partition_kernel = cuda.jit(partition_body)
-merge_kernel = cuda.jit(merge_body)
+@functools.lru_cache(maxsize=None)
+def partition_kernel_for(dtype: str, kv_dtype: str, with_logit_options: bool = False):
+    """(python body, jitted kernel) for (query dtype, cache dtype, soft-cap/ALiBi on), made once."""
+    body = make_partition_body(dtype, kv_dtype, with_logit_options)
+    return body, cuda.jit(body)
+
+
+@functools.lru_cache(maxsize=None)
+def merge_kernel_for(dtype: str):
+    """(python body, jitted kernel) for the output dtype, made once."""
+    body = make_merge_body(dtype)
+    return body, cuda.jit(body)
 
 
 def default_partition_size(block_size: int) -> int:
@@ -128,8 +164,13 @@ def default_partition_size(block_size: int) -> int:
 def check_partition_size(partition_size: int, block_size: int) -> None:
     if (not isinstance(partition_size, int) or partition_size < 1 or partition_size % block_size
             or partition_size > MAX_PARTITION_SIZE):
-        raise ValueError(f"numba.split: partition_size must be a positive multiple of block_size ({block_size}) "
-                         f"and at most {MAX_PARTITION_SIZE}, got {partition_size!r}")
+        raise Unsupported(f"numba.split: partition_size must be a positive multiple of block_size ({block_size}) "
+                          f"and at most {MAX_PARTITION_SIZE}, got {partition_size!r}")
+
+
+def partitions_needed(problem, partition_size: int) -> int:
+    """The most partitions any sequence needs: its tokens read (from the window's start) over P."""
+    return int(-(-common.tokens_read(problem).max() // partition_size))
 
 
 class SplitLaunch:
@@ -140,27 +181,36 @@ class SplitLaunch:
         common.check_head_dim("numba.split", p.head_dim)
         check_partition_size(partition_size, p.block_size)
         self.partition_size = partition_size
-        longest = int(p.context_lens.max())
-        self.num_partitions = -(-longest // partition_size)
+        self.num_partitions = partitions_needed(p, partition_size)
         shape = (p.num_seqs, p.num_heads, self.num_partitions)
+        longest = int(common.tokens_read(p).max())
+        threads = common.launch_threads(max(min(partition_size, longest), p.head_dim))
+        merge_threads = common.launch_threads(p.head_dim)
+        common.check_launch("numba.split partition", shape, threads)  # before any allocation
+        common.check_launch("numba.split merge", shape[:2], merge_threads)
         part_max = cuda.device_array(shape, "float32")
         part_sum = cuda.device_array(shape, "float32")
         part_out = cuda.device_array(shape + (p.head_dim,), "float32")
-        self.out = cuda.device_array(p.query.shape, p.dtype)
+        self.out = common.output_array(p)
+        self.out_dtype = p.dtype
         self.partials = (part_max, part_sum, part_out)
 
-        threads = common.launch_threads(max(min(partition_size, longest), p.head_dim))
-        args = common.decode_args(p) + (partition_size,) + self.partials
-        self.partition = common.Launch(partition_kernel, shape, threads, 4 * partition_size, args, None)
-        merge_args = self.partials + (self.out,)
-        self.merge = common.Launch(merge_kernel, shape[:2], common.launch_threads(p.head_dim), 0, merge_args, None)
+        key = common.kernel_key(p)
+        _, partition_kernel = partition_kernel_for(*key)
+        _, merge_kernel = merge_kernel_for(key[0])
+        args = common.decode_args(p)
+        self.partition = common.Launch(partition_kernel, shape, threads, 4 * partition_size,
+                                       args + (partition_size,) + self.partials, None, name="numba.split partition")
+        v_scale = args[6]
+        self.merge = common.Launch(merge_kernel, shape[:2], merge_threads, 0, self.partials + (v_scale, self.out),
+                                   None, name="numba.split merge")
 
     def launch(self) -> None:
         self.partition.launch()
         self.merge.launch()
 
     def result(self):
-        return self.out.copy_to_host()
+        return common.host_view(self.out.copy_to_host(), self.out_dtype)
 
 
 def prepare(problem, backend: str, partition_size: int | None = None) -> SplitLaunch:
@@ -170,15 +220,21 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> SplitLa
     return SplitLaunch(problem, partition_size)
 
 
-def compile_report(block_size: int, head_dim: int, dtype: str, arch: str) -> dict:
-    """Top-level numbers are the partition kernel's (the one reading K/V); `kernels` lists both."""
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   logit_options: bool = False) -> dict:
+    """Top-level numbers are the partition kernel's (the one reading K/V); `kernels` lists both.
+    dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
+    kernel built with soft-cap and ALiBi (default: the plain one)."""
+    q, kv = common.report_dtypes(dtype, kv_dtype)
     f32 = types.float32
     partials = (common.array(f32, 3), common.array(f32, 3), common.array(f32, 4))
-    partition_sig = common.decode_signature(dtype, types.int64, *partials)
-    merge_sig = partials + (common.out_array(dtype),)
+    partition_sig = common.decode_signature(q, kv, types.int64, *partials)
+    merge_sig = partials + (f32, common.out_array(q))
     size = default_partition_size(block_size)
     threads = common.launch_threads(size, simulated=False)
     merge_threads = common.launch_threads(head_dim, simulated=False)
+    partition_body, _ = partition_kernel_for(q, kv, logit_options)
+    merge_body, _ = merge_kernel_for(q)
     kernels = [
         dict(name="partition", threads_per_block=threads, dynamic_shared_bytes=4 * size,
              **common.kernel_resources(partition_body, partition_sig, arch)),

@@ -2,7 +2,8 @@
 
 The flaw: `physical = block` instead of `block_tables[seq, block]`, as if the cache were contiguous
 per sequence (clamped only to stay in bounds). Right only when the table is the identity, which
-the shared strategy never draws. Everything else is numba.naive's body (naive.make_body).
+the shared strategy never draws. Everything else is numba.naive's body (naive.make_body), every
+precision and option included.
 Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_control.
 """
 from __future__ import annotations
@@ -19,8 +20,8 @@ def logical_as_physical_block(block_tables, seq, block, num_blocks):
     return min(block, num_blocks - 1)  # BUG: the block table is never read
 
 
-ignores_table_kernel = cuda.jit(naive.make_body(physical_block=logical_as_physical_block))
+kernel_for = naive.kernel_factory(physical_block=logical_as_physical_block)
 
 
 def prepare(problem, backend: str) -> common.Launch:
-    return naive.launch_per_head(ignores_table_kernel, problem, "wrong.numba.ignores_table")
+    return naive.launch_per_head(kernel_for, problem, "wrong.numba.ignores_table")

@@ -2,7 +2,8 @@
 
 The flaw: the token count of a block is `context_len - block * block_size - 1` when that is smaller
 than block_size, a classic fencepost slip; every other block is whole. A context of one token
-gets no token at all (0/0 = NaN). Everything else is numba.naive's body (naive.make_body).
+gets no token at all (0/0 = NaN). Everything else is numba.naive's body (naive.make_body), every
+precision and option included.
 Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_control.
 """
 from __future__ import annotations
@@ -19,8 +20,8 @@ def tokens_in_block_minus_one(context_len, block, block_size):
     return min(block_size, context_len - block * block_size - 1)  # BUG: - 1
 
 
-off_by_one_kernel = cuda.jit(naive.make_body(block_tokens=tokens_in_block_minus_one))
+kernel_for = naive.kernel_factory(block_tokens=tokens_in_block_minus_one)
 
 
 def prepare(problem, backend: str) -> common.Launch:
-    return naive.launch_per_head(off_by_one_kernel, problem, "wrong.numba.off_by_one")
+    return naive.launch_per_head(kernel_for, problem, "wrong.numba.off_by_one")
