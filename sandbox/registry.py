@@ -17,6 +17,7 @@ VARIANTS = {
     "numba.block": "kernels.numba_cuda.block",
     "numba.split": "kernels.numba_cuda.split",
     "numba.gqa": "kernels.numba_cuda.gqa",
+    "numba.multi": "kernels.numba_cuda.multi",
     "cupy.v1": "kernels.cupy_raw.v1",
     "cupy.v2": "kernels.cupy_raw.v2",
     "cupy.gqa": "kernels.cupy_raw.gqa",

@@ -1,0 +1,355 @@
+"""numba.multi: several query tokens per sequence (chunked prefill, speculative decoding, mixed
+batches): one thread block per (sequence, KV head, tile of query tokens) serving the whole GQA group.
+
+Idea (one, over numba.gqa): the block's rows are (query token, query head) pairs - a tile of up to
+`tile_tokens` query tokens of one sequence times the group of query heads of one KV head - so a K
+row and a V row are loaded from global memory (and dequantized) once per tile, not once per query
+token and head. The tile's causal span is walked in chunks: each chunk of K is staged in shared
+memory (float32), every row's logits are computed from it, the per-row online softmax (running max
+and sum, float32) is updated, the chunk of V replaces K in the same shared buffer, and the rows'
+accumulators absorb it. Query token j of sequence s (q_s tokens, context L_s) sits at position
+p = L_s - q_s + j: its row masks tokens t > p (causal) and, with a window, t < p - window_left.
+The walk runs from the window's start of the tile's first query token to the tile's last position:
+blocks wholly before it are never looked up (their table entries may be -1) nor read.
+A decode problem (no query_start) is q_s = 1 for every sequence: tiles of one token, rows = group.
+
+Layout of a block (dynamic shared float32, `rows` = tile_tokens * group padded to the register tile):
+    q    [rows, head_dim]      the tile's queries, times scale * k_scale
+    acc  [rows, head_dim]      output accumulators
+    p    [rows, chunk]         logits, then softmax weights of the chunk
+    kv   [chunk, head_dim + 1] the chunk's K, then its V (rows padded by one float: no bank conflicts
+                               when threads of phase A read different tokens at the same d)
+    max, sum, correction [rows]
+Per chunk four barriers: stage K | logits (each thread one token, rows in register tiles of
+`tile` = min(8, next pow2 of rows), the tile a compile-time constant) | per-row softmax update (one
+thread per row, serial over the chunk: no cross-thread reduction, so no shuffles, the same code
+simulated and compiled) and stage V | rescale and accumulate (each thread one (dim, row tile)).
+Tiles are scheduled by a host-made table (prepare, untimed): block x serves tiles[x] = (sequence,
+first query row, query tokens in the tile, the sequence's end row); block y is the KV head.
+
+Limits: block sizes 1..256 (runtime); head dims 32..256 (common.HEAD_DIMS); queries float32,
+float16, bfloat16, caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option
+(k/v scales, sliding window, soft-cap, ALiBi); any query length (query_start), decode included; any
+context length. Shared memory is kept within 48 KB by halving the chunk (to 8), then the tile's
+query tokens (to 1), then the chunk (to 1); a group that still does not fit (e.g. 32 query heads
+per KV head at head_dim 256) is refused by prepare() before launch (Unsupported).
+Precisions and options as numba.gqa (common.py): one kernel per (register tile, query dtype, cache
+dtype, soft-cap/ALiBi on); options are runtime arguments.
+Debugging: prepare(..., count_loads=True) builds the kernel with a global-load counter
+(`Launch.counts`, int32 [2, num_blocks, block_size, num_kv_heads, head_dim]: K, V): tests check that
+every K/V element is loaded exactly once per tile whose span holds it and never outside one.
+Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
+GPU). Design-level expectation, not a measurement: K/V bytes per query token drop by the tile's
+rows against numba.naive; chunked prefill walks each tile's span only (causal), with at most one
+partly masked chunk per tile.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+
+from . import common
+from .common import NEG_INF, ZERO
+
+LIMITS = Limits(head_dims=common.HEAD_DIMS, max_query_len=None, **FULL_SUPPORT)
+NAME = "numba.multi"
+ROW_TILE = 8       # rows (query token, head) whose dot products / accumulators a thread keeps in registers
+TARGET_ROWS = 16   # rows per block the tile of query tokens aims at (tile_tokens = TARGET_ROWS // group)
+MIN_CHUNK = 8      # the chunk is halved to this before the tile of query tokens shrinks
+SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
+K_LOADS, V_LOADS = 0, 1   # first index of the load counter
+
+
+def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False,
+              count_loads: bool = False, causal_slip: int = 0):
+    """The kernel body with `tile` (rows per register tile), the dtypes, soft-cap/ALiBi, the load
+    counter and `causal_slip` fixed at compile time. causal_slip = 0 is the causal mask (t <= p);
+    the negative control kernels/wrong/numba_causal_off_by_one.py builds it with 1 (t <= p + 1)."""
+    adjust = common.logit_options(with_logit_options)
+    load_q = common.DECODE[dtype]
+    load_kv = common.DECODE[kv_dtype]
+    store = common.ENCODE[dtype]
+
+    def multi_body(query, key_cache, value_cache, block_tables, context_lens, scale,
+                   v_scale, window_left, softcap, alibi, use_alibi, tiles, tile_tokens, chunk, counts, out):
+        """Grid (num_tiles, num_kv_heads). query/out [total_q, num_heads, head_dim]; tiles int32
+        [num_tiles, 4]; counts int32 (flat [2, num_blocks, block_size, num_kv_heads, head_dim] when
+        counting loads, else unused)."""
+        kv_head = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        threads = cuda.blockDim.x
+        num_heads, head_dim = query.shape[1], query.shape[2]
+        num_blocks, block_size, num_kv_heads = key_cache.shape[0], key_cache.shape[1], key_cache.shape[2]
+        group = num_heads // num_kv_heads
+        head0 = kv_head * group
+        seq = tiles[cuda.blockIdx.x, 0]
+        row0 = tiles[cuda.blockIdx.x, 1]
+        num_q = tiles[cuda.blockIdx.x, 2]
+        end_row = tiles[cuda.blockIdx.x, 3]
+        context_len = context_lens[seq]
+        pos0 = context_len - (end_row - row0)  # position of the tile's first query token
+        rows = num_q * group                    # row r: query token r // group, head head0 + r % group
+        padded = (rows + tile - 1) // tile * tile
+        max_rows = (tile_tokens * group + tile - 1) // tile * tile  # the layout is the same for every block
+        first = 0 if window_left < 0 else max(0, pos0 - window_left)
+        stop = min(context_len, pos0 + num_q + causal_slip)  # one past the tile's last position
+        stride = head_dim + 1
+
+        sh = cuda.shared.array(0, float32)
+        acc_at = max_rows * head_dim
+        p_at = 2 * max_rows * head_dim
+        kv_at = p_at + max_rows * chunk
+        max_at = kv_at + chunk * stride
+        sum_at = max_at + max_rows
+        corr_at = sum_at + max_rows
+
+        # Staging K/V: a thread loads one token's row at a stride of `lanes` dims (one table lookup
+        # per token and thread; consecutive threads read consecutive dims).
+        slices = max(1, threads // head_dim)
+        lanes = threads // slices
+        my_slice = tid // lanes
+        lane = tid % lanes
+        # Phase A: thread = (token of the chunk, slice of row tiles).
+        a_slices = threads // chunk
+        a_token = tid % chunk
+        a_slice = tid // chunk
+
+        for i in range(tid, padded * head_dim, threads):
+            sh[i] = ZERO
+            sh[acc_at + i] = ZERO
+        for r in range(tid, padded, threads):
+            sh[max_at + r] = NEG_INF
+            sh[sum_at + r] = ZERO
+            sh[corr_at + r] = float32(1.0)
+        cuda.syncthreads()
+        for i in range(tid, rows * head_dim, threads):
+            r = i // head_dim
+            sh[i] = load_q(query[row0 + r // group, head0 + r % group, i % head_dim]) * scale
+        cuda.syncthreads()
+
+        dots = cuda.local.array(tile, float32)
+        accs = cuda.local.array(tile, float32)
+        for chunk_start in range(first, stop, chunk):
+            n = min(chunk, stop - chunk_start)
+            # Stage K: each element of the chunk loaded from global memory once for the whole tile.
+            if my_slice < slices:
+                for i in range(my_slice, n, slices):
+                    t = chunk_start + i
+                    physical = block_tables[seq, t // block_size]
+                    offset = t % block_size
+                    for d in range(lane, head_dim, lanes):
+                        sh[kv_at + i * stride + d] = load_kv(key_cache[physical, offset, kv_head, d])
+                        if count_loads:
+                            cuda.atomic.add(counts, (((K_LOADS * num_blocks + physical) * block_size + offset)
+                                                     * num_kv_heads + kv_head) * head_dim + d, 1)
+            cuda.syncthreads()
+            # A: logits of every row, masked per row (causal, window); rows of a register tile all
+            # masked for this token skip the dot product.
+            if a_token < n and a_slice < a_slices:
+                t = chunk_start + a_token
+                for g0 in range(a_slice * tile, padded, a_slices * tile):
+                    last_row = min(g0 + tile, rows) - 1
+                    needed = g0 < rows and t <= pos0 + last_row // group + causal_slip
+                    if window_left >= 0:
+                        needed = needed and t >= pos0 + g0 // group - window_left
+                    if needed:
+                        for j in range(tile):
+                            dots[j] = ZERO
+                        for d in range(head_dim):
+                            k = sh[kv_at + a_token * stride + d]
+                            for j in range(tile):
+                                dots[j] += sh[(g0 + j) * head_dim + d] * k
+                    for j in range(tile):
+                        r = g0 + j
+                        logit = NEG_INF
+                        if needed and r < rows:
+                            position = pos0 + r // group
+                            visible = t <= position + causal_slip
+                            if window_left >= 0:
+                                visible = visible and t >= position - window_left
+                            if visible:
+                                slope = alibi[head0 + r % group] if use_alibi else ZERO
+                                logit = adjust(dots[j], softcap, slope, use_alibi, t - position)
+                        sh[p_at + r * chunk + a_token] = logit
+            cuda.syncthreads()
+            # B: per row, the chunk's max, the rescale of what came before, weights and their sum.
+            # A row with every token of the chunk masked keeps its state (weights 0, correction 1).
+            for r in range(tid, padded, threads):
+                row = p_at + r * chunk
+                old_max = sh[max_at + r]
+                new_max = old_max
+                for i in range(n):
+                    new_max = max(new_max, sh[row + i])
+                if new_max == NEG_INF:
+                    for i in range(n):
+                        sh[row + i] = ZERO
+                    sh[corr_at + r] = float32(1.0)
+                else:
+                    chunk_sum = ZERO
+                    for i in range(n):
+                        weight = math.exp(sh[row + i] - new_max)
+                        sh[row + i] = weight
+                        chunk_sum += weight
+                    correction = math.exp(old_max - new_max)  # exp(-inf) = 0 on the row's first tokens
+                    sh[sum_at + r] = sh[sum_at + r] * correction + chunk_sum
+                    sh[max_at + r] = new_max
+                    sh[corr_at + r] = correction
+            # Stage V into the buffer K held (phase A is done with it).
+            if my_slice < slices:
+                for i in range(my_slice, n, slices):
+                    t = chunk_start + i
+                    physical = block_tables[seq, t // block_size]
+                    offset = t % block_size
+                    for d in range(lane, head_dim, lanes):
+                        sh[kv_at + i * stride + d] = load_kv(value_cache[physical, offset, kv_head, d])
+                        if count_loads:
+                            cuda.atomic.add(counts, (((V_LOADS * num_blocks + physical) * block_size + offset)
+                                                     * num_kv_heads + kv_head) * head_dim + d, 1)
+            cuda.syncthreads()
+            # C: rescale and accumulate weights x V; thread = (dim, register tile of rows).
+            for item in range(tid, head_dim * (padded // tile), threads):
+                d = item % head_dim
+                g0 = item // head_dim * tile
+                base = acc_at + g0 * head_dim + d
+                for j in range(tile):
+                    accs[j] = sh[base + j * head_dim] * sh[corr_at + g0 + j]
+                for i in range(n):
+                    v = sh[kv_at + i * stride + d]
+                    for j in range(tile):
+                        accs[j] += sh[p_at + (g0 + j) * chunk + i] * v
+                for j in range(tile):
+                    sh[base + j * head_dim] = accs[j]
+            cuda.syncthreads()
+
+        for i in range(tid, rows * head_dim, threads):
+            r = i // head_dim
+            out[row0 + r // group, head0 + r % group, i % head_dim] = store(
+                sh[acc_at + i] * (v_scale / sh[sum_at + r]))
+
+    return multi_body
+
+
+def tile_for(rows: int) -> int:
+    """Rows per register tile: the block's rows rounded up to a power of two, at most ROW_TILE."""
+    return min(ROW_TILE, common.next_pow2(rows))
+
+
+def kernel_factory(causal_slip: int = 0):
+    """(tile, dtype, kv_dtype, with_logit_options, count_loads) -> (python body, jitted kernel), each
+    made once: numba.multi's kernels (causal_slip 0) or a negative control's."""
+    @functools.lru_cache(maxsize=None)
+    def kernel_for(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False,
+                   count_loads: bool = False):
+        body = make_body(tile, dtype, kv_dtype, with_logit_options, count_loads, causal_slip)
+        return body, cuda.jit(body)
+    return kernel_for
+
+
+kernel_for = kernel_factory()
+
+
+def shared_bytes(group: int, head_dim: int, tile_tokens: int, chunk: int) -> int:
+    rows = tile_tokens * group
+    max_rows = -(-rows // tile_for(rows)) * tile_for(rows)
+    return 4 * (2 * max_rows * head_dim + max_rows * chunk + chunk * (head_dim + 1) + 3 * max_rows)
+
+
+def launch_shape(group: int, head_dim: int, max_query_len: int, longest: int, simulated=None,
+                 name: str = NAME) -> tuple[int, int, int, int]:
+    """(threads, tile_tokens, chunk, shared bytes). tile_tokens: TARGET_ROWS // group query tokens
+    (at least 1, at most the longest query rounded up to a power of two); chunk: `threads` tokens.
+    Over SHARED_LIMIT, the chunk halves down to MIN_CHUNK, then tile_tokens down to 1, then the
+    chunk down to 1; what still does not fit is Unsupported."""
+    threads = common.launch_threads(max(longest, head_dim), simulated)
+    tile_tokens = max(1, min(TARGET_ROWS // group, common.next_pow2(max_query_len)))
+    chunk = threads
+    while shared_bytes(group, head_dim, tile_tokens, chunk) > SHARED_LIMIT:
+        if chunk > MIN_CHUNK:
+            chunk //= 2
+        elif tile_tokens > 1:
+            tile_tokens //= 2
+        elif chunk > 1:
+            chunk //= 2
+        else:
+            raise Unsupported(f"{name} needs {shared_bytes(group, head_dim, 1, 1)} bytes of shared memory for a "
+                              f"group of {group} query heads at head_dim {head_dim}; the limit is {SHARED_LIMIT} bytes")
+    return threads, tile_tokens, chunk, shared_bytes(group, head_dim, tile_tokens, chunk)
+
+
+def plan_tiles(query_lens: np.ndarray, tile_tokens: int) -> np.ndarray:
+    """int32 [num_tiles, 4]: (sequence, first query row, query tokens in the tile, the sequence's end
+    row) for every tile of tile_tokens query tokens, sequences in order."""
+    tiles = []
+    start = 0
+    for s, q in enumerate(np.asarray(query_lens, dtype=np.int64).tolist()):
+        for j in range(0, q, tile_tokens):
+            tiles.append((s, start + j, min(tile_tokens, q - j), start + q))
+        start += q
+    return np.asarray(tiles, dtype=np.int32).reshape(-1, 4)
+
+
+def tile_spans(problem, tile_tokens: int) -> list[tuple[int, int, int]]:
+    """[(sequence, first token, one past the last token)] each tile walks (host twin of the kernel's)."""
+    window = problem.options.window_left
+    spans = []
+    for seq, row0, num_q, end_row in plan_tiles(problem.query_lens, tile_tokens).tolist():
+        pos0 = int(problem.context_lens[seq]) - (end_row - row0)
+        spans.append((seq, 0 if window < 0 else max(0, pos0 - window), pos0 + num_q))
+    return spans
+
+
+def prepare_with(kernels, problem, name: str = NAME, count_loads: bool = False) -> common.Launch:
+    """Launcher shared with the negative control; `kernels` is a kernel_factory(...) result.
+    With count_loads, the kernel counts its global K/V loads into Launch.counts (see the docstring)."""
+    p = problem
+    common.check_head_dim(name, p.head_dim)
+    group = p.num_heads // p.num_kv_heads
+    longest = int(common.tokens_read(p).max())
+    threads, tile_tokens, chunk, size = launch_shape(group, p.head_dim, p.max_query_len, longest, name=name)
+    tiles = plan_tiles(p.query_lens, tile_tokens)
+    grid = (len(tiles), p.num_kv_heads)
+    common.check_launch(name, grid, threads)
+    _, kernel = kernels(tile_for(tile_tokens * group), *common.kernel_key(p), count_loads)
+    counts_shape = (2,) + p.key_cache.shape if count_loads else (1,)
+    counts = cuda.to_device(np.zeros(int(np.prod(counts_shape)), np.int32))
+    out = common.output_array(p)
+    args = common.decode_args(p) + (common.upload(tiles), tile_tokens, chunk, counts, out)
+    launch = common.Launch(kernel, grid, threads, size, args, out, name=name, out_dtype=p.dtype)
+    launch.tile_tokens, launch.chunk, launch.tiles = tile_tokens, chunk, tiles
+    launch.counts_device, launch.counts_shape = counts, counts_shape
+    return launch
+
+
+def load_counts(launch: common.Launch) -> np.ndarray:
+    """int32 [2, num_blocks, block_size, num_kv_heads, head_dim]: K and V loads of a count_loads launch."""
+    return launch.counts_device.copy_to_host().reshape(launch.counts_shape)
+
+
+def prepare(problem, backend: str, count_loads: bool = False) -> common.Launch:
+    return prepare_with(kernel_for, problem, NAME, count_loads)
+
+
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   logit_options: bool = False) -> dict:
+    """REPRESENTATIVE's group of 4 (32/8 heads) at context 4096 with 16 query tokens per sequence
+    (so tiles of 4 tokens: 16 rows). dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an
+    fp8 cache; logit_options: the kernel built with soft-cap and ALiBi (default: the plain one)."""
+    from numba import types
+
+    q, kv = common.report_dtypes(dtype, kv_dtype)
+    rep = common.REPRESENTATIVE
+    group = rep["num_heads"] // rep["num_kv_heads"]
+    threads, tile_tokens, chunk, size = launch_shape(group, head_dim, 16, rep["context_len"], simulated=False)
+    signature = common.decode_signature(q, kv, common.array(types.int32, 2), types.int64, types.int64,
+                                        common.array(types.int32, 1), common.out_array(q))
+    tile = tile_for(tile_tokens * group)
+    body, _ = kernel_for(tile, q, kv, logit_options)
+    kernel = dict(name="multi", **common.kernel_resources(body, signature, arch))
+    return common.report([kernel], threads, size,
+                         note=f"group {group}, {tile_tokens} query tokens per tile (register tile {tile}), "
+                              f"chunk {chunk} tokens")
