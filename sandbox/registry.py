@@ -23,6 +23,7 @@ VARIANTS = {
     "cupy.gqa": "kernels.cupy_raw.gqa",
     "cupy.rows": "kernels.cupy_raw.rows",
     "cupy.dense": "kernels.cupy_raw.dense",
+    "cupy.multi": "kernels.cupy_raw.multi",
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
