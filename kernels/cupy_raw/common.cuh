@@ -18,9 +18,18 @@
 // hold tokens of [start, end) are looked up in the block table (unused entries may be -1).
 // The KV policy (PagedKV, DenseKV) maps a logical block to its first token row in the cache.
 //
+// Precisions: T is the query's and output's type (float, __half, __nv_bfloat16), KV the cache's (T,
+// or __nv_fp8_e4m3 / __nv_fp8_e5m2: 16 values per 16-byte vector, dequantized to float in pairs).
+// Options (AttentionOptions): the kernel's Opt type carries a compile-time bitmask (Options<FLAGS>,
+// OPT_* below) and the runtime values; with FLAGS = 0 the code is what it was before options existed.
+// k_scale costs nothing here: the launcher folds it into `scale`. v_scale multiplies the output,
+// the soft-cap and ALiBi rewrite each logit after the scale (Opt::logit), and a window moves `start`.
+//
 // reduce kernel: combines the partitions of split-KV variants (log-sum-exp rescaling).
 #pragma once
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 namespace pa {
 
@@ -39,8 +48,95 @@ struct alignas(16) Pack16 {
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ void store(float* p, float x) { *p = x; }
 __device__ __forceinline__ void store(__half* p, float x) { *p = __float2half(x); }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16(x); }
+
+// fp8 caches: Fp8<KV>::pair dequantizes two adjacent values (one fp8x2 -> half2 cvt on sm_89+, the
+// header's software conversion below), then widens them to float; every fp8 value is exact in half.
+template <typename KV>
+struct Fp8 {
+  static constexpr bool value = false;
+};
+template <__nv_fp8_interpretation_t KIND>
+struct Fp8Format {
+  static constexpr bool value = true;
+  __device__ __forceinline__ static float2 pair(unsigned short two) {
+    return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(two, KIND)));
+  }
+};
+template <>
+struct Fp8<__nv_fp8_e4m3> : Fp8Format<__NV_E4M3> {};
+template <>
+struct Fp8<__nv_fp8_e5m2> : Fp8Format<__NV_E5M2> {};
+template <typename KV>
+constexpr bool is_fp8 = Fp8<KV>::value;
+
+// The VEC values of one 16-byte vector as floats.
+template <typename KV>
+__device__ __forceinline__ void unpack(const Pack16<KV>& p, float (&f)[16 / sizeof(KV)]) {
+  if constexpr (is_fp8<KV>) {
+    const unsigned short* pairs = reinterpret_cast<const unsigned short*>(p.v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 two = Fp8<KV>::pair(pairs[i]);
+      f[2 * i] = two.x;
+      f[2 * i + 1] = two.y;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 16 / (int)sizeof(KV); ++e) f[e] = to_float(p.v[e]);
+  }
+}
+
+// ---- options: which are compiled in (FLAGS), and their runtime values
+enum : int { OPT_WINDOW = 1, OPT_SOFTCAP = 2, OPT_ALIBI = 4, OPT_VSCALE = 8 };
+
+// The first token a decode query reads: the window's start with OPT_WINDOW in flags, else 0.
+__device__ __forceinline__ int first_token(int flags, int context_len, int window_left) {
+  return (flags & OPT_WINDOW) != 0 && context_len - 1 - window_left > 0 ? context_len - 1 - window_left : 0;
+}
+
+// Options<FLAGS>: the runtime values of the options compiled in; fields of options not in FLAGS are
+// never read. A kernel builds one per block (for the query heads it serves) and hands it to attend;
+// negative controls derive from it to change one rule.
+template <int FLAGS>
+struct Options {
+  static constexpr int flags = FLAGS;
+  float v_scale;        // OPT_VSCALE: output *= v_scale (dequantized V = value * v_scale)
+  float soft_cap;       // OPT_SOFTCAP: logit = cap * tanh(logit / cap)
+  float inv_cap;
+  const float* alibi;   // OPT_ALIBI: the served heads' slopes (alibi[g] for head g of the tile)
+  int position;         // the query token's position (decode: context_len - 1); ALiBi adds slope * (t - position)
+  int window_left;      // OPT_WINDOW: only tokens t >= position - window_left
+
+  __device__ __forceinline__ Options(float v_scale_, float soft_cap_, const float* alibi_slopes, int first_head,
+                                     int window_left_, int context_len)
+      : v_scale(v_scale_), soft_cap(soft_cap_), inv_cap(0.f), alibi(nullptr), position(context_len - 1),
+        window_left(window_left_) {
+    if constexpr ((FLAGS & OPT_SOFTCAP) != 0) inv_cap = 1.f / soft_cap_;
+    if constexpr ((FLAGS & OPT_ALIBI) != 0) alibi = alibi_slopes + first_head;
+  }
+
+  // The first token the query reads: the window's start (0 without a window).
+  __device__ __forceinline__ int first_token() const { return pa::first_token(FLAGS, position + 1, window_left); }
+
+  // ALiBi slope of served head g (0 without ALiBi).
+  __device__ __forceinline__ float slope(int g) const {
+    if constexpr ((FLAGS & OPT_ALIBI) != 0) return alibi[g];
+    return 0.f;
+  }
+
+  // The logit of token `token` from its dot product q . k: scale, then soft-cap, then ALiBi.
+  __device__ __forceinline__ float logit(float dot, float scale, float slope_g, int token) const {
+    float s = dot * scale;
+    if constexpr ((FLAGS & OPT_SOFTCAP) != 0) s = soft_cap * tanhf(s * inv_cap);
+    if constexpr ((FLAGS & OPT_ALIBI) != 0) s += slope_g * (float)(token - position);
+    return s;
+  }
+};
+
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 
@@ -86,7 +182,21 @@ __device__ __forceinline__ void accumulate_qk(const Pack16<T> (&kp)[N], const fl
 #pragma unroll
   for (int jj = 0; jj < N; ++jj) {
     const int v = first + jj * TGS;
-    if (v < NUM_VECS) {
+    if constexpr (is_fp8<T>) {  // dequantize the vector once, then TILE dot products
+      if (v < NUM_VECS) {
+        float kf[VEC];
+        unpack(kp[jj], kf);
+#pragma unroll
+        for (int g = 0; g < TILE; ++g) {
+          const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
+#pragma unroll
+          for (int e = 0; e < VEC / 4; ++e) {
+            const float4 qq = q4[e];
+            qk[g] += qq.x * kf[4 * e] + qq.y * kf[4 * e + 1] + qq.z * kf[4 * e + 2] + qq.w * kf[4 * e + 3];
+          }
+        }
+      }
+    } else if (v < NUM_VECS) {
 #pragma unroll
       for (int g = 0; g < TILE; ++g) {
         const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
@@ -101,13 +211,15 @@ __device__ __forceinline__ void accumulate_qk(const Pack16<T> (&kp)[N], const fl
   }
 }
 
-// Finishes one token's logits: sums the TGS lanes' partial dot products, scales, and (for a token in
-// range) keeps the running max and writes logits[g][token - start].
-template <int TILE, int TGS>
-__device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, bool valid, bool writer, int index,
-                                             float* logits, int logits_stride, float (&qk_max)[TILE]) {
+// Finishes one token's logits: sums the TGS lanes' partial dot products, makes them logits (scale, then
+// the options: opt.logit), and (for a token in range) keeps the running max and writes
+// logits[g][token - start] (index = token - start).
+template <int TILE, int TGS, typename Opt>
+__device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, const Opt& opt,
+                                             const float (&slopes)[TILE], int token, bool valid, bool writer,
+                                             int index, float* logits, int logits_stride, float (&qk_max)[TILE]) {
 #pragma unroll
-  for (int g = 0; g < TILE; ++g) qk[g] = group_sum<TGS>(qk[g]) * scale;
+  for (int g = 0; g < TILE; ++g) qk[g] = opt.logit(group_sum<TGS>(qk[g]), scale, slopes[g], token);
   if (valid) {
 #pragma unroll
     for (int g = 0; g < TILE; ++g) {
@@ -118,10 +230,13 @@ __device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, boo
 }
 
 // K phase, block-mapped (vLLM): a warp walks one cache block at a time, TGS = 32 / BLOCK_SIZE lanes
-// per token (1 from block size 32 up); one table lookup per block.
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV>
+// per token (1 from block size 32 up); one table lookup per block. With a window, `start` may fall
+// inside a block: its tokens before `start` are neither loaded nor kept (OPT_WINDOW only; without it
+// every start is a block boundary).
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV, typename Opt>
 __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
-                                                    const float* q_smem, float scale, int start, int end,
+                                                    const float* q_smem, float scale, const Opt& opt,
+                                                    const float (&slopes)[TILE], int start, int end,
                                                     float* logits, int logits_stride, float (&qk_max)[TILE]) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int NUM_VECS = HEAD_DIM / VEC;
@@ -140,7 +255,8 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
     for (int i = 0; i < TOKENS_PER_GROUP; ++i) {
       const int offset = group + i * GROUPS_PER_WARP;
       const int token = b * BLOCK_SIZE + offset;
-      const bool valid = token < end;
+      bool valid = token < end;
+      if constexpr ((Opt::flags & OPT_WINDOW) != 0) valid = valid && token >= start;
       float qk[TILE];
 #pragma unroll
       for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
@@ -158,7 +274,8 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
           accumulate_qk<HEAD_DIM, TILE, TGS>(kp, q_smem, lane_in_group + j0 * TGS, qk);
         }
       }
-      store_logits<TILE, TGS>(qk, scale, valid, lane_in_group == 0, token - start, logits, logits_stride, qk_max);
+      store_logits<TILE, TGS>(qk, scale, opt, slopes, token, valid, lane_in_group == 0, token - start, logits,
+                              logits_stride, qk_max);
     }
   }
 }
@@ -174,9 +291,10 @@ __host__ __device__ constexpr int row_group_size() {
 // K phase, row-mapped (cupy.rows): TGS lanes per token whatever the block size; a warp takes chunks of
 // UK * (32 / TGS) consecutive tokens and issues every load of a chunk (8 vectors per lane) before
 // its math. Each token's row is looked up on its own: kv.row(t).
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV>
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV, typename Opt>
 __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
-                                                  const float* q_smem, float scale, int start, int end,
+                                                  const float* q_smem, float scale, const Opt& opt,
+                                                  const float (&slopes)[TILE], int start, int end,
                                                   float* logits, int logits_stride, float (&qk_max)[TILE]) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int NUM_VECS = HEAD_DIM / VEC;
@@ -208,7 +326,8 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
 #pragma unroll
       for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
       if (t < end) accumulate_qk<HEAD_DIM, TILE, TGS>(kp[u], q_smem, lane_in_group, qk);
-      store_logits<TILE, TGS>(qk, scale, t < end, lane_in_group == 0, t - start, logits, logits_stride, qk_max);
+      store_logits<TILE, TGS>(qk, scale, opt, slopes, t, t < end, lane_in_group == 0, t - start, logits,
+                              logits_stride, qk_max);
     }
   }
 }
@@ -235,7 +354,16 @@ __device__ __forceinline__ void accumulate_pv(const Pack16<T> (&vp)[V_VECS], con
 #pragma unroll
   for (int j = 0; j < V_VECS; ++j) {
     const int v = lane_in_row + j * LPT;
-    if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
+    if constexpr (is_fp8<T>) {  // dequantize the vector once
+      if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
+        float vf[VEC];
+        unpack(vp[j], vf);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+#pragma unroll
+          for (int g = 0; g < TILE; ++g) acc[g][j * VEC + e] += p[g] * vf[e];
+      }
+    } else if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float vf = to_float(vp[j].v[e]);
@@ -249,14 +377,17 @@ __device__ __forceinline__ void accumulate_pv(const Pack16<T> (&vp)[V_VECS], con
 // Shared memory: static q tile + reduction slots; dynamic `smem` must hold
 // max(TILE * logits_stride, NUM_WARPS * TILE * HEAD_DIM) floats (logits, then the warps' partial outputs).
 //
+// T:        the cache's element type (K/V); Q: the query's (float, __half, __nv_bfloat16)
 // q:        the tile's first query head; heads are HEAD_DIM apart; heads >= num_heads_here are not read
-// out:      out + g * out_head_stride + d  <- normalized output of head g (OutT: T, or float for partitions)
+// scale:    softmax scale (times k_scale); opt: Options<FLAGS> or a type derived from it
+// out:      out + g * out_head_stride + d  <- normalized output of head g (OutT: Q, or float for partitions)
 // max_out, sum_out (nullable): + g * stats_stride <- the range's max logit and sum of exp(logit - max)
 // ROW_MAPPED: the block-size-independent mapping of cupy.rows (see the top of this file).
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, bool ROW_MAPPED = false, typename T, typename KV, typename OutT>
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, bool ROW_MAPPED = false, typename T, typename Q, typename KV,
+          typename OutT, typename Opt>
 __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __restrict__ value_cache,
-                       const T* __restrict__ q, int num_heads_here, int kv_head, int num_kv_heads, float scale,
-                       int start, int end, int logits_stride, float* __restrict__ smem,
+                       const Q* __restrict__ q, int num_heads_here, int kv_head, int num_kv_heads, float scale,
+                       const Opt& opt, int start, int end, int logits_stride, float* __restrict__ smem,
                        OutT* __restrict__ out, long long out_head_stride,
                        float* __restrict__ max_out, float* __restrict__ sum_out, long long stats_stride) {
   constexpr int VEC = 16 / sizeof(T);
@@ -278,18 +409,21 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
     q_smem[i] = i / HEAD_DIM < num_heads_here ? to_float(q[i]) : 0.f;
   __syncthreads();
 
-  // ---- K: logits[g][t - start] = scale * q_g . k_t
+  // ---- K: logits[g][t - start] = opt.logit(q_g . k_t): scale, soft-cap, ALiBi
   float* logits = smem;
-  float qk_max[TILE];
+  float qk_max[TILE], slopes[TILE];
 #pragma unroll
-  for (int g = 0; g < TILE; ++g) qk_max[g] = neg_inf();
+  for (int g = 0; g < TILE; ++g) {
+    qk_max[g] = neg_inf();
+    slopes[g] = g < num_heads_here ? opt.slope(g) : 0.f;
+  }
   const T* k_head = key_cache + (long long)kv_head * HEAD_DIM;
   if constexpr (ROW_MAPPED)
-    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, start, end, logits,
-                                                  logits_stride, qk_max);
+    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
+                                                  logits, logits_stride, qk_max);
   else
-    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, start, end, logits,
-                                                    logits_stride, qk_max);
+    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
+                                                    logits, logits_stride, qk_max);
 #pragma unroll
   for (int g = 0; g < TILE; ++g) {
     const float m = warp_max(qk_max[g]);
@@ -398,7 +532,10 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
       s += partial[(w * TILE + g) * HEAD_DIM + d];
       total += red_sum[g][w];
     }
-    store(out + g * out_head_stride + d, s / total);
+    if constexpr ((Opt::flags & OPT_VSCALE) != 0)
+      store(out + g * out_head_stride + d, s / total * opt.v_scale);
+    else
+      store(out + g * out_head_stride + d, s / total);
   }
   if (max_out != nullptr) {
     for (int g = tid; g < num_heads_here; g += NUM_THREADS) {
@@ -430,18 +567,20 @@ struct HeadTile {
 
 // Split-KV, second pass: combine the partitions of one (sequence, head) with log-sum-exp weights
 //   w_p = exp_sum_p * exp(max_p - max),  out = sum_p w_p * tmp_out_p / sum_p w_p.
-// Reads only this sequence's ceil(context_len / partition_size) partitions (empty ones are never
-// written). Grid (num_heads, num_seqs); dynamic shared memory: max_partitions floats.
-template <int HEAD_DIM, typename T>
+// Reads only this sequence's ceil((context_len - first) / partition_size) partitions (empty ones are
+// never written); first = the window's start with WINDOW (window_left is read only then), else 0.
+// Grid (num_heads, num_seqs); dynamic shared memory: max_partitions floats.
+template <int HEAD_DIM, typename T, bool WINDOW = false>
 __global__ void __launch_bounds__(NUM_THREADS)
     paged_attention_reduce(T* __restrict__ out, const float* __restrict__ tmp_out, const float* __restrict__ max_logits,
                            const float* __restrict__ exp_sums, const int* __restrict__ context_lens, int num_heads,
-                           int max_partitions, int partition_size) {
+                           int max_partitions, int partition_size, int window_left) {
   extern __shared__ float weights[];
   __shared__ float red[2][NUM_WARPS];
   const int head = blockIdx.x, seq = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
-  const int parts = (context_lens[seq] + partition_size - 1) / partition_size;
+  const int tokens = context_lens[seq] - first_token(WINDOW ? OPT_WINDOW : 0, context_lens[seq], window_left);
+  const int parts = (tokens + partition_size - 1) / partition_size;
   const long long base = ((long long)seq * num_heads + head) * max_partitions;
 
   float m = neg_inf();

@@ -5,7 +5,11 @@ Idea: prepare() (untimed) gathers each sequence into [num_seqs, max_context, num
 twin of the best CUDA C design (TWIN: cupy.rows; K/V read once per GQA group, split-KV keeps SMs
 busy, bytes in flight independent of the block size), so paged-vs-dense isolates the cost of the
 block table. gqa.cu and dense.cu share pa::attend, so the twin does the same arithmetic in the same order.
-Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16, any GQA ratio).
+Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
+query's dtype or fp8 e4m3fn/e5m2, every option: FULL_SUPPORT; any GQA ratio). With a window only the
+window's tokens are gathered (the slots before it stay NaN and are never read).
+Template: dense_attention<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0>, as gqa's (OPTS = 0:
+the plain kernel, unchanged machine code); launch_partition() as gqa.
 Design expectation: within a few percent of its paged twin at every block size (one 4-byte table
 entry per 512 bytes of K/V row pair at block size 1, an L1 hit).
 """
@@ -13,8 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox import backends
-from sandbox.check import gather_sequence
 
 from . import common, gqa, rows
 
@@ -25,16 +27,26 @@ TWIN = rows  # the paged design this baseline mirrors (bit for bit: tests/test_c
 ROW_MAPPED = TWIN is rows
 
 
-def kernel_name(block_size: int, head_dim: int, tile: int, dtype) -> str:
-    return f"dense_attention<{block_size}, {head_dim}, {tile}, {common.ctype(dtype)}, {str(ROW_MAPPED).lower()}>"
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0) -> str:
+    types = common.type_args(dtype, kv_dtype, flags)
+    query_type, _, rest = types.partition(", ")
+    return (f"dense_attention<{block_size}, {head_dim}, {tile}, {query_type}, {str(ROW_MAPPED).lower()}"
+            f"{', ' + rest if rest else ''}>")
 
 
-def contiguous_cache(cache: np.ndarray, block_tables: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
-    """[num_seqs, max_context, num_kv_heads, head_dim]: each sequence's tokens in order, NaN past its end."""
+def contiguous_cache(cache: np.ndarray, block_tables: np.ndarray, context_lens: np.ndarray,
+                     first=None) -> np.ndarray:
+    """[num_seqs, max_context, num_kv_heads, head_dim]: each sequence's tokens in order, NaN past its end.
+
+    first (optional, [num_seqs]): only tokens first[s].. are gathered (a window); the slots before stay NaN,
+    and the table entries of blocks wholly before them (-1 when freed) are never read.
+    """
+    block_size = cache.shape[1]
     max_context = int(context_lens.max())
     out = np.full((len(context_lens), max_context) + cache.shape[2:], np.nan, dtype=cache.dtype)
     for s, n in enumerate(context_lens):
-        out[s, :n] = gather_sequence(cache, block_tables[s], int(n))
+        tokens = np.arange(0 if first is None else int(first[s]), int(n))
+        out[s, tokens] = cache[block_tables[s, tokens // block_size], tokens % block_size]
     return out
 
 
@@ -42,23 +54,24 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
     p = problem
 
     def make_args(scratch, partition, max_partitions):
-        keys = contiguous_cache(p.key_cache, p.block_tables, p.context_lens)
-        values = contiguous_cache(p.value_cache, p.block_tables, p.context_lens)
-        uploaded = tuple(backends.to_device(np.ascontiguousarray(a), backend)
-                         for a in (p.query, keys, values, p.context_lens))
+        first = p.first_read_tokens()
+        keys = contiguous_cache(p.key_cache, p.block_tables, p.context_lens, first)
+        values = contiguous_cache(p.value_cache, p.block_tables, p.context_lens, first)
+        uploaded = tuple(common.to_device(a, backend) for a in (p.query, keys, values, p.context_lens))
         query, key_cache, value_cache, context_lens = uploaded
+        options = common.option_args(p, backend)
         args = (*scratch, query, key_cache, value_cache, context_lens, np.int32(keys.shape[1]),
-                np.int32(p.num_heads), np.int32(p.num_kv_heads), np.float32(p.softmax_scale), np.int32(partition),
-                np.int32(max_partitions))
-        return args, uploaded
+                np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(partition),
+                np.int32(max_partitions), *options)
+        return args, (query, key_cache, value_cache, options[2], context_lens)
 
     return gqa.prepare_split_kv(NAME, PATH, kernel_name, p, backend, partition_size, make_args)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
     """As gqa.compile_report: group 4 (TILE 4), partition 512; `kernels` adds the reduce."""
     tile = gqa.tile_for(gqa.REPORT_GROUP)
-    return common.split_kv_report(PATH, kernel_name(block_size, head_dim, tile, dtype), head_dim, dtype, arch,
-                                  gqa.dynamic_shared_bytes(head_dim, tile, 512),
+    return common.split_kv_report(PATH, kernel_name(block_size, head_dim, tile, dtype, kv_dtype, flags), head_dim,
+                                  dtype, arch, gqa.dynamic_shared_bytes(head_dim, tile, 512),
                                   f"group {gqa.REPORT_GROUP} (tile {tile}), partition 512, contiguous cache; "
-                                  "reduce kernel in 'kernels'")
+                                  "reduce kernel in 'kernels'", window=bool(flags & common.OPT_WINDOW))

@@ -4,7 +4,12 @@ the GQA group, so each K/V element is loaded once per group instead of once per 
 Idea: the group's queries sit in shared memory; each K vector loaded feeds TILE dot products and each
 V vector TILE accumulators (TILE = the group size rounded up to a power of two, at most 8; larger
 groups take ceil(group / 8) blocks per KV head). Split-KV partitions and reduce as in v2.
-Limits: as v2 (block sizes 1..256, head dims 32..256, float32/float16, any GQA ratio, no context bound).
+Limits: as v2 (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
+query's dtype or fp8 e4m3fn/e5m2, every option: FULL_SUPPORT; any GQA ratio, no context bound). With a
+window, partitions start at the window's start and blocks before it are never looked up.
+Template: paged_attention_gqa<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0> (query type,
+row mapping, cache type, pa::OPT_* bitmask; OPTS = 0 is the plain kernel, unchanged machine code).
+prepare() returns launch() (partition kernel + reduce) and launch_partition() (the first alone).
 Known cost: at head dim 32 with TILE 8 and block size >= 32 ptxas hoists the whole query tile into
 registers (255 registers, ~200 bytes of spills per thread); other configurations stay at 64-110 registers.
 Verdict: not measured on a GPU yet. Design expectation: the fastest here at GQA serving shapes
@@ -15,13 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import Limits
+from sandbox.variant import FULL_SUPPORT, Limits
 
 from . import common
 
 PATH = common.KERNEL_DIR / "gqa.cu"
 NAME = "cupy.gqa"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
 MAX_TILE = 8
 REPORT_GROUP = 4
 
@@ -31,9 +36,13 @@ def tile_for(group: int) -> int:
     return min(MAX_TILE, 1 << (group - 1).bit_length())
 
 
-def kernel_name(block_size: int, head_dim: int, tile: int, dtype, row_mapped: bool = False) -> str:
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype, row_mapped: bool = False, kv_dtype=None,
+                flags: int = 0) -> str:
     """row_mapped=True is cupy.rows's instantiation of the same kernel."""
-    return f"paged_attention_gqa<{block_size}, {head_dim}, {tile}, {common.ctype(dtype)}, {str(row_mapped).lower()}>"
+    types = common.type_args(dtype, kv_dtype, flags)
+    query_type, _, rest = types.partition(", ")
+    return (f"paged_attention_gqa<{block_size}, {head_dim}, {tile}, {query_type}, {str(row_mapped).lower()}"
+            f"{', ' + rest if rest else ''}>")
 
 
 def dynamic_shared_bytes(head_dim: int, tile: int, partition: int) -> int:
@@ -43,6 +52,7 @@ def dynamic_shared_bytes(head_dim: int, tile: int, partition: int) -> int:
 def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_size, make_args):
     """Shared by gqa and dense: pick the tile, check shared memory, compile, build the two launches.
 
+    kernel_name_for(block_size, head_dim, tile, dtype, kv_dtype=, flags=) names the instantiation;
     make_args(scratch, partition, max_partitions) -> (attention kernel arguments, uploaded arrays with
     context_lens last).
     """
@@ -53,11 +63,18 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
     shared = dynamic_shared_bytes(p.head_dim, tile, partition)
     common.check_shared(name, shared, common.attend_static_shared_bytes(p.head_dim, tile),
                         f"partition_size {partition} with {tile} query heads per block")
-    max_partitions = -(-int(p.context_lens.max()) // partition)
-    batch = [kernel_name_for(b, p.head_dim, tile, p.dtype) for b in common.POW2_BLOCK_SIZES] + \
-        [common.reduce_name(p.head_dim, p.dtype)]
-    kernel = common.get_function(backend, path, kernel_name_for(p.block_size, p.head_dim, tile, p.dtype), batch)
-    reduce = common.get_function(backend, path, common.reduce_name(p.head_dim, p.dtype), batch)
+    max_partitions = -(-int(common.tokens_read(p).max()) // partition)
+    flags = common.option_flags(p)
+
+    def name_for(block_size):
+        return kernel_name_for(block_size, p.head_dim, tile, p.dtype, kv_dtype=p.kv_dtype, flags=flags)
+
+    expression = name_for(p.block_size)
+    reduce_expression = common.reduce_name(p.head_dim, p.dtype, window=bool(flags & common.OPT_WINDOW))
+    batch = common.cpu_batch([name_for(b) for b in common.POW2_BLOCK_SIZES], expression,
+                             plain=flags == 0 and p.kv_dtype == p.dtype) + [reduce_expression]
+    kernel = common.get_function(backend, path, expression, batch)
+    reduce = common.get_function(backend, path, reduce_expression, batch)
     scratch = common.split_kv_scratch(p, max_partitions, backend)
     out = common.output_like(p, backend)
     args, uploaded = make_args(scratch, partition, max_partitions)
@@ -65,7 +82,7 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
     grid = (p.num_kv_heads * -(-group // tile), p.num_seqs, max_partitions)
     launches = [(kernel, grid, (common.NUM_THREADS,), args, shared),
                 common.reduce_launch(name, reduce, p, out, *scratch, context_lens, partition, max_partitions)]
-    return common.Prepared(launches, out, keep=tuple(uploaded) + tuple(scratch))
+    return common.SplitKVPrepared(launches, out, keep=tuple(uploaded) + tuple(scratch), out_dtype=p.dtype)
 
 
 def prepare(problem, backend: str, partition_size: int | None = None) -> common.Prepared:
@@ -79,17 +96,21 @@ def prepare_paged(name, kernel_name_for, problem, backend: str, partition_size: 
     def make_args(scratch, partition, max_partitions):
         uploaded = common.upload_problem(p, backend)
         query, key_cache, value_cache, block_tables, context_lens = uploaded
+        options = common.option_args(p, backend)
         args = (*scratch, query, key_cache, value_cache, block_tables, context_lens, np.int32(p.max_blocks_per_seq),
-                np.int32(p.num_heads), np.int32(p.num_kv_heads), np.float32(p.softmax_scale), np.int32(partition),
-                np.int32(max_partitions))
-        return args, uploaded
+                np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(partition),
+                np.int32(max_partitions), *options)
+        return args, (*uploaded[:-1], options[2], uploaded[-1])
 
     return prepare_split_kv(name, PATH, kernel_name_for, p, backend, partition_size, make_args)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, kernel_name_for=kernel_name) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kernel_name_for=kernel_name, kv_dtype=None,
+                   flags: int = 0) -> dict:
     """NVRTC -> cubin resources for group REPORT_GROUP (TILE 4) and partition 512; `kernels` adds the reduce."""
     tile = tile_for(REPORT_GROUP)
-    return common.split_kv_report(PATH, kernel_name_for(block_size, head_dim, tile, dtype), head_dim, dtype, arch,
-                                  dynamic_shared_bytes(head_dim, tile, 512),
-                                  f"group {REPORT_GROUP} (tile {tile}), partition 512; reduce kernel in 'kernels'")
+    return common.split_kv_report(PATH, kernel_name_for(block_size, head_dim, tile, dtype, kv_dtype=kv_dtype,
+                                                        flags=flags),
+                                  head_dim, dtype, arch, dynamic_shared_bytes(head_dim, tile, 512),
+                                  f"group {REPORT_GROUP} (tile {tile}), partition 512; reduce kernel in 'kernels'",
+                                  window=bool(flags & common.OPT_WINDOW))

@@ -7,7 +7,10 @@ table on its own (kv.row(t), an L1 hit), a fixed number of lanes shares a row (4
 and each warp issues 8 vectors per lane (4 KiB at head dim 128 in fp16) for K and for V before
 using any: the block size only changes index arithmetic. Same grid, GQA tile, split-KV partitions
 and reduce as gqa (one kernel template, gqa.cu, ROW_MAPPED = true).
-Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16, any GQA ratio).
+Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
+query's dtype or fp8 e4m3fn/e5m2, every option: FULL_SUPPORT; any GQA ratio). fp8 keeps the mapping in
+vectors: 16 fp8 values per 16-byte load, 8 vectors per lane in flight. Template and option bitmask:
+gqa's kernel with ROW_MAPPED = true; launch_partition() as gqa.
 Known cost: at head dim 32 one lane holds a whole K row, and ptxas keeps the whole query tile in
 registers: 249 registers at TILE 4, 255 with ~530 bytes of spills per thread at TILE 8 (gqa spills
 there too); at head dims 64-256 it uses 64-128 registers and spills at most 16 bytes.
@@ -23,14 +26,15 @@ NAME = "cupy.rows"
 LIMITS = gqa.LIMITS
 
 
-def kernel_name(block_size: int, head_dim: int, tile: int, dtype) -> str:
-    return gqa.kernel_name(block_size, head_dim, tile, dtype, row_mapped=True)
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0) -> str:
+    return gqa.kernel_name(block_size, head_dim, tile, dtype, row_mapped=True, kv_dtype=kv_dtype, flags=flags)
 
 
 def prepare(problem, backend: str, partition_size: int | None = None):
     return gqa.prepare_paged(NAME, kernel_name, problem, backend, partition_size)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
     """As gqa.compile_report (group 4, TILE 4, partition 512), for the row-mapped instantiation."""
-    return gqa.compile_report(block_size, head_dim, dtype, arch, kernel_name_for=kernel_name)
+    return gqa.compile_report(block_size, head_dim, dtype, arch, kernel_name_for=kernel_name, kv_dtype=kv_dtype,
+                              flags=flags)

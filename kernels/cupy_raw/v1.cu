@@ -1,24 +1,33 @@
 // cupy.v1: one thread block per (sequence, query head) over the whole context (vLLM's v1 design).
 // The body (thread groups, 16-byte loads, shuffles, logits in dynamic shared memory) is pa::attend
 // in common.cuh. Grid (num_heads, num_seqs), 128 threads; dynamic shared memory:
-// max(logits_stride, 4 * HEAD_DIM) floats, logits_stride >= max(context_lens).
+// max(logits_stride, 4 * HEAD_DIM) floats, logits_stride >= the most tokens a sequence reads.
+// T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask of the options compiled in
+// (0: plain attention, the same machine code as before options existed; the option arguments are
+// then never read). With OPT_WINDOW a sequence reads tokens [max(0, L - 1 - window_left), L).
 #include "common.cuh"
 
-template <int BLOCK_SIZE, int HEAD_DIM, typename T>
+template <int BLOCK_SIZE, int HEAD_DIM, typename T, typename C = T, int OPTS = 0>
 __global__ void __launch_bounds__(pa::NUM_THREADS)
     paged_attention_v1(T* __restrict__ out,                 // [num_seqs, num_heads, HEAD_DIM]
                        const T* __restrict__ query,         // [num_seqs, num_heads, HEAD_DIM]
-                       const T* __restrict__ key_cache,     // [num_blocks, BLOCK_SIZE, num_kv_heads, HEAD_DIM]
-                       const T* __restrict__ value_cache,   // same
+                       const C* __restrict__ key_cache,     // [num_blocks, BLOCK_SIZE, num_kv_heads, HEAD_DIM]
+                       const C* __restrict__ value_cache,   // same
                        const int* __restrict__ block_tables,  // [num_seqs, max_blocks_per_seq]
                        const int* __restrict__ context_lens,  // [num_seqs]
-                       int max_blocks_per_seq, int num_heads, int num_kv_heads, float scale, int logits_stride) {
+                       int max_blocks_per_seq, int num_heads, int num_kv_heads,
+                       float scale,                          // softmax scale * k_scale
+                       int logits_stride,
+                       float v_scale, float soft_cap,       // options (read only when compiled in)
+                       const float* __restrict__ alibi_slopes,  // [num_heads]
+                       int window_left) {
   extern __shared__ float smem[];
   const int seq = blockIdx.y;
   const pa::HeadTile<1> tile(blockIdx.x, num_heads, num_kv_heads);
+  const pa::Options<OPTS> opt(v_scale, soft_cap, alibi_slopes, tile.head0, window_left, context_lens[seq]);
   const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   pa::attend<BLOCK_SIZE, HEAD_DIM, 1>(kv, key_cache, value_cache, query + q_offset, 1, tile.kv_head, num_kv_heads,
-                                      scale, 0, context_lens[seq], logits_stride, smem, out + q_offset, HEAD_DIM,
-                                      (float*)nullptr, (float*)nullptr, 0);
+                                      scale, opt, opt.first_token(), context_lens[seq], logits_stride, smem,
+                                      out + q_offset, HEAD_DIM, (float*)nullptr, (float*)nullptr, 0);
 }

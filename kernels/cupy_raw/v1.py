@@ -3,9 +3,15 @@
 Idea: thread groups of max(32 / block_size, 1) lanes per token (a warp walks one cache block at a
 time), 16-byte vector loads, warp shuffles for the dot products and reductions, logits in dynamic
 shared memory; float32 accumulation (body: pa::attend in common.cuh).
-Limits: block sizes 1..256 (powers of two); head dims 32, 64, 80, 96, 128, 256 (head_dim * itemsize
-a multiple of 16 bytes); float32 and float16; max context = (48 KiB - static shared) / 4 bytes, about
-12k tokens at head dim 128 (checked in prepare: use cupy.v2 beyond it).
+Limits: block sizes 1..256 (powers of two); head dims 32, 64, 80, 96, 128, 256; queries in float32,
+float16 or bfloat16; caches of the query's dtype or fp8 (e4m3fn, e5m2: 16 values per 16-byte load,
+dequantized in pairs to float); every option (FULL_SUPPORT): k_scale (folded into the softmax scale),
+v_scale, soft-cap, ALiBi, sliding window (only the window's blocks are looked up and loaded). Max
+tokens read per sequence = (48 KiB - static shared) / 4 bytes, about 12k at head dim 128 (checked in
+prepare: use cupy.v2 beyond it; a window bounds it).
+Template: paged_attention_v1<BLOCK_SIZE, HEAD_DIM, T, C = T, OPTS = 0>: T the query's type, C the
+cache's, OPTS the pa::OPT_* bitmask of the options in use (common.option_flags); OPTS = 0 is the
+plain kernel, the same machine code as before options existed.
 Verdict: not measured on a GPU yet. Design expectation: near vLLM v1 when batch x heads fills the
 GPU; idle SMs for few long sequences (v2's case); K/V read once per query head (gqa's case).
 """
@@ -13,22 +19,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import Limits
+from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
 
 from . import common
 
 PATH = common.KERNEL_DIR / "v1.cu"
 NAME = "cupy.v1"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
 REPORT_CONTEXT = 4096   # compile_report's dynamic shared memory is for this context length
 
 
-def kernel_name(block_size: int, head_dim: int, dtype) -> str:
-    return f"paged_attention_v1<{block_size}, {head_dim}, {common.ctype(dtype)}>"
+def kernel_name(block_size: int, head_dim: int, dtype, kv_dtype=None, flags: int = 0) -> str:
+    return f"paged_attention_v1<{block_size}, {head_dim}, {common.type_args(dtype, kv_dtype, flags)}>"
 
 
 def max_context(head_dim: int) -> int:
-    """Longest context whose logits fit in shared memory next to the static arrays."""
+    """Most tokens a sequence may read (context, or window) for its logits to fit in shared memory."""
     return (common.SHARED_LIMIT_BYTES - common.attend_static_shared_bytes(head_dim, 1)) // 4
 
 
@@ -40,29 +46,39 @@ def prepare(problem, backend: str) -> common.Prepared:
     return prepare_v1_shaped(NAME, PATH, kernel_name, problem, backend, problem.max_blocks_per_seq)
 
 
-def prepare_v1_shaped(name, path, kernel_name_for, problem, backend: str, int_arg: int) -> common.Prepared:
-    """Launch a kernel with v1's arguments and grid (also the wrong.cupy.* controls: int_arg is their 7th argument)."""
+def prepare_v1_shaped(name, path, kernel_name_for, problem, backend: str, int_arg: int,
+                      extra_tokens: int = 0) -> common.Prepared:
+    """Launch a kernel with v1's arguments and grid (also the wrong.cupy.* controls: int_arg is their 7th argument).
+
+    kernel_name_for(block_size, head_dim, dtype, kv_dtype, flags) names the instantiation; extra_tokens:
+    logits room for tokens a control reads beyond the contract's.
+    """
     p = problem
-    longest = int(p.context_lens.max())
+    longest = int(common.tokens_read(p).max()) + extra_tokens
     if longest > max_context(p.head_dim):
-        raise ValueError(f"{name} keeps all logits in shared memory: context length {longest} exceeds its bound of "
-                         f"{max_context(p.head_dim)} tokens at head_dim {p.head_dim} "
-                         f"({common.SHARED_LIMIT_BYTES} bytes of shared memory); use cupy.v2")
+        raise Unsupported(f"{name} keeps all logits in shared memory: context length {longest} exceeds its bound of "
+                          f"{max_context(p.head_dim)} tokens at head_dim {p.head_dim} "
+                          f"({common.SHARED_LIMIT_BYTES} bytes of shared memory); use cupy.v2")
     shared = dynamic_shared_bytes(p.head_dim, longest)
-    batch = [kernel_name_for(b, p.head_dim, p.dtype) for b in common.POW2_BLOCK_SIZES]
-    kernel = common.get_function(backend, path, kernel_name_for(p.block_size, p.head_dim, p.dtype), batch)
+    flags = common.option_flags(p)
+    expression = kernel_name_for(p.block_size, p.head_dim, p.dtype, p.kv_dtype, flags)
+    batch = common.cpu_batch([kernel_name_for(b, p.head_dim, p.dtype, p.kv_dtype, flags)
+                              for b in common.POW2_BLOCK_SIZES], expression, plain=flags == 0 and p.kv_dtype == p.dtype)
+    kernel = common.get_function(backend, path, expression, batch)
     query, key_cache, value_cache, block_tables, context_lens = common.upload_problem(p, backend)
     out = common.output_like(p, backend)
+    options = common.option_args(p, backend)
     args = (out, query, key_cache, value_cache, block_tables, context_lens, np.int32(int_arg),
-            np.int32(p.num_heads), np.int32(p.num_kv_heads), np.float32(p.softmax_scale), np.int32(longest))
+            np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(longest), *options)
     launch = (kernel, (p.num_heads, p.num_seqs), (common.NUM_THREADS,), args, shared)
-    return common.Prepared([launch], out, keep=(query, key_cache, value_cache, block_tables, context_lens))
+    return common.Prepared([launch], out, keep=(query, key_cache, value_cache, block_tables, context_lens, options[2]),
+                           out_dtype=p.dtype)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
     """NVRTC -> cubin resources; dynamic shared memory for a context of REPORT_CONTEXT tokens."""
-    report = common.compile_report(PATH, kernel_name(block_size, head_dim, dtype), arch, common.NUM_THREADS,
-                                   dynamic_shared_bytes(head_dim, REPORT_CONTEXT))
+    report = common.compile_report(PATH, kernel_name(block_size, head_dim, dtype, kv_dtype, flags), arch,
+                                   common.NUM_THREADS, dynamic_shared_bytes(head_dim, REPORT_CONTEXT))
     report["note"] = (f"dynamic shared for context {REPORT_CONTEXT}; grows 4 B/token up to {max_context(head_dim)} "
                       "tokens (48 KiB)")
     return report
