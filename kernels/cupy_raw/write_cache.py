@@ -1,16 +1,20 @@
 """cupy.write_cache: the slot-mapping cache write in CUDA C (vLLM's reshape_and_cache, canonical layout).
 
-Idea: one thread block per new token copies its [num_kv_heads, head_dim] rows of K and V to cache row
-slot_mapping[i] (= block * block_size + offset), 16 bytes at a time when the row allows; slot < 0 is
-skipped. It moves bits, so it is exact for float32 and float16.
-Limits: any block size, head dim, number of KV heads; float32 and float16.
+Idea: one thread block per new token writes its [num_kv_heads, head_dim] rows of K and V to cache row
+slot_mapping[i] (= block * block_size + offset); slot < 0 is skipped. A cache of the inputs' dtype
+(float32, float16, bfloat16) gets the bits as they are, 16 bytes at a time when the row allows; an
+fp8 cache (e4m3fn, e5m2) gets fp8(clip(x / scale, +-max_finite)) rounded to nearest even, NaN kept
+(__nv_cvt_float2_to_fp8x2 with __NV_SATFINITE; k_scale for K, v_scale for V), reading 16-byte
+vectors of the inputs. Exact against reference.write_cache for every pair.
+Limits: any block size, head dim, number of KV heads; inputs float32/float16/bfloat16; caches of the
+inputs' dtype or fp8.
 Verdict: not measured on a GPU yet. Design expectation: bandwidth-bound copy; negligible next to attention.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from sandbox import backends
+from sandbox import backends, dtypes
 
 from . import common
 
@@ -29,10 +33,24 @@ def threads_for(row_units: int) -> int:
     return min(MAX_THREADS, -(-row_units // 32) * 32)
 
 
+def fp8_kernel_name(dtype, cache_dtype, vec: bool) -> str:
+    return f"write_cache_fp8<{common.ctype(dtype)}, {common.ctype(cache_dtype)}, {str(vec).lower()}>"
+
+
+# On the CPU executor every quantizing kernel compiles in one module (small kernels: g++'s fixed cost dominates).
+FP8_BATCH = [fp8_kernel_name(t, f, vec) for t in dtypes.QUERY_DTYPES for f in dtypes.FP8_DTYPES for vec in (True, False)]
+
+
+def fp8_vector(row_elems: int, dtype) -> bool:
+    """Whether write_cache_fp8 reads 16-byte vectors (16 / itemsize values) of a row of row_elems values."""
+    return row_elems % (16 // np.dtype(dtype).itemsize) == 0
+
+
 class _Prepared:
-    def __init__(self, launch, key_cache, value_cache):
+    def __init__(self, launch, key_cache, value_cache, cache_dtype):
         self.launch_args = launch
         self.key_cache, self.value_cache = key_cache, value_cache
+        self.cache_dtype = cache_dtype
 
     def launch(self) -> None:
         kernel, grid, block, args = self.launch_args
@@ -40,27 +58,44 @@ class _Prepared:
             kernel(grid, block, args)
 
     def result(self):
-        return tuple(np.asarray(backends.to_host(c)) for c in (self.key_cache, self.value_cache))
+        return tuple(np.asarray(backends.to_host(c)).view(self.cache_dtype) for c in (self.key_cache, self.value_cache))
 
 
-def prepare_write(key_cache, value_cache, key, value, slot_mapping, backend: str) -> _Prepared:
+def prepare_write(key_cache, value_cache, key, value, slot_mapping, backend: str, k_scale=1.0,
+                  v_scale=1.0) -> _Prepared:
     """key_cache/value_cache [num_blocks, block_size, num_kv_heads, head_dim]; key/value [num_tokens, num_kv_heads,
-    head_dim]; slot_mapping [num_tokens] (any integer type). The inputs are copied, not modified."""
-    row_bytes = key.shape[1] * key.shape[2] * key.dtype.itemsize
-    unit, unit_type = copy_unit(row_bytes)
-    row_units = row_bytes // unit
+    head_dim]; slot_mapping [num_tokens] (any integer type). k_scale/v_scale: an fp8 cache stores x / scale
+    (ignored for a cache of the inputs' dtype). The inputs are copied, not modified."""
+    row_elems = key.shape[1] * key.shape[2]
     num_tokens = key.shape[0]
-    # The arrays go in with their own dtype: the kernel sees their bytes as rows of row_units U's.
-    dev = [backends.to_device(np.array(a, order="C"), backend) for a in (key_cache, value_cache, key, value)]
+    dev = [common.to_device(np.array(a, order="C"), backend) for a in (key_cache, value_cache, key, value)]
     slots = backends.to_device(np.ascontiguousarray(slot_mapping, dtype=np.int64), backend)
-    kernel = common.get_function(backend, PATH, f"write_cache<{unit_type}>", [f"write_cache<{t}>" for _, t in UNITS])
-    args = (*dev, slots, np.int32(row_units))
-    launch = (kernel, (num_tokens,), (threads_for(row_units),), args)
-    return _Prepared(launch, dev[0], dev[1])
+    if dtypes.is_fp8(key_cache.dtype):
+        vec = fp8_vector(row_elems, key.dtype)
+        name = fp8_kernel_name(key.dtype, key_cache.dtype, vec)
+        kernel = common.get_function(backend, PATH, name, FP8_BATCH)
+        steps = row_elems // (16 // key.dtype.itemsize) if vec else row_elems
+        args = (*dev, slots, np.int32(row_elems), np.float32(k_scale), np.float32(v_scale))
+        launch = (kernel, (num_tokens,), (threads_for(steps),), args)
+    else:
+        # The arrays go in with their own dtype: the kernel sees their bytes as rows of row_units U's.
+        unit, unit_type = copy_unit(row_elems * key.dtype.itemsize)
+        row_units = row_elems * key.dtype.itemsize // unit
+        kernel = common.get_function(backend, PATH, f"write_cache<{unit_type}>", [f"write_cache<{t}>" for _, t in UNITS])
+        args = (*dev, slots, np.int32(row_units))
+        launch = (kernel, (num_tokens,), (threads_for(row_units),), args)
+    return _Prepared(launch, dev[0], dev[1], key_cache.dtype)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, num_kv_heads: int = 8) -> dict:
-    """NVRTC -> cubin resources for rows of num_kv_heads x head_dim (block size does not matter)."""
-    row_bytes = num_kv_heads * head_dim * np.dtype(dtype).itemsize
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, num_kv_heads: int = 8,
+                   cache_dtype=None) -> dict:
+    """NVRTC -> cubin resources for rows of num_kv_heads x head_dim (block size does not matter);
+    cache_dtype: an fp8 format for the quantizing kernel (None: a cache of `dtype`)."""
+    row_elems = num_kv_heads * head_dim
+    if cache_dtype is not None and dtypes.is_fp8(cache_dtype):
+        vec = fp8_vector(row_elems, dtype)
+        steps = row_elems // (16 // np.dtype(dtype).itemsize) if vec else row_elems
+        return common.compile_report(PATH, fp8_kernel_name(dtype, cache_dtype, vec), arch, threads_for(steps), 0)
+    row_bytes = row_elems * np.dtype(dtype).itemsize
     unit, unit_type = copy_unit(row_bytes)
     return common.compile_report(PATH, f"write_cache<{unit_type}>", arch, threads_for(row_bytes // unit), 0)
