@@ -33,6 +33,9 @@ WRONG_VARIANTS = {
     "wrong.numba.off_by_one": "kernels.wrong.numba_off_by_one",
     "wrong.cupy.ignores_table": "kernels.wrong.cupy_ignores_table",
     "wrong.cupy.off_by_one": "kernels.wrong.cupy_off_by_one",
+    "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_window_off_by_one",
+    "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
+    "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
 }
 
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
