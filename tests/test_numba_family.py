@@ -1,31 +1,42 @@
 """What the shared suite (tests/test_variants.py) does not cover for the numba.* kernels: every block
 size explicitly, split-KV partition independence, declared bounds refused before launch, the block
-reduction helper, compilation for sm_80/sm_90 (real-mode child), occupancy and the resources CLI."""
+reduction helper, compilation for sm_80/sm_90 (real-mode child), occupancy and the resources CLI;
+the bfloat16 / fp8 decoders and encoders against ml_dtypes for every code, sliding windows that
+never touch the blocks before them, and each attention option on small problems."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 from numba import cuda, float32  # after conftest imported sandbox: simulator exactly when no GPU
 
+import reference
 from kernels.numba_cuda import common
 from kernels.numba_cuda.common import REDUCE_SCRATCH, block_max, block_sum
-from sandbox import registry, resources, run_problem, sass
+from sandbox import dtypes, registry, resources, run_problem, sass
 from sandbox.backends import numba_simulated, resolve
 from sandbox.check import expected_output
 from sandbox.compare import assert_close
 from sandbox.occupancy import occupancy
 from sandbox.problem import DecodeProblem
-from sandbox.variant import POW2_BLOCK_SIZES
+from sandbox.variant import POW2_BLOCK_SIZES, Unsupported
 
 NUMBA = registry.variants("numba")
 
 
+def _expected(problem):
+    """The truth with the problem's options (reference.paged_attention); plain problems as check does."""
+    if problem.options.features:
+        return reference.paged_attention(*problem.arrays(), **problem.kwargs())
+    return expected_output(problem)
+
+
 def _check(name, problem):
-    assert_close(run_problem(name, problem), expected_output(problem), problem.dtype, f"{name} on {problem}")
+    assert_close(run_problem(name, problem), _expected(problem), problem.dtype, f"{name} on {problem}")
 
 
 @pytest.mark.parametrize("name", NUMBA)
@@ -72,7 +83,7 @@ def test_split_refuses_a_partition_that_is_not_a_multiple_of_the_block_size():
     from kernels.numba_cuda import split
 
     problem = DecodeProblem.random(3, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=8, max_context_len=20)
-    with pytest.raises(ValueError, match=r"numba.split: partition_size must be a positive multiple of block_size \(8\)"):
+    with pytest.raises(Unsupported, match=r"numba.split: partition_size must be a positive multiple of block_size \(8\)"):
         split.prepare(problem, resolve("auto", "numba"), partition_size=12)
     assert split.default_partition_size(16) == 512 and split.default_partition_size(1024) == 1024
 
@@ -82,14 +93,24 @@ def test_block_refuses_a_context_beyond_its_shared_memory_before_launch():
 
     problem = DecodeProblem.random(4, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=256,
                                    context_lens=[MAX_CONTEXT_LEN + 1], nan_fill=False)
-    with pytest.raises(ValueError, match=f"numba.block .* context_len <= {MAX_CONTEXT_LEN} tokens; got max context_lens = 8193"):
+    with pytest.raises(Unsupported, match=f"numba.block .* context_len <= {MAX_CONTEXT_LEN} tokens read "
+                                          r"\(the context, or its sliding window\); got 8193"):
         run_problem("numba.block", problem)
+
+
+def test_block_takes_a_long_context_through_a_sliding_window():
+    """What numba.block keeps in shared memory is the tokens read: a window of 100 makes 8293 tokens fit."""
+    from kernels.numba_cuda.block import MAX_CONTEXT_LEN
+
+    problem = DecodeProblem.random(4, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, block_size=16,
+                                   context_lens=[MAX_CONTEXT_LEN + 101], window_left=100)
+    _check("numba.block", problem)
 
 
 def test_gqa_refuses_a_group_beyond_its_shared_memory_before_launch():
     problem = DecodeProblem.random(4, num_seqs=1, num_heads=64, num_kv_heads=1, head_dim=256, block_size=16,
                                    context_lens=[3])
-    with pytest.raises(ValueError, match=r"numba.gqa needs \d+ bytes of shared memory for a group of 64"):
+    with pytest.raises(Unsupported, match=r"numba.gqa needs \d+ bytes of shared memory for a group of 64"):
         run_problem("numba.gqa", problem)
 
 
@@ -325,3 +346,256 @@ def test_resources_refuses_unknown_names_and_archs():
         resources.collect(["numba.nope"])
     with pytest.raises(ValueError, match="arch must be one of sm_80, sm_90"):
         resources.collect(["numba.naive"], arch="sm_75")
+
+
+# ---------------------------------------------------------------------------------------------
+# Precisions: the device functions that decode bfloat16 / fp8 and encode bfloat16 / fp8, run as a
+# 1-D kernel over a vector (the simulator here; compiled on a GPU machine), against ml_dtypes.
+def _map_kernel(fn):
+    def body(x, out):
+        for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+            out[i] = fn(x[i])
+    return cuda.jit(body)
+
+
+def _scaled_map_kernel(fn):
+    def body(x, scale, out):
+        for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+            out[i] = fn(x[i], scale)
+    return cuda.jit(body)
+
+
+def _run_map(kernel, *args):
+    with common.simulator_switching():
+        kernel[2, 8](*args)
+    return args[-1]
+
+
+def _assert_bits_equal(got, expected, inputs, what):
+    differ = np.flatnonzero(got != expected)
+    if differ.size:
+        i = differ[0]
+        raise AssertionError(f"{what}: {differ.size} of {got.size} differ; first input {inputs[i]!r}: "
+                             f"got {int(got[i]):#x}, expected {int(expected[i]):#x}")
+
+
+def test_bf16_decoding_equals_ml_dtypes_for_every_code():
+    codes = np.arange(2**16, dtype=np.uint16)
+    got = _run_map(_map_kernel(common.bf16_to_float32), codes, np.zeros(codes.size, np.float32))
+    expected = codes.view(ml_dtypes.bfloat16).astype(np.float32)
+    _assert_bits_equal(got.view(np.uint32), expected.view(np.uint32), codes, "bfloat16 -> float32")
+
+
+@pytest.mark.parametrize("name", dtypes.FP8_DTYPES)
+def test_fp8_decoding_equals_ml_dtypes_for_every_code(name):
+    """All 256 codes bit for bit: subnormals, both zeros, max, inf (e5m2) and NaN (sign kept, quiet)."""
+    codes = np.arange(256, dtype=np.uint8)
+    got = _run_map(_map_kernel(common.DECODE[name]), codes, np.zeros(256, np.float32))
+    expected = codes.view(name).astype(np.float32)
+    _assert_bits_equal(got.view(np.uint32), expected.view(np.uint32), codes, f"{name} -> float32")
+
+
+def _float32_neighbours(values):
+    """values and the next float32 up and down from each (one ulp off a tie on either side)."""
+    with np.errstate(over="ignore"):  # what exceeds float32 is inf, one more trap
+        v = np.asarray(values, np.float32)
+    return np.concatenate([v, np.nextafter(v, np.float32(np.inf)), np.nextafter(v, np.float32(-np.inf))])
+
+
+def _rounding_traps(grid_values, limit, rng, random_count):
+    """Every representable value of a format, every midpoint between neighbours (the ties), a float32
+    ulp either side of each, both signs; values past the max, inf, NaN of both signs, float32
+    denormals; and random float32 bit patterns."""
+    finite = np.unique(np.abs(grid_values[np.isfinite(grid_values)]).astype(np.float64))
+    midpoints = (finite[:-1] + finite[1:]) / 2          # exact in float32: formats of <= 8 significant bits
+    beyond = [limit * 1.0001, limit * 1.5, limit * 2, 3.0e38, np.inf, finite[-1] + (finite[-1] - finite[-2]) / 2]
+    tiny = [finite[1] / 2, finite[1] / 4, finite[1] * 0.75, 1e-40, 1e-45, 0.0]  # half the smallest subnormal: a tie to 0
+    magnitudes = _float32_neighbours(np.concatenate([finite, midpoints, beyond, tiny]))
+    values = np.concatenate([magnitudes, -magnitudes, np.array([np.nan, -np.nan], np.float32)])
+    random_bits = rng.integers(0, 2**32, size=random_count, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    return np.concatenate([values.astype(np.float32), random_bits])
+
+
+def test_bf16_encoding_rounds_to_nearest_even_like_ml_dtypes():
+    rng = np.random.default_rng(16)
+    grid = np.arange(2**16, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
+    picks = rng.choice(grid[np.isfinite(grid) & (grid > 0)], size=1500, replace=False)
+    values = _rounding_traps(np.concatenate([picks, [grid[1], grid[2], np.float32(3.3895314e38)]]),
+                             3.3895314e38, rng, 2000)
+    got = _run_map(_map_kernel(common.float32_to_bf16), values, np.zeros(values.size, np.uint16))
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = values.astype(ml_dtypes.bfloat16).view(np.uint16)
+    _assert_bits_equal(got, expected, values, "float32 -> bfloat16")
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # x / scale past float32: inf, saturated
+@pytest.mark.parametrize("name", dtypes.FP8_DTYPES)
+def test_fp8_encoding_equals_quantize_fp8_on_every_tie_and_trap(name):
+    """common.ENCODE_FP8 is sandbox.dtypes.quantize_fp8 (the write_cache contract) bit for bit: every
+    fp8 value, every midpoint (ties to even), one float32 ulp either side, subnormals, saturation
+    past the max and at inf, NaN with its sign, float32 denormals, random bit patterns; at scale 1
+    (where the ties are exact) and at scales that are not powers of two."""
+    rng = np.random.default_rng(len(name))
+    grid = np.arange(256, dtype=np.uint8).view(name).astype(np.float32)
+    values = _rounding_traps(grid, dtypes.FP8_MAX_FINITE[name], rng, 3000)
+    kernel = _scaled_map_kernel(common.ENCODE_FP8[name])
+    for scale in (1.0, 0.37, 1 / dtypes.FP8_MAX_FINITE[name]):
+        got = _run_map(kernel, values, np.float32(scale), np.zeros(values.size, np.uint8))
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected = dtypes.quantize_fp8(values, name, scale).view(np.uint8)
+        _assert_bits_equal(got, expected, values, f"float32 -> {name} at scale {scale}")
+
+
+def test_compile_report_precision_arguments():
+    assert common.report_dtypes("bfloat16") == ("bfloat16", "bfloat16")
+    assert common.report_dtypes("float16:e4m3") == ("float16", "float8_e4m3fn")
+    assert common.report_dtypes("bf16", kv_dtype="float8_e5m2") == ("bfloat16", "float8_e5m2")
+    with pytest.raises(ValueError, match="the cache must have the query's dtype"):
+        common.report_dtypes("float16:bfloat16")
+    with pytest.raises(ValueError, match="give the cache dtype once"):
+        common.report_dtypes("float16:e4m3", kv_dtype="e5m2")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sliding windows: blocks wholly before the window are freed (-1 in the table, NaN in the cache)
+# and must be neither looked up nor read.
+class _RecordingArray:
+    """A stand-in for a simulated device array that records every index read (simulator only: a
+    kernel argument that is not an array reaches the kernel as is)."""
+
+    def __init__(self, array):
+        self.array = array
+        self.shape = array.shape
+        self.reads = []
+
+    def __getitem__(self, index):
+        self.reads.append(index)
+        return self.array[index]
+
+
+def _attention_launch(prepared):
+    """The launch whose kernel reads the block table and the cache (split: the partition kernel)."""
+    return getattr(prepared, "partition", prepared)
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="records reads through the simulator")
+@pytest.mark.parametrize("name", NUMBA)
+def test_window_never_touches_the_blocks_before_it(name):
+    """Windows starting at k*bs, k*bs + 1 and mid-block, with the freed blocks at -1 and NaN: the
+    output matches, and every table lookup and K/V load is inside a sequence's window."""
+    from kernels.numba_cuda import split
+    from sandbox import runner
+
+    problem = DecodeProblem.random(31, num_seqs=4, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4,
+                                   context_lens=[37, 30, 23, 9], window_left=12, dtype="bfloat16", kv_dtype="e4m3",
+                                   alibi_slopes="paper", share_prefix=False)
+    first = problem.first_read_tokens()
+    assert first.tolist() == [24, 17, 10, 0]  # k*bs, k*bs + 1, mid-block, no block before the window
+    for s in range(problem.num_seqs):
+        assert (problem.block_tables[s, : int(first[s]) // 4] == -1).all()
+    if name == "numba.split":  # partitions of 8 tokens from each window's start: 13 tokens -> 2
+        prepared = split.prepare(problem, "cpu", partition_size=8)
+        assert prepared.num_partitions == 2
+    else:
+        prepared, _ = runner.prepare(name, problem, "cpu")
+    launch = _attention_launch(prepared)
+    q, k, v, tables = launch.args[:4]
+    recorders = [_RecordingArray(a.copy_to_host()) for a in (k, v, tables)]
+    launch.args = (q, *recorders) + launch.args[4:]
+    prepared.launch()
+    assert_close(prepared.result(), _expected(problem), problem.dtype, f"{name} on {problem}")
+
+    k_reads, v_reads, table_reads = (r.reads for r in recorders)
+    bs = problem.block_size
+    looked_up = {(int(s), int(c)) for s, c in table_reads}
+    allowed = {(s, c) for s in range(problem.num_seqs)
+               for c in range(int(first[s]) // bs, -(-int(problem.context_lens[s]) // bs))}
+    assert looked_up <= allowed, f"{name} looked up table entries before a window: {sorted(looked_up - allowed)}"
+    readable = {(int(problem.block_tables[s, t // bs]), t % bs) for s in range(problem.num_seqs)
+                for t in range(int(first[s]), int(problem.context_lens[s]))}
+    for what, reads in (("key_cache", k_reads), ("value_cache", v_reads)):
+        slots = {(int(i[0]), int(i[1])) for i in reads}
+        assert slots and slots <= readable, f"{name} read {what} slots outside every window: {sorted(slots - readable)[:5]}"
+
+
+def test_split_refuses_more_partitions_than_the_grid_takes_before_launch(monkeypatch):
+    """Partition count is grid z (<= 65535): 65536 one-token partitions are refused before any kernel
+    runs; with a window, partitions count from its start, so the same context fits."""
+    from kernels.numba_cuda import split
+
+    monkeypatch.setattr(split, "default_partition_size", lambda block_size: block_size)
+    problem = DecodeProblem.random(2, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=1,
+                                   context_lens=[65536], nan_fill=False, spare_blocks=1)
+
+    def never(*args, **kwargs):
+        raise AssertionError("a kernel was launched")
+
+    monkeypatch.setattr(common.Launch, "launch", never)
+    with pytest.raises(Unsupported, match=r"kernel 'numba.split partition': grid.z = 65536 exceeds CUDA's limit of 65535"):
+        run_problem("numba.split", problem)
+    windowed = DecodeProblem.random(2, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=1,
+                                    context_lens=[65536], nan_fill=False, spare_blocks=1, window_left=99)
+    assert split.prepare(windowed, resolve("auto", "numba")).num_partitions == 100
+
+
+# ---------------------------------------------------------------------------------------------
+# Each option, and the precisions, on small problems per variant (reference.paged_attention with
+# the problem's options is the truth).
+OPTION_CASES = {
+    "kv_scale_fp32": dict(dtype="float32", k_scale=0.25, v_scale=3.0),
+    "fp8_e4m3_default_scales": dict(dtype="float16", kv_dtype="e4m3"),
+    "fp8_e5m2_bf16_query": dict(dtype="bfloat16", kv_dtype="e5m2", k_scale=1 / 20000, v_scale=1 / 50000),
+    "softcap_extreme_logits": dict(dtype="float32", logits_soft_cap=4.0, extreme_logits=True),
+    "alibi_paper_bf16": dict(dtype="bfloat16", alibi_slopes="paper"),
+    "window_and_alibi_random": dict(dtype="float16", window_left=9, alibi_slopes="random", block_size=4),
+    "everything_bf16_e4m3": dict(dtype="bfloat16", kv_dtype="e4m3", window_left=20, logits_soft_cap=8.0,
+                                 alibi_slopes="random", k_scale=1 / 300, v_scale=1 / 100, extreme_logits=True),
+}
+
+
+@pytest.mark.parametrize("name", NUMBA)
+@pytest.mark.parametrize("case", list(OPTION_CASES))
+def test_each_option_matches_the_reference(name, case):
+    shape = dict(num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=32, block_size=8, max_context_len=45)
+    shape.update(OPTION_CASES[case])
+    problem = DecodeProblem.random(50 + len(case), **shape)
+    _check(name, problem)
+
+
+def test_options_off_builds_the_plain_kernel():
+    """Soft-cap and ALiBi are compiled in only when a problem uses them: a plain problem and one
+    with only scales and a window share the plain kernel."""
+    from kernels.numba_cuda import naive
+
+    plain = DecodeProblem.random(1, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, max_context_len=8)
+    scaled = DecodeProblem.random(1, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, max_context_len=8,
+                                  k_scale=2.0, window_left=3)
+    capped = DecodeProblem.random(1, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, max_context_len=8,
+                                  logits_soft_cap=5.0)
+    assert common.kernel_key(plain) == common.kernel_key(scaled) == ("float32", "float32", False)
+    assert common.kernel_key(capped) == ("float32", "float32", True)
+    assert naive.kernel_for(*common.kernel_key(plain)) is not naive.kernel_for(*common.kernel_key(capped))
+
+
+def test_numba_kernels_compile_for_bf16_queries_and_e4m3_caches_at_sm_90():
+    """Every numba kernel with a bfloat16 query and output, an e4m3 cache and soft-cap/ALiBi compiled
+    in (and the writer bf16 -> e4m3), compile_ptx + nvJitLink in a real-mode child: no float64, no
+    spills, no generic LD/ST in the machine code, shuffles in block/split."""
+    from sandbox.other_mode import call_in_numba_mode
+
+    names = NUMBA + registry.cache_writers("numba")
+    reports = call_in_numba_mode(False, "kernels.numba_cuda.common:compile_reports", names, 16, 128,
+                                 "bfloat16", "sm_90", "float8_e4m3fn", True)
+    assert list(reports) == names
+    rows = []
+    for name, report in reports.items():
+        for kernel in report["kernels"]:
+            assert 0 < kernel["registers"] <= 255, (name, kernel)
+            assert kernel["fp64_instructions"] == 0, (name, kernel)
+            assert kernel["spill_stores"] == 0 and kernel["spill_loads"] == 0, (name, kernel)
+        rows.append(dict(variant=name, block_size=16, head_dim=128, dtype="bfloat16:float8_e4m3fn", arch="sm_90",
+                         images=resources._take_images(report)))
+    census = {(r["variant"], r["kernel"]): r for r in sass.census_rows(rows)}
+    for key, counts in census.items():
+        assert counts["fp64"] == 0 and counts["generic"] == 0 and counts["instructions"] > 0, (key, counts)
+    assert census[("numba.block", "block")]["shuffles"] > 0 and census[("numba.split", "partition")]["shuffles"] > 0

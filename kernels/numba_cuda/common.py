@@ -238,7 +238,7 @@ def float32_to_bf16(value):
     """float32 -> bfloat16 bits (uint16), round to nearest even; NaN -> sign | 0x7FC0 (as ml_dtypes)."""
     bits = float32_as_bits(value)
     if (bits & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
-        return uint16((bits >> uint32(16)) | uint32(0x7FC0))
+        return uint16(((bits >> uint32(16)) & uint32(0x8000)) | uint32(0x7FC0))
     rounded = bits + uint32(0x7FFF) + ((bits >> uint32(16)) & uint32(1))  # < 2^32: NaNs are out
     return uint16(rounded >> uint32(16))
 
