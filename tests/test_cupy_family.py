@@ -1,6 +1,8 @@
-"""The CUDA C family beyond the shared suite: compiled for real GPUs (NVRTC, sm_80/sm_90), free of
-out-of-bounds accesses (the executor's AddressSanitizer mode), independent of thread order, of the
-split-KV partition size, and the dense twin equal to the paged kernel it mirrors.
+"""The CUDA C family beyond the shared suite: compiled for real GPUs (NVRTC, sm_80/sm_90); on the CPU
+executor, every CUDA C variant of the registry (and the cupy cache writer) free of out-of-bounds accesses
+(AddressSanitizer), of data races (racecheck), independent of thread order and right under both
+shared-memory poisons; independent of the split-KV partition size, and the dense twin equal to the paged
+kernel it mirrors (on every available backend).
 
 Correctness against the reference on random problems lives in tests/test_variants.py and
 tests/test_cache_write.py (they walk the registry).
@@ -16,14 +18,21 @@ import reference
 from kernels.cupy_raw import common, dense, gqa, rows, v1, v2
 from kernels.cupy_raw import write_cache as cupy_write_cache
 from kernels.wrong import cupy_ignores_table, cupy_off_by_one
-from sandbox import nvrtc, registry
-from sandbox.check import expected_output
+from sandbox import backends, nvrtc, registry
+from sandbox.check import check_problem, expected_output
 from sandbox.compare import assert_close, compare
+from sandbox.cpucuda import last_poison, modes
 from sandbox.problem import DecodeProblem
+from sandbox.runner import run_problem
 
 ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 WRONG = {"wrong.cupy.ignores_table": cupy_ignores_table, "wrong.cupy.off_by_one": cupy_off_by_one}
 SPLIT_KV = {"cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
+# The CPU executor's checks walk the registry, so a new CUDA C variant is checked without editing this file.
+CUDA_C = registry.variants("cupy") + [n for n in registry.variants("wrong") if registry.get(n).family == "cupy"]
+CUDA_C_WRITERS = registry.cache_writers("cupy")
+# Backends the backend-independent properties run on: the CPU executor always, a GPU when there is one.
+BACKENDS = ["cpu"] + (["gpu"] if backends.gpu_present() else [])
 
 
 def test_family_is_registered():
@@ -121,10 +130,10 @@ def _problems():
     ]
 
 
-def _run(module, problem, partition_size=None, **cpu_options):
+def _run(module, problem, partition_size=None, backend="cpu", **cpu_options):
     with common.cpu_options(**cpu_options):
         kwargs = {} if partition_size is None else dict(partition_size=partition_size)
-        prepared = module.prepare(problem, "cpu", **kwargs)
+        prepared = module.prepare(problem, backend, **kwargs)
         prepared.launch()
         return prepared.result()
 
@@ -139,43 +148,55 @@ def test_cpu_options_reach_the_executor():
     assert common.get_function("cpu", v1.PATH, name, batch) is not kernel
 
 
-@pytest.mark.parametrize("name", list(ATTENTION))
-def test_no_out_of_bounds_access_under_asan(name):
-    """AddressSanitizer mode: every array in a malloc of exactly its size; any stray access raises."""
+def test_registry_walk_covers_the_family():
+    assert set(ATTENTION) <= set(CUDA_C) and set(WRONG) <= set(CUDA_C)
+    assert "cupy.write_cache" in CUDA_C_WRITERS
+
+
+# ---- every CUDA C variant under the executor's checking modes (CPU only) ---------------------------
+
+# Each mode is switched process-wide (sandbox.cpucuda.modes: the SANDBOX_CPUCUDA_* variables), so the
+# kernels the launchers build through sandbox.backends.raw_module run in it without any option passing.
+CPU_MODES = {
+    "asan": dict(asan=True),
+    "racecheck": dict(racecheck=True),
+    "poison-nan": dict(poison="nan"),
+    "poison-finite": dict(poison="finite"),
+}
+
+
+@pytest.mark.parametrize("mode", list(CPU_MODES))
+@pytest.mark.parametrize("name", CUDA_C)
+def test_cuda_c_variant_under_each_executor_mode(name, mode):
+    """ASan: no out-of-bounds access; racecheck: no data race; both poisons: right results (reads of
+    unwritten shared memory would show). Negative controls must run clean of crashes, stray accesses and
+    races (under ASan on every problem, else on the first); whether the comparison catches them is
+    tests/test_variants.py's job (some controls are wrong only with options)."""
+    wrong = name.startswith("wrong.")
+    problems = _problems() if not wrong or mode == "asan" else _problems()[:1]
+    for problem in problems:
+        with modes(**CPU_MODES[mode]):
+            result = check_problem(name, problem, "cpu")
+        assert result.error is None, f"{name} in mode {mode} on {problem}: {result.error}"
+        if not wrong:
+            assert result.ok, f"{name} in mode {mode} on {problem}: {result.comparison} ({last_poison()})"
+
+
+@pytest.mark.parametrize("name", [n for n in CUDA_C if not n.startswith("wrong.")])
+def test_reversed_thread_order_gives_identical_results(name):
+    """Threads (and blocks) in reverse order: a missing barrier would change the result."""
     for problem in _problems():
-        got = _run(ATTENTION[name], problem, asan=True)
-        assert_close(got, expected_output(problem), problem.dtype, f"{name} under ASan on {problem}")
+        forward = run_problem(name, problem, "cpu")
+        with modes(order="reverse"):
+            backward = run_problem(name, problem, "cpu")
+        np.testing.assert_array_equal(backward, forward)
 
 
-@pytest.mark.parametrize("name", list(WRONG))
-def test_negative_controls_are_wrong_but_stay_in_bounds_under_asan(name):
-    """A broken control must fail the comparison, never crash the process (ASan mode raises on any stray access)."""
-    wrong = 0
-    for problem in _problems():
-        got = _run(WRONG[name], problem, asan=True)
-        wrong += not compare(got, expected_output(problem), problem.dtype).ok
-    assert wrong >= 2
-
-
-@pytest.mark.parametrize("name", list(ATTENTION))
-def test_head_dims_beyond_the_shared_strategy(name):
-    """Head dims 96 (12 or 24 vectors: partly idle lanes) and 256 (more vectors than a warp has lanes)."""
-    for seed, head_dim, dtype, block_size, ratio in ((61, 96, "float16", 8, 1), (62, 256, "float32", 32, 2)):
-        problem = DecodeProblem.random(seed, num_seqs=2, num_heads=2 * ratio, num_kv_heads=2, head_dim=head_dim,
-                                       block_size=block_size, context_lens=[block_size * 3 + 1, 2], dtype=dtype)
-        assert_close(_run(ATTENTION[name], problem), expected_output(problem), problem.dtype, f"{name} on {problem}")
-
-
-def test_write_cache_with_no_tokens_launches_nothing():
-    cache = np.full((2, 4, 1, 8), np.nan, np.float16)
-    empty = np.zeros((0, 1, 8), np.float16)
-    prepared = cupy_write_cache.prepare_write(cache, cache.copy(), empty, empty, np.zeros(0, np.int64), "cpu")
-    prepared.launch()
-    got_k, _ = prepared.result()
-    assert np.isnan(got_k).all()
-
-
-def test_write_cache_no_out_of_bounds_access_under_asan():
+@pytest.mark.parametrize("mode", ["asan", "racecheck", "order-reverse", "poison-finite"])
+@pytest.mark.parametrize("writer", CUDA_C_WRITERS)
+def test_cache_writer_under_each_executor_mode(writer, mode):
+    module = registry.get_cache_writer(writer).module
+    switch = dict(order="reverse") if mode == "order-reverse" else CPU_MODES[mode]
     rng = np.random.default_rng(7)
     for dtype, head_dim, kv_heads in (("float16", 8, 1), ("float32", 6, 3), ("float16", 3, 1)):
         cache = np.full((3, 4, kv_heads, head_dim), np.nan, dtype)
@@ -184,25 +205,41 @@ def test_write_cache_no_out_of_bounds_access_under_asan():
         slots = np.array([11, -1, 0, 5, 3])
         expected_k, expected_v = cache.copy(), cache.copy()
         reference.write_cache(expected_k, expected_v, key, value, slots)
-        with common.cpu_options(asan=True):
-            prepared = cupy_write_cache.prepare_write(cache, cache.copy(), key, value, slots, "cpu")
+        with modes(**switch):
+            prepared = module.prepare_write(cache, cache.copy(), key, value, slots, "cpu")
             prepared.launch()
             got_k, got_v = prepared.result()
         np.testing.assert_array_equal(got_k, expected_k)
         np.testing.assert_array_equal(got_v, expected_v)
 
 
+# ---- backend-independent properties (every available backend) ----------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(ATTENTION))
-def test_reversed_thread_order_gives_identical_results(name):
-    """Threads (and blocks) in reverse order: a missing barrier would change the result."""
-    for problem in _problems():
-        forward = _run(ATTENTION[name], problem)
-        backward = _run(ATTENTION[name], problem, thread_order="reverse")
-        np.testing.assert_array_equal(backward, forward)
+def test_head_dims_beyond_the_shared_strategy(name, backend):
+    """Head dims 96 (12 or 24 vectors: partly idle lanes) and 256 (more vectors than a warp has lanes)."""
+    for seed, head_dim, dtype, block_size, ratio in ((61, 96, "float16", 8, 1), (62, 256, "float32", 32, 2)):
+        problem = DecodeProblem.random(seed, num_seqs=2, num_heads=2 * ratio, num_kv_heads=2, head_dim=head_dim,
+                                       block_size=block_size, context_lens=[block_size * 3 + 1, 2], dtype=dtype)
+        assert_close(_run(ATTENTION[name], problem, backend=backend), expected_output(problem), problem.dtype,
+                     f"{name} on {problem} ({backend})")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_write_cache_with_no_tokens_launches_nothing(backend):
+    cache = np.full((2, 4, 1, 8), np.nan, np.float16)
+    empty = np.zeros((0, 1, 8), np.float16)
+    prepared = cupy_write_cache.prepare_write(cache, cache.copy(), empty, empty, np.zeros(0, np.int64), backend)
+    prepared.launch()
+    got_k, _ = prepared.result()
+    assert np.isnan(got_k).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(SPLIT_KV))
-def test_split_kv_result_does_not_depend_on_partition_size(name):
+def test_split_kv_result_does_not_depend_on_partition_size(name, backend):
     """One sequence spans many partitions while the others leave most grid slots empty (context 1, 5):
     empty partitions never write and the reduce never reads them (the scratch is NaN-filled)."""
     module = SPLIT_KV[name]
@@ -211,7 +248,7 @@ def test_split_kv_result_does_not_depend_on_partition_size(name):
     expected = expected_output(problem)
     results = {}
     for partition in (8, 16, 24, 64, 296, 304, 512, 1024):
-        results[partition] = _run(module, problem, partition_size=partition)
+        results[partition] = _run(module, problem, partition_size=partition, backend=backend)
         assert_close(results[partition], expected, problem.dtype, f"{name} with partition_size {partition}")
     base = results[512]
     for partition, got in results.items():
@@ -227,22 +264,25 @@ def test_partition_size_must_be_a_multiple_of_the_block_size():
     assert common.partition_for(256, None) == 512 and common.partition_for(1024, None) == 1024
 
 
-def test_dense_twin_equals_the_paged_kernel_bit_for_bit():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dense_twin_equals_the_paged_kernel_bit_for_bit(backend):
     """cupy.dense is its twin (cupy.rows) without the block table: same arithmetic in the same order."""
     assert dense.TWIN is rows and registry.get("cupy.rows").module is rows
     for problem in _problems():
-        np.testing.assert_array_equal(_run(dense, problem), _run(dense.TWIN, problem))
+        np.testing.assert_array_equal(_run(dense, problem, backend=backend), _run(dense.TWIN, problem, backend=backend))
 
 
-def test_rows_and_gqa_compute_the_same_function_at_every_block_size():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rows_and_gqa_compute_the_same_function_at_every_block_size(backend):
     """Two thread mappings of one algorithm: equal to rounding, from block size 1 (a lookup per token) to 256."""
     for block_size in (1, 2, 8, 32, 256):
         problem = DecodeProblem.random(60 + block_size, num_seqs=3, num_heads=8, num_kv_heads=2, head_dim=80,
                                        block_size=block_size, context_lens=[1, 2 * block_size + 3, 300],
                                        dtype="float16")
-        got = _run(rows, problem)
+        got = _run(rows, problem, backend=backend)
         assert_close(got, expected_output(problem), problem.dtype, f"rows bs{block_size}")
-        np.testing.assert_allclose(got.astype(np.float32), _run(gqa, problem).astype(np.float32), rtol=2e-3, atol=2e-3)
+        np.testing.assert_allclose(got.astype(np.float32), _run(gqa, problem, backend=backend).astype(np.float32),
+                                   rtol=2e-3, atol=2e-3)
 
 
 def test_dense_cache_is_the_gathered_sequence_with_nan_padding():
@@ -278,7 +318,7 @@ def test_limits_are_declared():
     for module in ATTENTION.values():
         assert module.LIMITS.block_sizes == common.POW2_BLOCK_SIZES
         assert set(module.LIMITS.head_dims) >= {32, 64, 80, 96, 128, 256}
-        assert module.LIMITS.dtypes == ("float32", "float16")
+        assert {"float32", "float16"} <= set(module.LIMITS.dtypes)
     for name in WRONG:
         assert importlib.import_module(registry.WRONG_VARIANTS[name]).LIMITS == v1.LIMITS
 
