@@ -70,10 +70,15 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
     """The kernel body with `tile` (rows per register tile), the dtypes, soft-cap/ALiBi, the load
     counter and `causal_slip` fixed at compile time. causal_slip = 0 is the causal mask (t <= p);
     the negative control kernels/wrong/numba_causal_off_by_one.py builds it with 1 (t <= p + 1)."""
-    adjust = common.logit_options(with_logit_options)
     load_q = common.DECODE[dtype]
     load_kv = common.DECODE[kv_dtype]
     store = common.ENCODE[dtype]
+    # The per-element conversions of native (float32/float16) elements and the per-logit options (common.apply_options,
+    # same formula) are written out here rather than called: the compiled kernel inlines either way,
+    # but under the simulator every device-function call swaps the callee module's globals under a
+    # lock (several us each), which made those calls most of a simulated launch.
+    native_q = dtype in ("float32", "float16")
+    native_kv = kv_dtype in ("float32", "float16")
 
     def multi_body(query, key_cache, value_cache, block_tables, context_lens, scale,
                    v_scale, window_left, softcap, alibi, use_alibi, tiles, tile_tokens, chunk, counts, out):
@@ -129,7 +134,8 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
         cuda.syncthreads()
         for i in range(tid, rows * head_dim, threads):
             r = i // head_dim
-            sh[i] = load_q(query[row0 + r // group, head0 + r % group, i % head_dim]) * scale
+            element = query[row0 + r // group, head0 + r % group, i % head_dim]
+            sh[i] = (float32(element) if native_q else load_q(element)) * scale
         cuda.syncthreads()
 
         dots = cuda.local.array(tile, float32)
@@ -143,7 +149,8 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                     physical = block_tables[seq, t // block_size]
                     offset = t % block_size
                     for d in range(lane, head_dim, lanes):
-                        sh[kv_at + i * stride + d] = load_kv(key_cache[physical, offset, kv_head, d])
+                        element = key_cache[physical, offset, kv_head, d]
+                        sh[kv_at + i * stride + d] = float32(element) if native_kv else load_kv(element)
                         if count_loads:
                             cuda.atomic.add(counts, (((K_LOADS * num_blocks + physical) * block_size + offset)
                                                      * num_kv_heads + kv_head) * head_dim + d, 1)
@@ -160,10 +167,13 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                     if needed:
                         for j in range(tile):
                             dots[j] = ZERO
+                        k_row = kv_at + a_token * stride
                         for d in range(head_dim):
-                            k = sh[kv_at + a_token * stride + d]
+                            k = sh[k_row + d]
+                            q_at = g0 * head_dim + d
                             for j in range(tile):
-                                dots[j] += sh[(g0 + j) * head_dim + d] * k
+                                dots[j] += sh[q_at] * k
+                                q_at += head_dim
                     for j in range(tile):
                         r = g0 + j
                         logit = NEG_INF
@@ -174,7 +184,12 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                                 visible = visible and t >= position - window_left
                             if visible:
                                 slope = alibi[head0 + r % group] if use_alibi else ZERO
-                                logit = adjust(dots[j], softcap, slope, use_alibi, t - position)
+                                logit = dots[j]
+                                if with_logit_options:  # common.apply_options, inlined (see above)
+                                    if softcap > ZERO:
+                                        logit = softcap * math.tanh(logit / softcap)
+                                    if use_alibi:
+                                        logit += slope * float32(t - position)
                         sh[p_at + r * chunk + a_token] = logit
             cuda.syncthreads()
             # B: per row, the chunk's max, the rescale of what came before, weights and their sum.
@@ -206,7 +221,8 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                     physical = block_tables[seq, t // block_size]
                     offset = t % block_size
                     for d in range(lane, head_dim, lanes):
-                        sh[kv_at + i * stride + d] = load_kv(value_cache[physical, offset, kv_head, d])
+                        element = value_cache[physical, offset, kv_head, d]
+                        sh[kv_at + i * stride + d] = float32(element) if native_kv else load_kv(element)
                         if count_loads:
                             cuda.atomic.add(counts, (((V_LOADS * num_blocks + physical) * block_size + offset)
                                                      * num_kv_heads + kv_head) * head_dim + d, 1)
@@ -220,16 +236,18 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                     accs[j] = sh[base + j * head_dim] * sh[corr_at + g0 + j]
                 for i in range(n):
                     v = sh[kv_at + i * stride + d]
+                    w_at = p_at + g0 * chunk + i
                     for j in range(tile):
-                        accs[j] += sh[p_at + (g0 + j) * chunk + i] * v
+                        accs[j] += sh[w_at] * v
+                        w_at += chunk
                 for j in range(tile):
                     sh[base + j * head_dim] = accs[j]
             cuda.syncthreads()
 
         for i in range(tid, rows * head_dim, threads):
             r = i // head_dim
-            out[row0 + r // group, head0 + r % group, i % head_dim] = store(
-                sh[acc_at + i] * (v_scale / sh[sum_at + r]))
+            value = sh[acc_at + i] * (v_scale / sh[sum_at + r])
+            out[row0 + r // group, head0 + r % group, i % head_dim] = value if native_q else store(value)
 
     return multi_body
 
