@@ -24,6 +24,7 @@ VARIANTS = {
     "cupy.rows": "kernels.cupy_raw.rows",
     "cupy.dense": "kernels.cupy_raw.dense",
     "cupy.multi": "kernels.cupy_raw.multi",
+    "cupy.cascade": "kernels.cupy_raw.cascade",
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
@@ -33,6 +34,8 @@ WRONG_VARIANTS = {
     "wrong.numba.off_by_one": "kernels.wrong.numba_off_by_one",
     "wrong.cupy.ignores_table": "kernels.wrong.cupy_ignores_table",
     "wrong.cupy.off_by_one": "kernels.wrong.cupy_off_by_one",
+    "wrong.cupy.causal_off_by_one": "kernels.wrong.cupy_causal_off_by_one",
+    "wrong.cupy.cascade_partial_block": "kernels.wrong.cupy_cascade_partial_block",
     "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_window_off_by_one",
     "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
     "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
