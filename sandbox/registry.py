@@ -32,6 +32,7 @@ VARIANTS = {
 WRONG_VARIANTS = {
     "wrong.numba.ignores_table": "kernels.wrong.numba_ignores_table",
     "wrong.numba.off_by_one": "kernels.wrong.numba_off_by_one",
+    "wrong.numba.causal_off_by_one": "kernels.wrong.numba_causal_off_by_one",
     "wrong.cupy.ignores_table": "kernels.wrong.cupy_ignores_table",
     "wrong.cupy.off_by_one": "kernels.wrong.cupy_off_by_one",
     "wrong.cupy.causal_off_by_one": "kernels.wrong.cupy_causal_off_by_one",

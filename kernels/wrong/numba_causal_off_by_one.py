@@ -1,0 +1,20 @@
+"""wrong.numba.causal_off_by_one: numba.multi whose causal mask lets a query token see one token too many (NEGATIVE CONTROL).
+
+The flaw: query token j at position p sees tokens t <= p + 1 instead of t <= p (the mask's
+fencepost, and the tile's walk one token further, never past the context). The last query token
+of a sequence has no token after it, so decode problems (one query token per sequence) come out
+right: only several query tokens per sequence expose it. Everything else is numba.multi's body
+(multi.make_body with causal_slip=1), every precision and option included.
+Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_control.
+"""
+from __future__ import annotations
+
+from kernels.numba_cuda import common, multi
+
+LIMITS = multi.LIMITS
+
+kernel_for = multi.kernel_factory(causal_slip=1)  # BUG: t <= p + 1
+
+
+def prepare(problem, backend: str) -> common.Launch:
+    return multi.prepare_with(kernel_for, problem, "wrong.numba.causal_off_by_one")
