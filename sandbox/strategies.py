@@ -119,7 +119,7 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
                   extreme_logits=extreme, **kw)
     if draw(st.integers(0, 3)) == 0:  # sharing as the allocator makes it: fork (copy-on-write) or prefix caching
         groups = draw(st.integers(1, 2))
-        size = draw(st.integers(1, max(1, (max_num_seqs + 1) // groups)))
+        size = draw(st.integers(2, max(2, (max_num_seqs + 1) // groups)))  # a group of one shares nothing
         prefix = draw(st.sampled_from([block_size, block_size + 1, max(1, max_tokens // 2), max(1, max_tokens - 2)]))
         prefix = max(1, min(prefix, max_tokens))
         problem = DecodeProblem.shared(num_groups=groups, group_size=size, prefix_len=prefix,
