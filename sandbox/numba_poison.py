@@ -14,9 +14,9 @@ such reads loud:
 * dynamic shared memory is filled with 0xFF bytes before each block (NaN
   for float16/32/64, -1 for integers), whatever dtype views it.
 
-It replaces two methods (``FakeCUDAShared.array``, rewritten with the same
-(file, line) keying plus the poisoning, and ``BlockManager.run``, wrapped)
-and nothing else. ``install()`` is idempotent; ``sandbox.backends.configure_numba``
+It wraps two methods, ``FakeCUDAShared.__init__`` (its allocation table
+poisons each array stored in it) and ``BlockManager.run`` (poisons before
+the block), and nothing else. ``install()`` is idempotent; ``sandbox.backends.configure_numba``
 calls it when it chooses the simulator. numba.cuda is not imported early:
 the patch is applied when the simulator's kernel module is first imported
 (an import hook), or at once if it already is.
@@ -48,33 +48,32 @@ def poison(array: np.ndarray) -> None:
         array.view(np.uint8).fill(0xFF)
 
 
+class _PoisonedAllocations(dict):
+    """FakeCUDAShared._allocations that poisons each static shared array as it is stored.
+
+    Hooking the store rather than ``FakeCUDAShared.array`` keeps the poison
+    when something else replaces ``array`` (kernels/numba_cuda/common.py
+    serialises it under a lock): every version stores its new array here.
+    """
+
+    def __setitem__(self, key, value):
+        if isinstance(value, np.ndarray):
+            poison(value)
+        super().__setitem__(key, value)
+
+
 def _apply() -> None:
-    from numba.core import types
     from numba.cuda.simulator import kernel, kernelapi
-    from numba.np import numpy_support
 
     shared_cls = kernelapi.FakeCUDAShared
     if getattr(shared_cls, _PATCHED, False):
         return
+    original_init = shared_cls.__init__
     original_run = kernel.BlockManager.run
 
-    def array(self, shape, dtype, alignment=None):
-        """FakeCUDAShared.array, with new static arrays poisoned (same (file, line) keying as the original)."""
-        if alignment is not None:
-            raise RuntimeError("Array alignment is not supported in cudasim")
-        if isinstance(dtype, types.Type):
-            dtype = numpy_support.as_dtype(dtype)
-        dtype = np.dtype(dtype)
-        if shape == 0:  # dynamic shared memory: one byte buffer, poisoned per block in run()
-            count = self._dynshared_size // dtype.itemsize
-            return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
-        caller = sys._getframe(1)
-        key = (caller.f_code.co_filename, caller.f_lineno)
-        res = self._allocations.get(key)
-        if res is None:
-            res = self._allocations[key] = np.empty(shape, dtype)
-            poison(res)
-        return res
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self._allocations = _PoisonedAllocations(self._allocations)
 
     def run(self, grid_point, *args):
         shared = getattr(kernel._get_kernel_context(), "_shared", None)
@@ -84,7 +83,7 @@ def _apply() -> None:
             shared._dynshared.view(np.uint8).fill(0xFF)
         return original_run(self, grid_point, *args)
 
-    shared_cls.array = array
+    shared_cls.__init__ = __init__
     kernel.BlockManager.run = run
     setattr(shared_cls, _PATCHED, True)
 

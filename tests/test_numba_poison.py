@@ -42,13 +42,13 @@ def test_control_kernel_reading_an_unwritten_slot_is_caught():
 
 
 def test_integer_and_dynamic_shared_arrays_are_poisoned():
-    from numba import int32, uint16
+    from numba import float32, int32, uint16
 
     @cuda.jit
     def read_unwritten(out_i, out_u, out_dyn):
         si = cuda.shared.array(4, int32)
         su = cuda.shared.array(4, uint16)
-        dyn = cuda.shared.array(0, dtype=np.float32)
+        dyn = cuda.shared.array(0, dtype=float32)
         t = cuda.threadIdx.x
         out_i[t] = si[t]
         out_u[t] = su[t]
