@@ -175,8 +175,12 @@ def _cuda_c_sources():
 MUTATIONS = [(path.name, k) for path in _cuda_c_sources() for k in range(len(_barriers(path.read_text())))]
 # Variants whose launches the mutations run through: the CUDA C attention variants, registry order.
 VARIANTS = [n for n in registry.variants("cupy")]
-PROBLEM = dict(seed=71, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=16, context_lens=[40],
-               dtype="float32")
+# The small problem first; the larger one (several chunks and partitions, a GQA group) only when the small
+# one did not reach the barrier's code.
+PROBLEMS = [dict(seed=71, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=16, context_lens=[40],
+                 dtype="float32"),
+            dict(seed=72, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=64, block_size=16,
+                 context_lens=[600, 5], dtype="float32")]
 
 
 def test_mutations_are_enumerated():
@@ -196,21 +200,22 @@ def test_every_removed_barrier_is_reported(tmp_path, filename, index):
     end = text.index(";", at) + 1
     target.write_text(text[:at] + ";" + text[end:])  # `__syncthreads();` -> `;`
     line = text.count("\n", 0, at) + 1
-    problem = DecodeProblem.random(**PROBLEM)
     tried = []
-    for name in VARIANTS:
-        module = registry.get(name).module
-        original = common.load_source(module.PATH)
-        if f'kernels/cupy_raw/{filename}"' not in original:  # load_source's #line names every file it inlines
-            continue
-        mutated = common.load_source(tmp_path / module.PATH.name)
-        assert mutated != original
-        tried.append(name)
-        with substitute_source(original, mutated), modes(racecheck=True):
-            try:
-                prepared = module.prepare(problem, "cpu")
-                prepared.launch()
-            except CpuKernelRaceError as exc:
-                assert re.search(rf"data race \((read|write)-after-(read|write)\)", str(exc))
-                return
+    for spec in PROBLEMS:
+        problem = DecodeProblem.random(**spec)
+        for name in VARIANTS:
+            module = registry.get(name).module
+            original = common.load_source(module.PATH)
+            if f'kernels/cupy_raw/{filename}"' not in original:  # load_source's #line names every file it inlines
+                continue
+            mutated = common.load_source(tmp_path / module.PATH.name)
+            assert mutated != original
+            tried.append(f"{name} on context {spec['context_lens']}")
+            with substitute_source(original, mutated), modes(racecheck=True):
+                try:
+                    prepared = module.prepare(problem, "cpu")
+                    prepared.launch()
+                except CpuKernelRaceError as exc:
+                    assert re.search(r"data race \((read|write)-after-(read|write)\)", str(exc))
+                    return
     pytest.fail(f"removing the __syncthreads() at {filename}:{line} was not reported (ran {tried})")
