@@ -1,33 +1,40 @@
 """Static resources of every kernel variant, compiled for a real GPU architecture without a GPU.
 
-    collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90")
-        -> list[dict], one row per (variant, block size)
+    collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
+            kv_dtype=None) -> list[dict], one row per (variant, block size)
+    collect_many(variants, [(block_sizes, dtype, kv_dtype), ...], head_dim, arch) -> the same, several
+            precisions in one go (one real-mode child for them all)
 
 Walks the registry (variants and cache writers of every family) and asks each module that defines
 `compile_report(block_size, head_dim, dtype, arch)` for its registers, shared memory, local memory
-and spills, then adds the theoretical occupancy (sandbox.occupancy). Numba's compile_ptx needs
-numba.cuda in real mode, so a simulator process runs the collection in a real-mode child.
+and spills, then adds the theoretical occupancy (sandbox.occupancy). dtype is the query's (float32,
+float16, bfloat16); kv_dtype an fp8 cache (float8_e4m3fn, float8_e5m2; None: the query's dtype), passed
+as compile_report(..., kv_dtype=...) only when given. A module whose compile_report takes no kv_dtype
+(or refuses it: TypeError, sandbox.Unsupported) gives a `skipped` row saying so. Numba's compile_ptx
+needs numba.cuda in real mode, so a simulator process runs the collection in a real-mode child.
 
 Also here, for any PTX producer: `link_ptx(ptx, arch)` links with nvJitLink and parses its log.
 `collect(..., images=True)` also returns each kernel's cubin, for sandbox.sass to disassemble.
 """
 from __future__ import annotations
 
+import inspect
 import re
 
-from . import registry
+from . import dtypes as dtypes_mod, registry
 from .backends import numba_simulated
 from .occupancy import occupancy
-from .variant import POW2_BLOCK_SIZES
+from .variant import POW2_BLOCK_SIZES, Unsupported
 
 ARCHS = ("sm_80", "sm_90")
-DTYPES = ("float32", "float16")
+DTYPES = dtypes_mod.QUERY_DTYPES  # float32, float16, bfloat16
+KV_DTYPES = dtypes_mod.FP8_DTYPES  # besides the query's own
 # nvJitLink's summary line for sm_90 counts 1 KB more shared memory than the kernel declares
 # (observed: a kernel without shared memory reports 1024 bytes smem on sm_90, 0 on sm_80; one with
 # 256 bytes reports 1280 / 256; NVRTC's ptxas reports 256 on both). We subtract it; the runtime's
 # per-block reserve is added back by sandbox.occupancy.
 LINKER_EXTRA_SMEM = {"sm_90": 1024, "sm_80": 0}
-COLUMNS = ("variant", "family", "block_size", "head_dim", "dtype", "arch", "registers", "static_shared_bytes",
+COLUMNS = ("variant", "family", "block_size", "head_dim", "dtype", "kv_dtype", "arch", "registers", "static_shared_bytes",
            "dynamic_shared_bytes", "local_bytes", "spill_stores", "spill_loads", "threads_per_block",
            "occupancy", "limiter", "path")
 
@@ -131,7 +138,7 @@ def without_compile_report(names=None) -> list[str]:
     return [name for name, _, module in _modules(names) if not hasattr(module, "compile_report")]
 
 
-def _supported(module, block_size: int, head_dim: int, dtype: str) -> str | None:
+def _supported(module, block_size: int, head_dim: int, dtype: str, kv_dtype: str | None = None) -> str | None:
     """Why this variant cannot take the configuration (by its LIMITS), or None."""
     limits = getattr(module, "LIMITS", None)
     if limits is None:
@@ -142,7 +149,33 @@ def _supported(module, block_size: int, head_dim: int, dtype: str) -> str | None
         return f"head_dim {head_dim} not supported"
     if dtype not in limits.dtypes:
         return f"dtype {dtype} not supported"
+    if kv_dtype is not None and kv_dtype not in getattr(limits, "kv_dtypes", ()):
+        return f"kv_dtype {kv_dtype} not supported"
     return None
+
+
+def takes_kv_dtype(function) -> bool:
+    """Whether compile_report accepts a kv_dtype keyword (the signature before fp8 caches did not)."""
+    try:
+        params = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return True  # not introspectable: let the call decide
+    return "kv_dtype" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _compile_report(module, block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None):
+    """module.compile_report(...) with kv_dtype= only when given: (report, None) or (None, why it is skipped)."""
+    if kv_dtype is None:
+        try:
+            return dict(module.compile_report(block_size, head_dim, dtype, arch)), None
+        except Unsupported as exc:
+            return None, f"not supported: {exc}"
+    if not takes_kv_dtype(module.compile_report):
+        return None, f"kv_dtype {kv_dtype} not supported: compile_report takes no kv_dtype (fp8 caches not reported yet)"
+    try:
+        return dict(module.compile_report(block_size, head_dim, dtype, arch, kv_dtype=kv_dtype)), None
+    except (TypeError, Unsupported) as exc:
+        return None, f"kv_dtype {kv_dtype} not supported: compile_report(..., kv_dtype=) raised {type(exc).__name__}: {exc}"
 
 
 def _with_occupancy(entry: dict, arch: str) -> dict:
@@ -165,23 +198,27 @@ def _take_images(report: dict) -> list:
 
 
 def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
-                  progress=None, images=False) -> list[dict]:
+                  progress=None, images=False, kv_dtype=None) -> list[dict]:
     rows = []
     for name, family, module in _modules(variants):
         if not hasattr(module, "compile_report"):
             continue
         for block_size in block_sizes:
-            row = dict(variant=name, family=family, block_size=block_size, head_dim=head_dim, dtype=dtype, arch=arch)
+            row = dict(variant=name, family=family, block_size=block_size, head_dim=head_dim, dtype=dtype,
+                       kv_dtype=kv_dtype or dtype, arch=arch)
             if progress:
-                progress(f"{name} block_size={block_size}")
-            reason = _supported(module, block_size, head_dim, dtype)
+                progress(f"{name} block_size={block_size}" + (f" {dtype}:{kv_dtype}" if kv_dtype else ""))
+            reason = _supported(module, block_size, head_dim, dtype, kv_dtype)
             if reason:
                 rows.append(dict(row, skipped=reason))
                 continue
             try:
-                report = dict(module.compile_report(block_size, head_dim, dtype, arch))
+                report, reason = _compile_report(module, block_size, head_dim, dtype, arch, kv_dtype)
             except Exception as exc:  # one variant failing to compile must not hide the others
                 rows.append(dict(row, error=f"{type(exc).__name__}: {exc}"))
+                continue
+            if report is None:
+                rows.append(dict(row, skipped=reason))
                 continue
             compiled = _take_images(report)
             kernels = [_with_occupancy(dict(k, **{f: k.get(f, report[f]) for f in
@@ -197,20 +234,48 @@ def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dty
     return rows
 
 
-def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dtype: str = "float16",
-            arch: str = "sm_90", progress=None, images: bool = False) -> list[dict]:
-    """One row per (variant, block size) with the COLUMNS above (plus `kernels` for multi-kernel
-    variants, `note`, and `skipped` / `error` where a row has no numbers).
+def _collect_many_here(variants, configs, head_dim, arch, progress=None, images=False) -> list[dict]:
+    return [row for block_sizes, dtype, kv_dtype in configs
+            for row in _collect_here(variants, block_sizes, head_dim, dtype, arch, progress, images, kv_dtype)]
 
-    images=True adds `images`: [(kernel name, cubin bytes, function name or None)] per row.
-    """
-    parse_arch(arch)
+
+def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
+    """(query dtype, fp8 cache dtype or None) by canonical name; ValueError for anything else."""
+    dtype = dtypes_mod.canonical(dtype)
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    block_sizes = tuple(int(b) for b in block_sizes)
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (fp32, fp16, bf16), got {dtype!r}")
+    if kv_dtype is None:
+        return dtype, None
+    kv = dtypes_mod.canonical(kv_dtype)
+    if kv == dtype:
+        return dtype, None
+    if kv not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be the query's dtype or one of {', '.join(KV_DTYPES)} (e4m3, e5m2), "
+                         f"got {kv_dtype!r}")
+    return dtype, kv
+
+
+def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), head_dim: int = 128,
+                 arch: str = "sm_90", progress=None, images: bool = False) -> list[dict]:
+    """collect() for each (block_sizes, dtype, kv_dtype) of configs, rows in that order, numba kernels of
+    them all compiled in one real-mode child."""
+    parse_arch(arch)
+    configs = [(tuple(int(b) for b in sizes), *precision(dtype, kv)) for sizes, dtype, kv in configs]
     _modules(variants)  # unknown names fail here, in this process, with the valid list
     if numba_simulated():
         from .other_mode import call_in_numba_mode
-        return call_in_numba_mode(False, "sandbox.resources:_collect_here", variants, block_sizes, head_dim, dtype, arch,
+        return call_in_numba_mode(False, "sandbox.resources:_collect_many_here", variants, configs, head_dim, arch,
                                   images=images)
-    return _collect_here(variants, block_sizes, head_dim, dtype, arch, progress, images)
+    return _collect_many_here(variants, configs, head_dim, arch, progress, images)
+
+
+def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dtype: str = "float16",
+            arch: str = "sm_90", progress=None, images: bool = False, kv_dtype: str | None = None) -> list[dict]:
+    """One row per (variant, block size) with the COLUMNS above (plus `kernels` for multi-kernel
+    variants, `note`, and `skipped` / `error` where a row has no numbers).
+
+    dtype: the query's (aliases such as "bf16" accepted); kv_dtype: an fp8 cache ("e4m3", "e5m2"), or
+    None for the query's dtype. images=True adds `images`: [(kernel name, cubin bytes, function name
+    or None)] per row.
+    """
+    return collect_many(variants, [(block_sizes, dtype, kv_dtype)], head_dim, arch, progress, images)

@@ -187,21 +187,23 @@ def function_sass(cubin: bytes, function: str | None) -> str:
     return functions[function]
 
 
-COLUMNS = ("variant", "kernel", "block_size", "head_dim", "dtype", "arch", "instructions", "global_loads",
+COLUMNS = ("variant", "kernel", "block_size", "head_dim", "dtype", "kv_dtype", "arch", "instructions", "global_loads",
            "vector_loads", "global_stores", "generic", "local", "shared_loads", "shared_stores", "barriers",
            "shuffles", "atomics", "calls", "fp64")
 
 
 def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = "float16", arch: str = "sm_90",
-            keep_sass: bool = False, progress=None) -> list[dict]:
+            keep_sass: bool = False, progress=None, kv_dtype: str | None = None) -> list[dict]:
     """One row per (variant, block size, kernel) with COLUMNS (and `sass`, the listing, if keep_sass).
 
     Compiles through sandbox.resources (the same configurations it reports), so a variant that
     cannot take the configuration gives a row with `skipped`, one that fails to compile `error`.
+    dtype: the query's (bfloat16 too); kv_dtype: an fp8 cache (None: the query's dtype).
     """
     from . import resources
 
-    compiled = resources.collect(variants, block_sizes, head_dim, dtype, arch, progress=progress, images=True)
+    compiled = resources.collect(variants, block_sizes, head_dim, dtype, arch, progress=progress, images=True,
+                                 kv_dtype=kv_dtype)
     return census_rows(compiled, keep_sass)
 
 
@@ -210,6 +212,7 @@ def census_rows(resource_rows, keep_sass: bool = False) -> list[dict]:
     rows = []
     for row in resource_rows:
         base = {k: row[k] for k in ("variant", "block_size", "head_dim", "dtype", "arch")}
+        base["kv_dtype"] = row.get("kv_dtype") or row["dtype"]
         if "skipped" in row or "error" in row:
             rows.append(dict(base, kernel="", **{k: row[k] for k in ("skipped", "error") if k in row}))
             continue

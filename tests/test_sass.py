@@ -142,10 +142,15 @@ def test_a_sweep_run_folder_gets_the_census_beside_the_resources(tmp_path):
     from sandbox.sweep import static_resources
 
     rows, note = static_resources.collect_into(tmp_path, ["cupy.write_cache", "numpy.gather"], (16,))
-    assert note == "" and [r["variant"] for r in rows] == ["cupy.write_cache"] and "images" not in rows[0]
-    header, line = (tmp_path / "sass.csv").read_text().splitlines()
-    census = dict(zip(header.split(","), line.split(","), strict=True))
-    assert census["variant"] == "cupy.write_cache" and census["vector_loads"] == "2" and census["local"] == "0"
+    assert note == "" and {r["variant"] for r in rows} == {"cupy.write_cache"} and "images" not in rows[0]
+    # float16, then the other precisions the GPU default races (bfloat16, an e4m3 cache) at block size 16
+    assert [(r["dtype"], r["kv_dtype"]) for r in rows] == [("float16", "float16"), ("bfloat16", "bfloat16"),
+                                                           ("float16", "float8_e4m3fn")]
+    header, *lines = (tmp_path / "sass.csv").read_text().splitlines()
+    census = [dict(zip(header.split(","), line.split(","), strict=True)) for line in lines]
+    compiled = [r for r in rows if "registers" in r]
+    assert [(c["dtype"], c["kv_dtype"]) for c in census] == [(r["dtype"], r["kv_dtype"]) for r in compiled]
+    assert census[0]["variant"] == "cupy.write_cache" and census[0]["vector_loads"] == "2" and census[0]["local"] == "0"
     assert "images" not in (tmp_path / "resources.csv").read_text()
 
 

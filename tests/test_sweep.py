@@ -165,7 +165,7 @@ def test_parse_shape_and_presets():
     assert shapes.parse_shape("2x3x4/2x8xfloat32").name == "2x3x4/2x8xfp32"
     assert [x.name for x in shapes.parse_shapes("cpu-quick,2x40x4/2x64xfp16,2x8x2/1x32")] == \
         ["2x40x4/2x64xfp16", "2x8x2/1x32xfp16"]
-    for bad in ("64x4096", "2x3x5/2x8", "2x3x4/2x8xbf16", "0x3x4/2x8"):
+    for bad in ("64x4096", "2x3x5/2x8", "2x3x4/2x8xint8", "2x3x4/2x8xe4m3", "2x3x4/2x8xbf16:fp16", "0x3x4/2x8"):
         with pytest.raises(ValueError):
             shapes.parse_shapes(bad)
     assert shapes.GOAL_SHAPE in shapes.GPU_SHAPES
@@ -452,17 +452,22 @@ def test_static_resources_written_when_the_module_exists(tmp_path, monkeypatch):
     fake = types.ModuleType("sandbox.resources")
     calls = []
 
-    def collect(variants=None, block_sizes=(), head_dim=128, dtype="float16", arch="sm_90", images=False):
-        calls.append((variants, block_sizes, head_dim, dtype, arch, images))
-        return [dict(variant=v, block_size=b, registers=32) for v in variants for b in block_sizes]
+    def collect_many(variants=None, configs=(), head_dim=128, arch="sm_90", images=False):
+        calls.append((variants, configs, head_dim, arch, images))
+        return [dict(variant=v, block_size=b, dtype=d, kv_dtype=kv or d, registers=32)
+                for sizes, d, kv in configs for v in variants for b in sizes]
 
-    fake.collect = collect
+    fake.collect_many = collect_many
     monkeypatch.setitem(sys.modules, "sandbox.resources", fake)
     rows, note = static_resources.collect_into(tmp_path, ["numpy.gather"], (1, 16))
-    assert note == "" and len(rows) == 2
-    assert calls == [(["numpy.gather"], (1, 16), 128, "float16", "sm_90", True)]
-    assert (tmp_path / "resources.csv").read_text().splitlines()[0] == "variant,block_size,registers"
-    fake.collect = lambda **kw: (_ for _ in ()).throw(RuntimeError("no nvrtc"))
+    assert note == "" and len(rows) == 4
+    # float16 at every block size; bfloat16 and an e4m3 cache at block size 16 only (compile time)
+    assert calls == [(["numpy.gather"], [((1, 16), "float16", None), ((16,), "bfloat16", None),
+                                         ((16,), "float16", "float8_e4m3fn")], 128, "sm_90", True)]
+    assert (tmp_path / "resources.csv").read_text().splitlines()[0] == "variant,block_size,dtype,kv_dtype,registers"
+    static_resources.collect_into(tmp_path, ["numpy.gather"], (8, 32))  # no 16: the first block size
+    assert calls[-1][1][1:] == [((8,), "bfloat16", None), ((8,), "float16", "float8_e4m3fn")]
+    fake.collect_many = lambda **kw: (_ for _ in ()).throw(RuntimeError("no nvrtc"))
     rows, note = static_resources.collect_into(tmp_path, ["numpy.gather"], (1,))
     assert rows == [] and "no nvrtc" in note
 

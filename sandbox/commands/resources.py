@@ -1,5 +1,6 @@
 """python -m sandbox resources: registers, shared/local memory, spills and occupancy of each variant,
-compiled for sm_80/sm_90 without a GPU (numba: compile_ptx -> nvJitLink; CUDA C: NVRTC -> cubin)."""
+compiled for sm_80/sm_90 without a GPU (numba: compile_ptx -> nvJitLink; CUDA C: NVRTC -> cubin), for a
+query dtype (--dtype fp32|fp16|bf16) and an fp8 cache (--kv-dtype e4m3|e5m2)."""
 from __future__ import annotations
 
 import json
@@ -40,9 +41,41 @@ def add_arguments(parser) -> None:
     parser.add_argument("--block-sizes", nargs="+", metavar="N", default=[",".join(map(str, POW2_BLOCK_SIZES))],
                         help="block sizes, space or comma separated (default: 1..256, powers of two)")
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--dtype", default="float16", choices=resources.DTYPES)
+    add_precision_arguments(parser)
     parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of a table")
+
+
+def add_precision_arguments(parser) -> None:
+    parser.add_argument("--dtype", default="float16", metavar="DTYPE",
+                        help="query (and output) dtype: fp32, fp16, bf16 or their long names (default fp16)")
+    parser.add_argument("--kv-dtype", metavar="DTYPE",
+                        help="fp8 cache: e4m3 or e5m2 (float8_e4m3fn, float8_e5m2); default: the query's dtype")
+
+
+def precision(args) -> tuple[str, str | None]:
+    """(dtype, kv_dtype or None) from --dtype/--kv-dtype, canonical; ValueError (exit 2) naming the flag."""
+    try:
+        dtype, _ = resources.precision(args.dtype)
+    except ValueError as exc:
+        raise ValueError(f"--dtype {args.dtype}: {exc}") from None
+    try:
+        return resources.precision(dtype, args.kv_dtype)
+    except ValueError as exc:
+        raise ValueError(f"--kv-dtype {args.kv_dtype}: {exc}") from None
+
+
+def precision_label(dtype: str, kv_dtype: str | None) -> str:
+    return dtype + (f", cache {kv_dtype}" if kv_dtype else "")
+
+
+def not_supported_line(rows) -> str:
+    """One line naming the variants that reported no row for this precision (skipped: not supported), or ""."""
+    skipped = list(dict.fromkeys(r["variant"] for r in rows if "skipped" in r and "not supported" in r["skipped"]
+                                 and "block_size" not in r["skipped"] and "head_dim" not in r["skipped"]))
+    if not skipped:
+        return ""
+    return f"not supported at this precision (no row): {', '.join(skipped)}"
 
 
 def _fmt_row(row: dict, name: str) -> list[str]:
@@ -69,22 +102,24 @@ def table(rows) -> str:
 
 def main(args) -> int:
     block_sizes = [int(b) for b in _split(args.block_sizes)]
+    dtype, kv_dtype = precision(args)
     variants = select(args.variants)
-    print(f"compiling for {args.arch} ({args.dtype}, head_dim {args.head_dim}, block sizes "
+    label = precision_label(dtype, kv_dtype)
+    print(f"compiling for {args.arch} ({label}, head_dim {args.head_dim}, block sizes "
           f"{','.join(map(str, block_sizes))}); numba kernels compile in a real-mode child process ...",
           file=sys.stderr, flush=True)
-    rows = resources.collect(variants, block_sizes, args.head_dim, args.dtype, args.arch,
-                             progress=lambda what: print(f"  {what}", file=sys.stderr, flush=True))
+    rows = resources.collect(variants, block_sizes, args.head_dim, dtype, args.arch,
+                             progress=lambda what: print(f"  {what}", file=sys.stderr, flush=True), kv_dtype=kv_dtype)
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
-        print(f"{args.arch}, {args.dtype}, head_dim {args.head_dim}; shared memory in bytes per block, local in "
+        print(f"{args.arch}, {label}, head_dim {args.head_dim}; shared memory in bytes per block, local in "
               "bytes per thread; occupancy = resident warps / 64 per SM (sandbox.occupancy)")
         print(table(rows))
         notes = {row["variant"]: row["note"] for row in rows if row.get("note")}
         for name, note in notes.items():
             print(f"note {name}: {note}")
-    missing = without_report_line(variants)
-    if missing:
-        print(missing, file=sys.stderr if args.json else sys.stdout)
+    for line in (not_supported_line(rows), without_report_line(variants)):
+        if line:
+            print(line, file=sys.stderr if args.json else sys.stdout)
     return 1 if any("error" in row for row in rows) else 0

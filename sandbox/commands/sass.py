@@ -1,5 +1,6 @@
 """python -m sandbox sass: each variant's machine code (SASS) for sm_80/sm_90, compiled and disassembled
-without a GPU, as a census (global loads by width, local memory, barriers, shuffles, ...) or in full."""
+without a GPU, as a census (global loads by width, local memory, barriers, shuffles, ...) or in full;
+--dtype fp32|fp16|bf16 and --kv-dtype e4m3|e5m2 pick the instantiation."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,8 @@ import sys
 
 from .. import resources, sass
 from . import align
-from .resources import _split, select, without_report_line
+from .resources import (_split, add_precision_arguments, not_supported_line, precision, precision_label, select,
+                        without_report_line)
 
 HEADER = ("variant", "bs", "instrs", "global loads (width:count)", "16B loads", "global stores", "local", "generic",
           "shared ld/st", "bar", "shfl", "call", "fp64")
@@ -20,7 +22,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--block-sizes", nargs="+", metavar="N", default=["16"],
                         help="block sizes, space or comma separated (default: 16)")
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--dtype", default="float16", choices=resources.DTYPES)
+    add_precision_arguments(parser)
     parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the census rows as a JSON list")
@@ -44,24 +46,26 @@ def table(rows) -> str:
 
 def main(args) -> int:
     block_sizes = [int(b) for b in _split(args.block_sizes)]
+    dtype, kv_dtype = precision(args)
     variants = select(args.variants)
-    print(f"compiling for {args.arch} ({args.dtype}, head_dim {args.head_dim}, block sizes "
+    label = precision_label(dtype, kv_dtype)
+    print(f"compiling for {args.arch} ({label}, head_dim {args.head_dim}, block sizes "
           f"{','.join(map(str, block_sizes))}) and disassembling with nvdisasm ...", file=sys.stderr, flush=True)
-    rows = sass.collect(variants, block_sizes, args.head_dim, args.dtype, args.arch, keep_sass=args.dump,
-                        progress=lambda what: print(f"  {what}", file=sys.stderr, flush=True))
+    rows = sass.collect(variants, block_sizes, args.head_dim, dtype, args.arch, keep_sass=args.dump,
+                        progress=lambda what: print(f"  {what}", file=sys.stderr, flush=True), kv_dtype=kv_dtype)
     if args.dump:
         for row in rows:
             print(f"// ===== {row['variant']} [{row['kernel']}] block_size={row['block_size']} head_dim={row['head_dim']} "
-                  f"{row['dtype']} {row['arch']}")
+                  f"{precision_label(row['dtype'], kv_dtype)} {row['arch']}")
             print(row.get("sass") or f"// {row.get('skipped') or row.get('error')}")
     elif args.json:
         print(json.dumps(rows, indent=1))
     else:
-        print(f"{args.arch}, {args.dtype}, head_dim {args.head_dim}: static instruction counts (a loop body counts "
+        print(f"{args.arch}, {label}, head_dim {args.head_dim}: static instruction counts (a loop body counts "
               "once). 16B loads = LDG of >= 128 bits; local = LDL/STL (spills, local arrays); generic = LD/ST "
               "through a generic address; call = CALL to a slow-path subroutine (its code is not counted).")
         print(table(rows))
-    missing = without_report_line(variants)
-    if missing:
-        print(missing, file=sys.stderr if (args.json or args.dump) else sys.stdout)
+    for line in (not_supported_line(rows), without_report_line(variants)):
+        if line:
+            print(line, file=sys.stderr if (args.json or args.dump) else sys.stdout)
     return 1 if any("error" in row for row in rows) else 0

@@ -21,8 +21,23 @@ def add_arguments(parser) -> None:
                         help=f"comma-separated block sizes (default {','.join(map(str, shapes_mod.DEFAULT_BLOCK_SIZES))}; "
                              f"--quick on the CPU: {','.join(map(str, shapes_mod.QUICK_CPU_BLOCK_SIZES))})")
     parser.add_argument("--shapes", metavar="LIST",
-                        help="comma-separated SEQSxTOKENSxHEADS/KVHEADSxHEADDIMxDTYPE (e.g. 64x4096x32/8x128xfp16) or "
-                             f"presets {', '.join(shapes_mod.PRESETS)}; default: gpu or cpu (gpu-quick/cpu-quick with --quick)")
+                        help="comma-separated SEQSxTOKENSxHEADS/KVHEADSxHEADDIMxDTYPE[:KVDTYPE] (e.g. "
+                             "64x4096x32/8x128xfp16, 64x4096x32/8x128xbf16:e4m3; dtypes fp32, fp16, bf16; cache e4m3, "
+                             "e5m2), optionally followed by ' q=Q' and/or ' shared=G', or presets "
+                             f"{', '.join(shapes_mod.PRESETS)}; default: gpu or cpu (gpu-quick/cpu-quick with --quick)")
+    parser.add_argument("--options", metavar="LIST",
+                        help="attention options for every shape: window=N (tokens before the query position still "
+                             "read), softcap=X, alibi (the paper's slopes), kscale=X, vscale=X; e.g. "
+                             "window=1024,softcap=30,alibi")
+    parser.add_argument("--query-lens", metavar="LIST",
+                        help="also run each shape with these query tokens per sequence (e.g. 1,4,16; the last positions, "
+                             "causal); decode-only variants record them unsupported")
+    parser.add_argument("--shared-prefix", type=int, metavar="N",
+                        help="also run each shape as groups of --group-size sequences forked from one N-token prompt "
+                             f"(each then with 1..{shapes_mod.SUFFIX_MAX} tokens of its own); decode, and each "
+                             "--query-lens")
+    parser.add_argument("--group-size", type=int, metavar="G",
+                        help="sequences per shared prompt with --shared-prefix (default 8: parallel sampling n = 8)")
     parser.add_argument("--quick", action="store_true",
                         help="small shapes and short timing (CPU: under a minute; GPU: a few seconds per shape)")
     parser.add_argument("--backend", default="auto", choices=backends.BACKENDS,
@@ -58,6 +73,10 @@ def select_variants(text: str | None) -> list[str]:
 def build_config(args) -> SweepConfig:
     on_gpu = args.backend != "cpu" and backends.gpu_present()
     shapes = shapes_mod.parse_shapes(args.shapes) if args.shapes else shapes_mod.default_shapes(on_gpu, args.quick)
+    shapes = shapes_mod.expand(shapes, query_lens=query_len_list(args.query_lens),
+                               shared_prefix=_at_least("--shared-prefix", args.shared_prefix, 1),
+                               group_size=_at_least("--group-size", args.group_size, 2),
+                               options=shapes_mod.parse_options(args.options) if args.options is not None else None)
     if args.block_sizes:
         block_sizes = args.block_sizes
     elif args.quick and not on_gpu:
@@ -84,6 +103,23 @@ def build_config(args) -> SweepConfig:
                        gpu_timing=gpu, cpu_timing=cpu, dense_baseline=args.dense, torch=not args.no_torch,
                        resources=not args.no_resources, plots=not args.no_plots, progress=not args.no_progress,
                        results_dir=args.results_dir)
+
+
+def query_len_list(text: str | None) -> tuple[int, ...]:
+    """"1,4,16" -> (1, 4, 16); ValueError (one line) for anything but whole numbers >= 1."""
+    if text is None:
+        return ()
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or not all(t.isdigit() and int(t) >= 1 for t in items):
+        raise ValueError(f"--query-lens {text!r}: query tokens per sequence must be whole numbers >= 1, e.g. 1,4,16")
+    return tuple(dict.fromkeys(int(t) for t in items))
+
+
+def _at_least(flag: str, value: int | None, least: int) -> int | None:
+    if value is not None and value < least:
+        what = "a group must have >= 2 sequences to share a prompt" if flag == "--group-size" else "tokens"
+        raise ValueError(f"{flag} must be >= {least} ({what}), got {value}")
+    return value
 
 
 def _replace(config: timing.TimingConfig, **changes) -> timing.TimingConfig:

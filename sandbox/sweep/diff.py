@@ -1,4 +1,6 @@
-"""Compare two sweep runs point by point: ratio = B time / A time per (variant, shape, block_size, backend).
+"""Compare two sweep runs point by point: ratio = B time / A time per (variant, shape, block_size, backend, dtype,
+kv_dtype, options, query_len, prefix_len, group_size); a run older than a column reads as its default (the
+query's dtype for kv_dtype, no option, one query token, no shared prefix).
 
 When both run folders hold resources.csv / sass.csv, the report also lists each kernel whose static
 resources or SASS census changed (registers 96 -> 80, 16-byte loads 16 -> 8, ...): the code change
@@ -16,7 +18,10 @@ import json
 import math
 from pathlib import Path
 
-INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes")
+INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes",
+               "query_len", "prefix_len", "group_size")
+# Point columns newer than the first sweeps, and what a run without them meant.
+POINT_DEFAULTS = {"options": "", "query_len": 1, "prefix_len": 0, "group_size": 0}
 FLOAT_COLUMNS = ("max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us", "min_us", "gbps", "fraction_of_copy_bw",
                  "fraction_of_read_bw", "paging_overhead", "dense_time_us", "partition_us", "point_s")
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
@@ -33,6 +38,11 @@ def _typed(row: dict) -> dict:
     if "correct" in out:
         out["correct"] = {"True": True, "False": False}.get(out["correct"])
     out["note"] = out.get("note") or ""
+    for column, default in POINT_DEFAULTS.items():
+        if out.get(column) in (None, ""):
+            out[column] = default
+    out["dtype"] = out.get("dtype") or ""
+    out["kv_dtype"] = out.get("kv_dtype") or out["dtype"]  # older runs: the cache had the query's dtype
     return out
 
 
@@ -94,11 +104,14 @@ def run_state(path: Path) -> str | None:
 
 
 def key(row: dict) -> tuple:
-    return (row["variant"], row["shape"], row["block_size"], row["backend"])
+    """What makes a point the same point in two runs (missing columns: their defaults)."""
+    dtype = row.get("dtype") or ""
+    extra = tuple(row.get(c) if row.get(c) not in (None, "") else d for c, d in POINT_DEFAULTS.items())
+    return (row["variant"], row["shape"], row["block_size"], row["backend"], dtype, row.get("kv_dtype") or dtype) + extra
 
 
 def _fmt_key(k) -> str:
-    variant, shape, bs, backend = k
+    variant, shape, bs, backend = k[:4]
     return f"{variant} [{backend}] {shape} bs={'-' if bs is None else bs}"
 
 
@@ -209,17 +222,34 @@ def compare_runs(run_a: Path, run_b: Path, threshold: float = 0.10) -> Report:
 
 # What a kernel's static rows are matched on, and which of their columns are compared.
 STATIC_FILES = {
-    "resources.csv": (("variant", "block_size"),
+    "resources.csv": (("variant", "block_size", "dtype", "kv_dtype"),
                       ("registers", "static_shared_bytes", "local_bytes", "spill_stores", "spill_loads", "occupancy")),
-    "sass.csv": (("variant", "kernel", "block_size"),
+    "sass.csv": (("variant", "kernel", "block_size", "dtype", "kv_dtype"),
                  ("instructions", "vector_loads", "global_loads", "global_stores", "local", "generic", "barriers",
                   "shuffles", "calls", "fp64")),
 }
 
 
 def _static_rows(path: Path, keys: tuple) -> dict:
+    """{key: row}; kv_dtype missing or empty (older runs) means the query's dtype."""
     with open(path, newline="") as f:
-        return {tuple(row.get(k, "") for k in keys): row for row in csv.DictReader(f)}
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["kv_dtype"] = row.get("kv_dtype") or row.get("dtype", "")
+    return {tuple(row.get(k, "") for k in keys): row for row in rows}
+
+
+def _precision(dtype: str, kv_dtype: str) -> str:
+    """"" for the default float16 kernels, else "bf16" / "fp16:e4m3" (a line's label)."""
+    from .. import dtypes
+    if dtype in ("", "float16") and kv_dtype in ("", dtype):
+        return ""
+    try:
+        q = dtypes.short(dtypes.canonical(dtype)) if dtype else "?"
+        kv = dtypes.short(dtypes.canonical(kv_dtype)) if kv_dtype not in ("", dtype) else ""
+    except ValueError:
+        return f"{dtype}:{kv_dtype}"
+    return q + (f":{kv}" if kv else "")
 
 
 def static_changes(run_a: Path, run_b: Path) -> list[str]:
@@ -233,8 +263,11 @@ def static_changes(run_a: Path, run_b: Path) -> list[str]:
             differ = [f"{f} {a[k][f]} -> {b[k][f]}" for f in fields
                       if f in a[k] and f in b[k] and a[k][f] != b[k][f]]
             if differ:
-                variant, block_size = k[0], k[-1]
-                kernel = k[1] if len(k) == 3 and k[1] not in ("", "main") else ""
-                label = f"{variant}{f' [{kernel}]' if kernel else ''} bs={block_size}"
+                key_of = dict(zip(keys, k))
+                kernel = key_of.get("kernel", "")
+                kernel = kernel if kernel not in ("", "main") else ""
+                precision = _precision(key_of["dtype"], key_of["kv_dtype"])
+                label = (f"{key_of['variant']}{f' [{kernel}]' if kernel else ''} bs={key_of['block_size']}"
+                         f"{f' {precision}' if precision else ''}")
                 changes.setdefault(label, []).extend(differ)
     return [f"{label}: {', '.join(fields)}" for label, fields in changes.items()]

@@ -160,6 +160,8 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
                          ceiling=1.05 if on_gpu else 1.0, ceiling_label="goal: 1.05" if on_gpu else "dense = 1.0",
                          style=style),
                  "paging_overhead.png")
+        from .summary import default_precision
+        resource_rows = [r for r in resource_rows or () if default_precision(r)]  # one line per variant: float16
         if resource_rows:
             fig = resource_figure(resource_rows, style)
             if fig is not None:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from .. import backends, registry, runner
 from ..compare import compare
 from ..results import CsvAppender, new_run_dir
@@ -32,7 +34,7 @@ DENSE_BASELINE = "cupy.dense"
 
 COLUMNS = [
     "variant", "family", "backend", "timing", "shape", "num_seqs", "context_len", "num_heads", "num_kv_heads",
-    "head_dim", "dtype", "block_size", "status", "correct", "max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us",
+    "head_dim", "dtype", "kv_dtype", "options", "query_len", "prefix_len", "group_size", "block_size", "status", "correct", "max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us",
     "min_us", "repeats", "bytes", "gbps", "fraction_of_copy_bw", "fraction_of_read_bw", "paging_overhead",
     "dense_time_us", "partition_us", "parts_us", "point_s", "note",
 ]
@@ -142,11 +144,17 @@ class Environment:
 
 
 class _ShapeData:
-    """Lazily built tokens, paged problems (one block size at a time) and the expected output of one shape."""
+    """Lazily built problems (one block size at a time) and expected outputs of one shape.
+
+    A private-context shape pages the same tokens at every block size, so one expected output (from
+    the contiguous tokens, through no block table) serves them all. A shared-prefix shape is built per
+    block size (BlockManager's tables) and checked against the reference per block size.
+    """
 
     def __init__(self, shape, seed: int):
         self.shape, self.seed = shape, seed
-        self._tokens = self._expected = None
+        self._tokens = None
+        self._expected = (None, None)
         self._problem = (None, None)
 
     @property
@@ -158,15 +166,24 @@ class _ShapeData:
     def problem(self, block_size: int):
         if self._problem[0] != block_size:
             self._problem = (None, None)  # free the last block size's caches before paging the next
-            self._problem = (block_size, shapes_mod.paged_problem(self.tokens, block_size))
+            if self.shape.group_size:
+                self._expected = (None, None)
+                problem = shapes_mod.shared_problem(self.shape, block_size, self.seed)
+            else:
+                problem = shapes_mod.paged_problem(self.tokens, block_size)
+            self._problem = (block_size, problem)
         return self._problem[1]
 
-    def expected(self):
-        # Every block size pages the same tokens: one expected output, computed from the contiguous
-        # tokens (not through any block table), serves them all.
-        if self._expected is None:
-            self._expected = shapes_mod.expected_output(self.tokens)
-        return self._expected
+    def expected(self, block_size: int):
+        key = block_size if self.shape.group_size else "every block size"
+        if self._expected[0] != key:
+            if self.shape.group_size:
+                from ..check import expected_output
+                truth = expected_output(self.problem(block_size))
+            else:
+                truth = shapes_mod.expected_output(self.tokens)
+            self._expected = (key, truth)
+        return self._expected[1]
 
 
 def _blank_row(candidate: Candidate, shape, block_size, label: str, on_gpu: bool) -> dict:
@@ -203,7 +220,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         got = prepared.result()
     except Exception as exc:
         return done("error", f"launch/result raised {type(exc).__name__}: {exc}")
-    verdict = compare(got, data.expected(), problem.dtype)
+    verdict = compare(got, data.expected(block_size), problem.dtype)
     row.update(correct=verdict.ok, max_abs_err=verdict.max_abs_err)
     if not verdict.ok:
         return done("wrong", verdict.report.replace("\n", " | "))
@@ -215,7 +232,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         try:
             for _, part in parts:
                 part()
-            parts_verdict = compare(prepared.result(), data.expected(), problem.dtype)
+            parts_verdict = compare(prepared.result(), data.expected(block_size), problem.dtype)
         except Exception as exc:
             return done("error", f"launch_parts()'s launches raised {type(exc).__name__}: {exc}")
         if not parts_verdict.ok:
@@ -228,7 +245,10 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         part_stats = [(name, timing.measure(part, timer, config, flush=flush)) for name, part in parts]
     except Exception as exc:
         return done("error", f"timing raised {type(exc).__name__}: {exc}")
-    nbytes = problem.bytes_moved()
+    try:
+        nbytes = point_bytes(prepared, problem)
+    except Exception as exc:
+        return done("error", f"bytes_moved() raised {type(exc).__name__}: {exc}")
     gbps = bandwidth.kernel_gbps(nbytes, stats.median)
     return done("ok", candidate.note(), time_us=stats.median * 1e6, iqr_us=stats.iqr * 1e6, q1_us=stats.q1 * 1e6,
                 q3_us=stats.q3 * 1e6, min_us=stats.min * 1e6, repeats=stats.repeats, bytes=nbytes, gbps=gbps,
@@ -236,6 +256,18 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
                 fraction_of_read_bw=(gbps / env.read.gbps) if env.read else None,
                 partition_us=part_stats[0][1].median * 1e6 if part_stats else None,
                 parts_us=" ".join(f"{name}={s.median * 1e6:.3f}" for name, s in part_stats) or None)
+
+
+def point_bytes(prepared, problem) -> int:
+    """The bytes a point's GB/s counts: the prepared object's own bytes_moved() where it has one (a cascade
+    reads each group's shared prefix once), else problem.bytes_moved() (every token read once per sequence)."""
+    method = getattr(prepared, "bytes_moved", None)
+    if not callable(method):
+        return problem.bytes_moved()
+    nbytes = method()
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
+        raise TypeError(f"bytes_moved() must return a positive int, got {nbytes!r}")
+    return int(nbytes)
 
 
 def launch_parts(prepared) -> list:

@@ -1,77 +1,270 @@
-"""Sweep shapes: a decode batch (sequences x tokens x heads x head dim x dtype) and its paged problems.
+"""Sweep shapes: a batch (sequences x tokens x heads x head dim x dtypes, query tokens, sharing, options)
+and its paged problems.
 
-A shape is written SEQSxTOKENSxHEADS/KVHEADSxHEADDIMxDTYPE, e.g. ``64x4096x32/8x128xfp16``.
-Every block size of one shape pages the *same* tokens (same K, V and query), so the expected
-output is computed once per shape and every block size is held to it.
+A shape is written SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] followed by optional words:
+
+    64x4096x32/8x128xfp16                 decode, float16 query and cache
+    64x4096x32/8x128xbf16:e4m3            bfloat16 query, float8_e4m3fn cache (k/v scale 1/448)
+    32x1024x32/8x128xfp16 q=4             4 query tokens per sequence (the last 4 positions, causal)
+    64x2048x32/8x128xfp16 shared=8        groups of 8 sequences share a 2048-token prompt (fork), each
+                                          with 1..SUFFIX_MAX tokens of its own after it
+    ... window=1024,softcap=30,alibi      attention options (also kscale=, vscale=; alibi: the paper's slopes)
+
+Every block size of a plain or multi-query shape pages the *same* tokens (same K, V and query), so
+the expected output is computed once per shape, from the contiguous tokens, and every block size is
+held to it. A shared-prefix shape is built per block size by DecodeProblem.shared (the block tables
+BlockManager produces), with the same lengths at every block size; its truth is the reference's.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import numpy as np
 
-from ..check import grouped_dense_decode
+from .. import dtypes
+from ..check import grouped_attention
+from ..options import AttentionOptions, alibi_paper_slopes
 from ..problem import DecodeProblem, shuffled_blocks
+from ..validate import first_read_tokens
 
-_DTYPES = {"fp16": "float16", "float16": "float16", "half": "float16", "fp32": "float32", "float32": "float32"}
-_SHORT = {"float16": "fp16", "float32": "fp32"}
-_PATTERN = re.compile(r"^(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(?:x(\w+))?$")
+_PATTERN = re.compile(r"^(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(?:x(\w+)(?::(\w+))?)?$")
+SHAPE_FORMAT = "SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] [q=Q] [shared=G] [OPTIONS]"
+# A shared-prefix shape's sequences each have 1..SUFFIX_MAX tokens of their own after the shared prompt
+# (seeded, the same at every block size): what parallel sampling has generated so far.
+SUFFIX_MAX = 16
+
+
+# ---------------------------------------------------------------- options
+
+OPTION_NAMES = ("window", "softcap", "alibi", "kscale", "vscale")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Attention options of a shape, as the command line gives them (see parse_options)."""
+
+    window: int = -1             # window_left: tokens before the query position still read (-1: no window)
+    softcap: float = 0.0         # logits soft-cap (0: off)
+    alibi: bool = False          # the ALiBi paper's slopes
+    kscale: float | None = None  # None: 1.0, or 1 / max finite for an fp8 cache
+    vscale: float | None = None
+
+    @property
+    def text(self) -> str:
+        """Canonical "window=1024,softcap=30,alibi,kscale=0.5,vscale=2"; "" when none is set."""
+        parts = []
+        if self.window >= 0:
+            parts.append(f"window={self.window}")
+        if self.softcap > 0:
+            parts.append(f"softcap={self.softcap:g}")
+        if self.alibi:
+            parts.append("alibi")
+        if self.kscale is not None:
+            parts.append(f"kscale={self.kscale:g}")
+        if self.vscale is not None:
+            parts.append(f"vscale={self.vscale:g}")
+        return ",".join(parts)
+
+    def scales(self, kv_dtype: str) -> tuple[float, float]:
+        """(k_scale, v_scale): as given, else 1 / max finite for an fp8 cache (values span the format), else 1."""
+        default = 1.0 / dtypes.FP8_MAX_FINITE[kv_dtype] if dtypes.is_fp8(kv_dtype) else 1.0
+        return (default if self.kscale is None else self.kscale, default if self.vscale is None else self.vscale)
+
+    def attention(self, num_heads: int, kv_dtype: str) -> AttentionOptions:
+        k_scale, v_scale = self.scales(kv_dtype)
+        return AttentionOptions(k_scale=k_scale, v_scale=v_scale, window_left=self.window,
+                                logits_soft_cap=self.softcap,
+                                alibi_slopes=alibi_paper_slopes(num_heads) if self.alibi else None).validate(num_heads)
+
+
+NO_OPTIONS = Options()
+
+
+def _number(name: str, value: str, what: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x <= 0:
+        raise ValueError(f"{what}: {name} must be a positive finite number, got {value!r}")
+    return x
+
+
+def parse_options(text: str, what: str = "--options") -> Options:
+    """"window=1024,softcap=30,alibi,kscale=0.5,vscale=2" -> Options; ValueError (one line) naming the bad item."""
+    fields: dict = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip().lower()
+        value = value.strip()
+        if name not in OPTION_NAMES:
+            raise ValueError(f"{what} {text!r}: unknown option {name!r} (known: window=N, softcap=X, alibi, "
+                             f"kscale=X, vscale=X)")
+        if name in fields:
+            raise ValueError(f"{what} {text!r}: {name} given twice")
+        if name == "alibi":
+            if sep and value.lower() != "paper":
+                raise ValueError(f"{what} {text!r}: alibi takes no value (the paper's slopes), got alibi={value}")
+            fields["alibi"] = True
+        elif not sep or not value:
+            raise ValueError(f"{what} {text!r}: {name} needs a value ({name}=...)")
+        elif name == "window":
+            if not re.fullmatch(r"\d+", value):
+                raise ValueError(f"{what} {text!r}: window must be an integer >= 0 (tokens before the query "
+                                 f"position still read), got {value!r}")
+            fields["window"] = int(value)
+        else:
+            fields[name] = _number(name, value, f"{what} {text!r}")
+    return Options(**fields)
+
+
+# ---------------------------------------------------------------- shapes
 
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
     num_seqs: int
-    context_len: int
+    context_len: int             # tokens per sequence; a shared-prefix shape: the shared prompt's length
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    dtype: str = "float16"
+    dtype: str = "float16"       # query and output
+    kv_dtype: str | None = None  # the cache's (None: the query's; or an fp8 format)
+    query_len: int = 1           # query tokens per sequence (1: decode)
+    group_size: int = 0          # > 0: groups of group_size sequences share the context_len-token prompt
+    options: Options = NO_OPTIONS
 
     def __post_init__(self):
-        for field in ("num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim"):
+        for field in ("num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "query_len"):
             if getattr(self, field) < 1:
                 raise ValueError(f"shape {field} must be >= 1, got {getattr(self, field)}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"shape num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
-        if self.dtype not in _SHORT:
-            raise ValueError(f"shape dtype must be float16 or float32, got {self.dtype!r}")
+        dtype = dtypes.canonical(self.dtype)
+        if dtype not in dtypes.QUERY_DTYPES:
+            raise ValueError(f"shape dtype must be one of {', '.join(dtypes.QUERY_DTYPES)} (fp32, fp16, bf16), got "
+                             f"{self.dtype!r}")
+        kv = dtype if self.kv_dtype is None else dtypes.canonical(self.kv_dtype)
+        if kv != dtype and kv not in dtypes.FP8_DTYPES:
+            raise ValueError(f"shape cache dtype must be the query's ({dtypes.short(dtype)}) or an fp8 format "
+                             f"(e4m3, e5m2), got {self.kv_dtype!r}")
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "kv_dtype", kv)
+        if self.group_size == 1 or self.group_size < 0:
+            raise ValueError(f"shape shared={self.group_size}: a group must have >= 2 sequences to share a prompt")
+        if self.group_size and self.num_seqs % self.group_size:
+            raise ValueError(f"shape shared={self.group_size}: num_seqs ({self.num_seqs}) must be a multiple of the "
+                             f"group size")
+        if not self.group_size and self.query_len > self.context_len:
+            raise ValueError(f"shape q={self.query_len}: more query tokens than the context's {self.context_len}")
+        self.options.attention(self.num_heads, kv)  # ValueError for options the problem cannot take
+
+    @property
+    def base(self) -> str:
+        kv = "" if self.kv_dtype == self.dtype else f":{dtypes.short(self.kv_dtype)}"
+        return (f"{self.num_seqs}x{self.context_len}x{self.num_heads}/{self.num_kv_heads}"
+                f"x{self.head_dim}x{dtypes.short(self.dtype)}{kv}")
 
     @property
     def name(self) -> str:
-        return (f"{self.num_seqs}x{self.context_len}x{self.num_heads}/{self.num_kv_heads}"
-                f"x{self.head_dim}x{_SHORT[self.dtype]}")
+        """What parse_shape() reads back: base, then q=, shared=, options (each only when set)."""
+        words = [self.base]
+        if self.query_len > 1:
+            words.append(f"q={self.query_len}")
+        if self.group_size:
+            words.append(f"shared={self.group_size}")
+        if self.options.text:
+            words.append(self.options.text)
+        return " ".join(words)
+
+    @property
+    def prefix_len(self) -> int:
+        """The shared prompt's tokens (0: no sharing)."""
+        return self.context_len if self.group_size else 0
 
     @property
     def title(self) -> str:
-        return (f"{self.num_seqs} seqs x {self.context_len} tokens, {self.num_heads}/{self.num_kv_heads} heads, "
-                f"d{self.head_dim} {_SHORT[self.dtype]}")
+        kv = "" if self.kv_dtype == self.dtype else f" cache {dtypes.short(self.kv_dtype)}"
+        if self.group_size:
+            what = (f"{self.num_seqs} seqs = {self.num_seqs // self.group_size} groups of {self.group_size} sharing a "
+                    f"{self.context_len}-token prompt (+1..{SUFFIX_MAX} own)")
+        else:
+            what = f"{self.num_seqs} seqs x {self.context_len} tokens"
+        extra = (f", {self.query_len} query tokens" if self.query_len > 1 else "") + (
+            f", {self.options.text}" if self.options.text else "")
+        return (f"{what}, {self.num_heads}/{self.num_kv_heads} heads, d{self.head_dim} {dtypes.short(self.dtype)}"
+                f"{kv}{extra}")
+
+    @property
+    def plain(self) -> bool:
+        """Decode over private contexts with no option: what the H200 goals are stated for."""
+        return self.query_len == 1 and not self.group_size and not self.options.text
+
+    def replace(self, **changes) -> "Shape":
+        return dataclasses.replace(self, **changes)
+
+    def attention_options(self) -> AttentionOptions:
+        return self.options.attention(self.num_heads, self.kv_dtype)
 
     def columns(self) -> dict:
         """The shape columns of a sweep.csv row."""
         return dict(shape=self.name, num_seqs=self.num_seqs, context_len=self.context_len, num_heads=self.num_heads,
-                    num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, dtype=self.dtype)
+                    num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, dtype=self.dtype, kv_dtype=self.kv_dtype,
+                    options=self.options.text, query_len=self.query_len, prefix_len=self.prefix_len,
+                    group_size=self.group_size)
+
+
+def _int_word(word: str, text: str) -> int:
+    key, _, value = word.partition("=")
+    if not re.fullmatch(r"\d+", value):
+        raise ValueError(f"shape {text!r}: {key}= needs a whole number, got {word!r}")
+    return int(value)
 
 
 def parse_shape(text: str) -> Shape:
-    """``64x4096x32/8x128xfp16`` -> Shape (dtype defaults to float16)."""
-    match = _PATTERN.match(text.strip())
+    """``64x4096x32/8x128xbf16:e4m3 q=4 shared=8 window=1024`` -> Shape (dtype defaults to float16)."""
+    words = text.split()
+    match = _PATTERN.match(words[0]) if words else None
     if not match:
-        raise ValueError(f"shape {text!r} is not SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE], e.g. 64x4096x32/8x128xfp16")
-    seqs, tokens, heads, kv_heads, head_dim, dtype = match.groups()
-    dtype = dtype or "fp16"
-    if dtype.lower() not in _DTYPES:
-        raise ValueError(f"shape {text!r}: dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    return Shape(int(seqs), int(tokens), int(heads), int(kv_heads), int(head_dim), _DTYPES[dtype.lower()])
+        raise ValueError(f"shape {text!r} is not {SHAPE_FORMAT}, e.g. 64x4096x32/8x128xbf16:e4m3")
+    seqs, tokens, heads, kv_heads, head_dim, dtype, kv_dtype = match.groups()
+    extra: dict = {}
+    option_words = []
+    for word in words[1:]:
+        if word.startswith("q="):
+            extra["query_len"] = _int_word(word, text)
+        elif word.startswith("shared="):
+            extra["group_size"] = _int_word(word, text)
+        else:
+            option_words.append(word)
+    if option_words:
+        extra["options"] = parse_options(",".join(option_words), what=f"shape {text!r}")
+    try:
+        return Shape(int(seqs), int(tokens), int(heads), int(kv_heads), int(head_dim), dtype or "fp16", kv_dtype,
+                     **extra)
+    except ValueError as exc:
+        raise ValueError(f"shape {text!r}: {exc}") from None
 
 
 # Realistic decode batches on a GPU: the goal shape (64 x 4096, Llama-3-8B-like heads) first, so a
-# time-limited sweep measures it before anything else; then a mid batch, then long contexts.
-GPU_SHAPES = ("64x4096x32/8x128xfp16", "32x1024x32/8x128xfp16", "4x16384x32/8x128xfp16")
-GPU_QUICK_SHAPES = ("64x4096x32/8x128xfp16", "32x1024x32/8x128xfp16")
+# time-limited sweep measures it before anything else; then bfloat16 and an fp8 (e4m3) cache at the
+# goal shape, parallel sampling (n = 8 sharing a 2048-token prompt: cupy.cascade vs cupy.multi),
+# speculative decoding (4 query tokens), a mid batch, long contexts.
+GPU_SHAPES = ("64x4096x32/8x128xfp16", "64x4096x32/8x128xbf16", "64x4096x32/8x128xfp16:e4m3",
+              "64x2048x32/8x128xfp16 shared=8", "32x1024x32/8x128xfp16 q=4", "32x1024x32/8x128xfp16",
+              "4x16384x32/8x128xfp16")
+GPU_QUICK_SHAPES = ("64x4096x32/8x128xfp16", "64x4096x32/8x128xfp16:e4m3", "64x2048x32/8x128xfp16 shared=8",
+                    "32x1024x32/8x128xfp16")
 # On the CPU everything runs in the Numba simulator (~270 us per thread-barrier) or the CUDA C
 # executor: keep the shapes tiny; they check correctness and give emulation times, nothing more.
-CPU_SHAPES = ("2x300x4/2x64xfp16", "2x64x8/2x64xfp32")  # 300 = one full 256-block + a partial one; GQA 4
+# 300 = one full 256-block + a partial one, GQA 4; then float32 (GQA 4 over 2 KV heads), bfloat16 with an
+# e4m3 cache, an e5m2 cache, 4 query tokens, and 2 groups of 2 sharing a 40-token prompt.
+CPU_SHAPES = ("2x300x4/2x64xfp16", "2x64x8/2x64xfp32", "1x48x4/2x64xbf16:e4m3", "1x48x4/2x64xfp16:e5m2",
+              "1x48x4/2x64xfp16 q=4", "4x40x2/1x64xfp16 shared=2")
 CPU_QUICK_SHAPES = ("2x40x4/2x64xfp16",)
 GOAL_SHAPE = "64x4096x32/8x128xfp16"
 
@@ -83,11 +276,21 @@ QUICK_CPU_BLOCK_SIZES = (1, 16, 256)
 
 
 def parse_shapes(text: str) -> list[Shape]:
-    """Comma-separated shapes and/or preset names (gpu, gpu-quick, cpu, cpu-quick); duplicates dropped."""
-    out: list[Shape] = []
+    """Comma-separated shapes and/or preset names (gpu, gpu-quick, cpu, cpu-quick); duplicates dropped.
+
+    Options inside a shape are separated by commas too: a comma-separated item that is not a shape
+    or a preset (``window=1024``, ``alibi``) belongs to the shape before it.
+    """
+    items: list[str] = []
     for item in (t.strip() for t in text.split(",")):
         if not item:
             continue
+        if items and item not in PRESETS and not _PATTERN.match(item.split()[0]):
+            items[-1] += "," + item  # an option of the previous shape
+        else:
+            items.append(item)
+    out: list[Shape] = []
+    for item in items:
         for spec in PRESETS.get(item, (item,)):
             shape = parse_shape(spec)
             if shape not in out:
@@ -102,11 +305,49 @@ def default_shapes(on_gpu: bool, quick: bool) -> list[Shape]:
     return [parse_shape(s) for s in PRESETS[key]]
 
 
+def expand(shapes: list[Shape], query_lens=(), shared_prefix: int | None = None, group_size: int | None = None,
+           options: Options | None = None) -> list[Shape]:
+    """The command line's additions to a list of shapes, duplicates dropped, in order:
+
+    options: applied to every shape (replacing a shape's own);
+    query_lens: each shape also with each of these query tokens per sequence;
+    shared_prefix/group_size: each private-context shape also as groups of group_size (default 8)
+    sequences sharing a shared_prefix-token prompt (max(1, seqs // group_size) groups), decode and each
+    of query_lens.
+    """
+    if group_size is not None and shared_prefix is None:
+        raise ValueError("--group-size needs --shared-prefix N (the shared prompt's tokens)")
+    out: list[Shape] = []
+
+    def add(shape):
+        if shape not in out:
+            out.append(shape)
+
+    for shape in shapes:
+        if options is not None:
+            shape = shape.replace(options=options)
+        add(shape)
+        for q in query_lens:
+            if shape.group_size or q <= shape.context_len:
+                add(shape.replace(query_len=q))
+        if shared_prefix is not None and not shape.group_size:
+            g = 8 if group_size is None else group_size
+            groups = max(1, shape.num_seqs // g)
+            for q in dict.fromkeys((1, *query_lens)):
+                add(shape.replace(num_seqs=groups * g, context_len=shared_prefix, group_size=g, query_len=q))
+    return out
+
+
+# ---------------------------------------------------------------- private contexts: tokens, paged per block size
+
+
 @dataclasses.dataclass
 class Tokens:
     """One shape's contiguous data: the truth every block size is paged from.
 
-    query [num_seqs, num_heads, head_dim]; keys/values [num_seqs, context_len, num_kv_heads, head_dim].
+    query [num_seqs * query_len, num_heads, head_dim] in the query's dtype (sequence s's rows
+    s*q..s*q+q-1 are its last q positions); keys/values [num_seqs, context_len, num_kv_heads, head_dim]
+    in the cache's dtype, holding x / k_scale (x / v_scale) for x uniform in [-1, 1).
     """
 
     shape: Shape
@@ -114,30 +355,54 @@ class Tokens:
     keys: np.ndarray
     values: np.ndarray
     seed: int
+    options: AttentionOptions = dataclasses.field(default_factory=AttentionOptions)
+
+    @property
+    def query_start(self) -> np.ndarray | None:
+        q = self.shape.query_len
+        return None if q == 1 else np.arange(0, self.shape.num_seqs * q + 1, q, dtype=np.int32)
+
+    def first_read(self) -> int:
+        """The first token any query token of a sequence reads (0 without a window): the same for every sequence."""
+        s = self.shape
+        return int(first_read_tokens(np.array([s.context_len]), np.array([s.query_len]), self.options.window_left)[0])
+
+
+def _encode(x: np.ndarray, kv_dtype: np.dtype, scale: float) -> np.ndarray:
+    """What a cache write stores for x: fp8(x / scale) saturating, or x / scale in the cache's dtype."""
+    if dtypes.is_fp8(kv_dtype):
+        return dtypes.quantize_fp8(x, kv_dtype, scale)
+    return (x / np.float32(scale) if scale != 1.0 else x).astype(kv_dtype)
 
 
 def make_tokens(shape: Shape, seed: int) -> Tokens:
     """Uniform [-1, 1) query and K/V, generated one sequence at a time (large shapes stay in memory)."""
+    if shape.group_size:
+        raise ValueError(f"shape {shape.name}: a shared-prefix shape is built per block size (shared_problem)")
     rng = np.random.default_rng(seed)
-    dtype = np.dtype(shape.dtype)
+    kv_dtype = dtypes.dtype(shape.kv_dtype)
+    options = shape.attention_options()
     kv_shape = (shape.num_seqs, shape.context_len, shape.num_kv_heads, shape.head_dim)
-    keys = np.empty(kv_shape, dtype=dtype)
-    values = np.empty(kv_shape, dtype=dtype)
+    keys = np.empty(kv_shape, dtype=kv_dtype)
+    values = np.empty(kv_shape, dtype=kv_dtype)
     for s in range(shape.num_seqs):
-        for out in (keys, values):
+        for out, scale in ((keys, options.k_scale), (values, options.v_scale)):
             chunk = rng.random(kv_shape[1:], dtype=np.float32)
             chunk *= 2
             chunk -= 1
-            out[s] = chunk
-    query = (rng.random((shape.num_seqs, shape.num_heads, shape.head_dim), dtype=np.float32) * 2 - 1).astype(dtype)
-    return Tokens(shape, query, keys, values, seed)
+            out[s] = _encode(chunk, kv_dtype, scale)
+    rows = shape.num_seqs * shape.query_len
+    query = (rng.random((rows, shape.num_heads, shape.head_dim), dtype=np.float32) * 2 - 1).astype(
+        dtypes.dtype(shape.dtype))
+    return Tokens(shape, query, keys, values, seed, options)
 
 
 def paged_problem(tokens: Tokens, block_size: int) -> DecodeProblem:
-    """Page `tokens` into shuffled physical blocks of `block_size`; every unused slot is NaN.
+    """Page `tokens` into shuffled physical blocks of `block_size`; every slot no query token reads is NaN.
 
     The physical order is a seeded permutation (never increasing), with one spare block per
-    sequence, as an allocator that has served other requests would leave it.
+    sequence, as an allocator that has served other requests would leave it. With a window, the
+    blocks wholly before it are freed (-1 in the table, NaN in the cache), as a serving engine does.
     """
     shape = tokens.shape
     if block_size < 1:
@@ -151,23 +416,53 @@ def paged_problem(tokens: Tokens, block_size: int) -> DecodeProblem:
 
     cache_shape = (num_blocks, block_size, shape.num_kv_heads, shape.head_dim)
     padded = per_seq * block_size
-    unused = np.setdiff1d(np.arange(num_blocks), physical)  # the spare blocks: NaN, never read
+    first = tokens.first_read()
     caches = []
     for source in (tokens.keys, tokens.values):
-        if padded != shape.context_len:  # the last block's tail: NaN
-            tail = np.full((shape.num_seqs, padded - shape.context_len) + source.shape[2:], np.nan, source.dtype)
-            source = np.concatenate([source, tail], axis=1)
-        cache = np.empty(cache_shape, dtype=source.dtype)
+        if padded != shape.context_len or first:  # the last block's tail, and what a window leaves out: NaN
+            source = np.concatenate(
+                [source, np.full((shape.num_seqs, padded - shape.context_len) + source.shape[2:], np.nan, source.dtype)],
+                axis=1)
+            source[:, :first] = np.nan
+        cache = np.full(cache_shape, np.nan, dtype=source.dtype)  # spare blocks: NaN, never read
         cache[physical] = source.reshape(needed, block_size, shape.num_kv_heads, shape.head_dim)
-        cache[unused] = np.nan
         caches.append(cache)
+    tables[:, : first // block_size] = -1  # blocks wholly before the window: freed
     context_lens = np.full(shape.num_seqs, shape.context_len, dtype=np.int32)
-    return DecodeProblem(tokens.query, caches[0], caches[1], tables, context_lens, scale=None, seed=tokens.seed).validate()
+    return DecodeProblem(tokens.query, caches[0], caches[1], tables, context_lens, scale=None, options=tokens.options,
+                         query_start=tokens.query_start, seed=tokens.seed).validate()
 
 
 def expected_output(tokens: Tokens) -> np.ndarray:
-    """float64 [num_seqs, num_heads, head_dim] from the contiguous tokens (no block table involved):
-    the truth every block size's paged problem is held to (default scale 1 / sqrt(head_dim))."""
-    scale = 1.0 / np.sqrt(tokens.shape.head_dim)
-    return np.stack([grouped_dense_decode(tokens.query[s], tokens.keys[s], tokens.values[s], scale)
-                     for s in range(tokens.shape.num_seqs)])
+    """float64 [num_seqs * query_len, num_heads, head_dim] from the contiguous tokens (no block table
+    involved): the truth every block size's paged problem is held to (default scale 1 / sqrt(head_dim))."""
+    shape = tokens.shape
+    scale = 1.0 / np.sqrt(shape.head_dim)
+    q, first = shape.query_len, tokens.first_read()
+    return np.concatenate([grouped_attention(tokens.query[s * q:(s + 1) * q], tokens.keys[s, first:],
+                                             tokens.values[s, first:], scale, first, tokens.options)
+                           for s in range(shape.num_seqs)])
+
+
+# ---------------------------------------------------------------- shared prompts: one problem per block size
+
+
+def suffix_lens(shape: Shape, seed: int) -> list[int]:
+    """Each sequence's own tokens after the shared prompt: 1..SUFFIX_MAX, seeded, the same at every block size."""
+    return np.random.default_rng([seed, 1]).integers(1, SUFFIX_MAX + 1, size=shape.num_seqs).tolist()
+
+
+def shared_problem(shape: Shape, block_size: int, seed: int) -> DecodeProblem:
+    """Groups of shape.group_size sequences forked from one context_len-token prompt (parallel sampling:
+    DecodeProblem.shared(how="fork")), each then appending its suffix_lens() tokens; NaN in unread slots."""
+    if not shape.group_size:
+        raise ValueError(f"shape {shape.name} shares no prompt (shared=G)")
+    k_scale, v_scale = shape.options.scales(shape.kv_dtype)
+    return DecodeProblem.shared(
+        seed, num_groups=shape.num_seqs // shape.group_size, group_size=shape.group_size, prefix_len=shape.context_len,
+        suffix_lens=suffix_lens(shape, seed), how="fork", num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim, block_size=block_size, dtype=shape.dtype,
+        kv_dtype=None if shape.kv_dtype == shape.dtype else shape.kv_dtype, k_scale=k_scale, v_scale=v_scale,
+        window_left=shape.options.window, logits_soft_cap=shape.options.softcap,
+        alibi_slopes="paper" if shape.options.alibi else None,
+        query_lens=shape.query_len if shape.query_len > 1 else None)

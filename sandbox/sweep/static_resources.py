@@ -1,8 +1,11 @@
 """Static resources per variant x block size (registers, shared memory, spills, occupancy), via sandbox.resources,
 and the census of the same cubins' machine code (global loads by width, local memory, ...), via sandbox.sass.
 
-Compiled for the GPU goal configuration (head dim 128, float16, sm_90) whatever the sweep's shapes:
-these numbers describe the H200 kernels even when the sweep itself runs on the CPU.
+Compiled for the GPU goal configuration (head dim 128, float16, sm_90) at every block size of the sweep,
+whatever its shapes: these numbers describe the H200 kernels even when the sweep itself runs on the CPU.
+The other precisions the GPU default races (EXTRA_PRECISIONS: bfloat16, and float16 with an e4m3 cache)
+are compiled at block size 16 only (the goal block size; the sweep's first block size without it): each
+precision costs one compilation of every kernel, so a full grid for each would triple the compile time.
 """
 from __future__ import annotations
 
@@ -12,6 +15,15 @@ import json
 from pathlib import Path
 
 HEAD_DIM, DTYPE, ARCH = 128, "float16", "sm_90"
+EXTRA_PRECISIONS = (("bfloat16", None), ("float16", "float8_e4m3fn"))
+EXTRA_BLOCK_SIZE = 16
+
+
+def configs(block_sizes, dtype: str = DTYPE, extra=EXTRA_PRECISIONS) -> list[tuple]:
+    """[(block sizes, dtype, kv_dtype)]: the whole grid in `dtype`, then each extra precision at one block size."""
+    block_sizes = tuple(block_sizes)
+    one = (EXTRA_BLOCK_SIZE if EXTRA_BLOCK_SIZE in block_sizes else block_sizes[0],)
+    return [(block_sizes, dtype, None)] + [(one, d, kv) for d, kv in extra if (d, kv) != (dtype, None)]
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -27,9 +39,9 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dtype: str = DTYPE,
-                 arch: str = ARCH) -> tuple[list[dict], str]:
-    """(rows, note): rows also written to run_dir/resources.csv, their SASS census to run_dir/sass.csv;
-    note says why either is missing, if so."""
+                 arch: str = ARCH, extra=EXTRA_PRECISIONS) -> tuple[list[dict], str]:
+    """(rows, note): rows (every precision of configs(); `dtype` and `kv_dtype` columns) also written to
+    run_dir/resources.csv, their SASS census to run_dir/sass.csv; note says why either is missing, if so."""
     try:
         resources = importlib.import_module("sandbox.resources")
     except ModuleNotFoundError as exc:
@@ -37,8 +49,8 @@ def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dt
             return [], f"note: sandbox.resources could not be imported ({exc}); resources.csv skipped"
         return [], "note: sandbox.resources is not available yet: static resources (resources.csv) skipped"
     try:
-        rows = resources.collect(variants=list(names), block_sizes=tuple(block_sizes), head_dim=head_dim,
-                                 dtype=dtype, arch=arch, images=True)
+        rows = resources.collect_many(variants=list(names), configs=configs(block_sizes, dtype, extra),
+                                      head_dim=head_dim, arch=arch, images=True)
     except Exception as exc:  # a compiler missing or failing must not lose the measured sweep
         return [], f"note: static resources failed ({type(exc).__name__}: {exc}); resources.csv skipped"
     compiled = [dict(r) for r in rows]

@@ -1,6 +1,7 @@
 """The summary printed at the end of a sweep (and saved as summary.txt): who wins where, what broke, the goals."""
 from __future__ import annotations
 
+from .. import dtypes
 from . import goals as goals_mod
 
 CPU_BANNER = "CPU EMULATION: wall-clock times of the Numba simulator / CUDA C executor / NumPy, NOT GPU performance"
@@ -61,6 +62,8 @@ def time_tables(rows) -> list[str]:
         body = []
         for variant in dict.fromkeys(r["variant"] for r in here):
             mine = [r for r in here if r["variant"] == variant]
+            if all(r["status"] == "unsupported" for r in mine) and len(mine) > 1:
+                continue  # refused at every block size (q > 1 for a decode-only variant): listed once below
             if mine[0]["block_size"] is None:  # per-shape peer (torch.sdpa): one time for every block size
                 body.append([variant, mine[0]["backend"], *[_cell(mine[0], False)] * len(sizes)])
                 continue
@@ -123,6 +126,45 @@ def overhead_tables(rows, dense_name: str) -> list[str]:
     return lines
 
 
+# (cascade variant, the variant it is measured against): the same kernel family without the shared-prefix pass.
+CASCADE_PAIRS = (("cupy.cascade", "cupy.multi"),)
+
+
+def _int(value, default: int = 0) -> int:
+    return default if value in (None, "") else int(value)
+
+
+def _mb(nbytes) -> str:
+    return "-" if nbytes in (None, "") else f"{nbytes / 1e6:.3g}"
+
+
+def cascade_table(rows, pairs=CASCADE_PAIRS) -> list[str]:
+    """For every shared-prefix point: the cascade's time against its non-cascade twin at the same shape, block
+    size and backend (speed-up = twin time / cascade time), and the bytes each counts (a prepared object's
+    bytes_moved(): the cascade reads each group's shared prefix once)."""
+    shared = [r for r in rows if _int(r.get("group_size")) > 0 and r["block_size"] is not None]
+    body = []
+    for cascade, twin in pairs:
+        points = {}
+        for r in shared:
+            if r["variant"] in (cascade, twin):
+                points.setdefault((r["shape"], r["block_size"], r["backend"]), {})[r["variant"]] = r
+        for (shape, bs, backend), pair in points.items():
+            c, t = pair.get(cascade), pair.get(twin)
+            c_ok, t_ok = (x is not None and x["status"] == "ok" for x in (c, t))
+            speedup = f"{t['time_us'] / c['time_us']:.2f}x" if c_ok and t_ok else "-"
+            read = f"{c['bytes'] / t['bytes']:.2f}" if c_ok and t_ok and t["bytes"] else "-"
+            body.append([shape, bs, backend, f"{twin} {fmt_us(t['time_us']) if t_ok else _cell(t, False) or 'absent'}",
+                         f"{cascade} {fmt_us(c['time_us']) if c_ok else _cell(c, False) or 'absent'}", speedup,
+                         _mb(t["bytes"]) if t_ok else "-", _mb(c["bytes"]) if c_ok else "-", read])
+    if not body:
+        return []
+    return ["Cascade on shared prompts (same point; speed-up = non-cascade time / cascade time; MB = the bytes each "
+            "counts: the cascade reads each group's prompt once)",
+            *table(["shape", "bs", "backend", "without cascade (us)", "cascade (us)", "speed-up", "MB without",
+                    "MB cascade", "bytes ratio"], body)]
+
+
 def failure_lines(rows) -> list[str]:
     bad = [r for r in rows if r["status"] in ("wrong", "error")]
     if not bad:
@@ -148,26 +190,56 @@ def unsupported_lines(rows) -> list[str]:
     return lines
 
 
+def default_precision(row) -> bool:
+    """A resources.csv row of the float16 kernels (rows without dtype columns are: older runs)."""
+    dtype = row.get("dtype") or "float16"
+    return dtype == "float16" and (row.get("kv_dtype") or dtype) == dtype
+
+
+def _resource_cell(r) -> str:
+    if r.get("registers") in (None, ""):
+        return "-" if r.get("skipped") else ("ERR" if r.get("error") else "")
+    spills = int(r.get("spill_stores") or 0) + int(r.get("spill_loads") or 0)
+    occupancy = r.get("occupancy")
+    cell = f"{int(r['registers'])}r"
+    if occupancy not in (None, ""):
+        cell += f"/{float(occupancy):.0%}"
+    return cell + (f" spill{spills}B" if spills else "")
+
+
 def resource_table(resource_rows) -> list[str]:
-    """registers / theoretical occupancy per variant and block size (+ spill bytes when any)."""
-    rows = [r for r in resource_rows if r.get("registers") not in (None, "")]
+    """registers / theoretical occupancy per variant and block size (+ spill bytes when any), float16; then the
+    other precisions compiled (bfloat16, an e4m3 cache) beside float16 at the block sizes they were compiled at."""
+    every = [r for r in resource_rows if r.get("registers") not in (None, "")]
+    rows = [r for r in every if default_precision(r)]
     if not rows:
-        return [f"Static resources: {len(resource_rows)} rows in resources.csv, none with register counts"]
+        return [f"Static resources: {len(resource_rows)} rows in resources.csv, none with float16 register counts"]
     sizes = sorted({int(r["block_size"]) for r in rows})
     body = []
     for variant in dict.fromkeys(r["variant"] for r in rows):
-        cells = {}
-        for r in rows:
-            if r["variant"] == variant:
-                spills = int(r.get("spill_stores") or 0) + int(r.get("spill_loads") or 0)
-                occupancy = r.get("occupancy")
-                cell = f"{int(r['registers'])}r"
-                if occupancy not in (None, ""):
-                    cell += f"/{float(occupancy):.0%}"
-                cells[int(r["block_size"])] = cell + (f" spill{spills}B" if spills else "")
+        cells = {int(r["block_size"]): _resource_cell(r) for r in rows if r["variant"] == variant}
         body.append([variant, *[cells.get(b, "") for b in sizes]])
-    return ["Static resources (sm_90, head dim 128, float16): registers/theoretical occupancy; resources.csv",
-            *table(["variant", *[f"bs{b}" for b in sizes]], body)]
+    lines = ["Static resources (sm_90, head dim 128, float16): registers/theoretical occupancy; resources.csv",
+             *table(["variant", *[f"bs{b}" for b in sizes]], body)]
+    others = [r for r in resource_rows if not default_precision(r)]
+    if others:
+        def label(r):
+            dtype = r.get("dtype") or "float16"
+            kv = r.get("kv_dtype") or dtype
+            return dtypes.short(dtype) + (f":{dtypes.short(kv)}" if kv != dtype else "")
+
+        points = list(dict.fromkeys((label(r), int(r["block_size"])) for r in others))
+        by = {(r["variant"], label(r), int(r["block_size"])): r for r in resource_rows}
+        body = []
+        for variant in dict.fromkeys(r["variant"] for r in others):
+            cells = [_resource_cell(by[(variant, p, b)]) if (variant, p, b) in by else "" for p, b in points]
+            base = {b for _, b in points}
+            body.append([variant, *[_resource_cell(by[(variant, "fp16", b)]) if (variant, "fp16", b) in by else ""
+                                    for b in sorted(base)], *cells])
+        lines += ["Other precisions (sm_90, head dim 128; - = not supported or not reported)",
+                  *table(["variant", *[f"fp16 bs{b}" for b in sorted({b for _, b in points})],
+                          *[f"{p} bs{b}" for p, b in points]], body)]
+    return lines
 
 
 def without_ok_lines(without_ok) -> list[str]:
@@ -197,8 +269,8 @@ def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, res
         where = "streaming-read kernel" if on_gpu else "host memory (CPU)"
         lines.append(f"Read bandwidth ({where}): {read.gbps:.1f} GB/s")
     lines.append("Points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    for section in (time_tables(rows), parts_table(rows), best_table(rows, dense_name), overhead_tables(rows, dense_name),
-                    unsupported_lines(rows), failure_lines(rows), without_ok_lines(without_ok),
+    for section in (time_tables(rows), parts_table(rows), best_table(rows, dense_name), cascade_table(rows),
+                    overhead_tables(rows, dense_name), unsupported_lines(rows), failure_lines(rows), without_ok_lines(without_ok),
                     goals_mod.render(goal_report)):
         if section:
             lines += ["", *section]
