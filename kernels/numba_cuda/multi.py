@@ -1,5 +1,6 @@
-"""numba.multi: several query tokens per sequence (chunked prefill, speculative decoding, mixed
-batches): one thread block per (sequence, KV head, tile of query tokens) serving the whole GQA group.
+"""numba.multi: one thread block per (sequence, KV head, tile of query tokens) serving the whole GQA group.
+
+For several query tokens per sequence (chunked prefill, speculative decoding, mixed batches) and decode.
 
 Idea (one, over numba.gqa): the block's rows are (query token, query head) pairs - a tile of up to
 `tile_tokens` query tokens of one sequence times the group of query heads of one KV head - so a K
