@@ -380,11 +380,6 @@ class OptionArgs:
         return (self.v_scale, self.window_left, self.softcap, self.alibi, self.use_alibi)
 
 
-def first_tokens(problem) -> np.ndarray:
-    """int64 [num_seqs]: each sequence's first token read (host twin of first_token)."""
-    return problem.first_read_tokens()
-
-
 def tokens_read(problem) -> np.ndarray:
     """int64 [num_seqs]: tokens each sequence's query reads (context_len, or what the window keeps)."""
     return problem.context_lens.astype(np.int64) - problem.first_read_tokens()
