@@ -22,7 +22,8 @@ class ChildProcessError_(RuntimeError):
 def call_in_numba_mode(simulated: bool, function: str, *args, **kwargs):
     """Call "package.module:function"(*args, **kwargs) in a child with NUMBA_ENABLE_CUDASIM set.
 
-    ValueError raised in the child is raised again as ValueError (input errors stay input errors).
+    ValueError raised in the child is raised again as ValueError (input errors stay input errors),
+    and sandbox.Unsupported as Unsupported (a refusal stays a refusal).
     """
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1" if simulated else "0")
     with tempfile.TemporaryDirectory(prefix="sandbox-mode-") as tmp:
@@ -38,6 +39,9 @@ def call_in_numba_mode(simulated: bool, function: str, *args, **kwargs):
     if ok:
         return value
     kind, message = value
+    if kind == "Unsupported":
+        from .variant import Unsupported
+        raise Unsupported(message)
     if kind == "ValueError":
         raise ValueError(message)
     raise ChildProcessError_(f"{function} failed in the {'simulator' if simulated else 'real-mode'} child:\n{message}")
@@ -51,7 +55,8 @@ def _serve(request: str, response: str) -> None:
         value = getattr(importlib.import_module(module_name), attr)(*args, **kwargs)
         payload = (True, value)
     except ValueError as exc:
-        payload = (False, ("ValueError", str(exc)))
+        from .variant import Unsupported
+        payload = (False, ("Unsupported" if isinstance(exc, Unsupported) else "ValueError", str(exc)))
     except BaseException:
         payload = (False, ("error", traceback.format_exc()))
     with open(response, "wb") as f:
