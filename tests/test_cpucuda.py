@@ -631,7 +631,7 @@ def test_warp_deadlock_is_reported(races):
 def test_segfault_becomes_an_exception(races):
     k = races.get_function("null_write")
     k.asan = False
-    with pytest.raises(CpuKernelMemoryError, match=r"'null_write'.*invalid memory access.*thread \(0,0,0\)"):
+    with pytest.raises(CpuKernelMemoryError, match=r"'null_write'.*invalid memory access.*thread \(0,0,0\).*python -m sandbox check NAME --asan"):
         k(1, 4, (None,), thread_order="forward")
     out = np.zeros(4, np.int32)  # the process and the executor still work
     k(1, 4, (out,))

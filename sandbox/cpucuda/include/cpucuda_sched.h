@@ -708,7 +708,8 @@ CPUCUDA_RUNTIME static void describe_crash() {
     } else if (g.crash_sig == SIGILL) {
         set_error("illegal instruction (SIGILL: __trap() or a compiler trap) in %s", who);
     } else {
-        set_error("%s: invalid memory access at address %p in %s; run with asan=True for the file and line",
+        set_error("%s: invalid memory access at address %p in %s; for the file and line run "
+                  "`python -m sandbox check NAME --asan` (or asan=True / SANDBOX_CPUCUDA_ASAN=1)",
                   g.crash_sig == SIGBUS ? "SIGBUS" : "SIGSEGV", g.crash_addr, who);
     }
     g.rc = (g.crash_sig == SIGSEGV || g.crash_sig == SIGBUS) ? 2 : 1;
