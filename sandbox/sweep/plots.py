@@ -66,7 +66,8 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
     colors, markers = style or (_colors(variants), _markers(variants))
     sizes = sorted({r["block_size"] for r in rows if r["block_size"] is not None})
     nrows, ncols = _grid(len(shapes))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.6 * ncols, 8.0), 4.4 * nrows + 1.2), squeeze=False)
+    height = 4.4 * nrows + 1.2
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.6 * ncols, 8.0), height), squeeze=False)
     handles = {}
     for ax, shape in zip(axes.flat, shapes):
         here = [r for r in rows if r["shape"] == shape]
@@ -102,14 +103,15 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
         elif yfloor is not None:
             ax.set_ylim(bottom=yfloor)
         ax.set_ylabel(ylabel)
-        ax.set_title(shape, fontsize=10)
+        ax.set_title(shape, fontsize=10 if len(shape) <= 48 else 8)
     for ax in list(axes.flat)[len(shapes):]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=11)
     fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=min(4, max(1, len(handles))),
                fontsize=8, frameon=False)
     legend_rows = math.ceil(len(handles) / min(4, max(1, len(handles))))
-    fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 0.93))
+    # the legend takes ~0.2 inch a row at font size 8, the title ~0.7 inch: fixed sizes, whatever the panels
+    fig.tight_layout(rect=(0, (0.2 * legend_rows + 0.15) / height, 1, 1 - 0.75 / height))
     return fig
 
 

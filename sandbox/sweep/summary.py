@@ -135,7 +135,7 @@ def _int(value, default: int = 0) -> int:
 
 
 def _mb(nbytes) -> str:
-    return "-" if nbytes in (None, "") else f"{nbytes / 1e6:.3g}"
+    return "-" if nbytes in (None, "") else f"{nbytes / 1e6:.4g}"
 
 
 def cascade_table(rows, pairs=CASCADE_PAIRS) -> list[str]:
@@ -143,26 +143,27 @@ def cascade_table(rows, pairs=CASCADE_PAIRS) -> list[str]:
     size and backend (speed-up = twin time / cascade time), and the bytes each counts (a prepared object's
     bytes_moved(): the cascade reads each group's shared prefix once)."""
     shared = [r for r in rows if _int(r.get("group_size")) > 0 and r["block_size"] is not None]
-    body = []
+    lines = []
     for cascade, twin in pairs:
         points = {}
         for r in shared:
             if r["variant"] in (cascade, twin):
                 points.setdefault((r["shape"], r["block_size"], r["backend"]), {})[r["variant"]] = r
+        body = []
         for (shape, bs, backend), pair in points.items():
             c, t = pair.get(cascade), pair.get(twin)
             c_ok, t_ok = (x is not None and x["status"] == "ok" for x in (c, t))
             speedup = f"{t['time_us'] / c['time_us']:.2f}x" if c_ok and t_ok else "-"
             read = f"{c['bytes'] / t['bytes']:.2f}" if c_ok and t_ok and t["bytes"] else "-"
-            body.append([shape, bs, backend, f"{twin} {fmt_us(t['time_us']) if t_ok else _cell(t, False) or 'absent'}",
-                         f"{cascade} {fmt_us(c['time_us']) if c_ok else _cell(c, False) or 'absent'}", speedup,
+            body.append([shape, bs, backend, fmt_us(t["time_us"]) if t_ok else (_cell(t, False) or "absent"),
+                         fmt_us(c["time_us"]) if c_ok else (_cell(c, False) or "absent"), speedup,
                          _mb(t["bytes"]) if t_ok else "-", _mb(c["bytes"]) if c_ok else "-", read])
-    if not body:
-        return []
-    return ["Cascade on shared prompts (same point; speed-up = non-cascade time / cascade time; MB = the bytes each "
-            "counts: the cascade reads each group's prompt once)",
-            *table(["shape", "bs", "backend", "without cascade (us)", "cascade (us)", "speed-up", "MB without",
-                    "MB cascade", "bytes ratio"], body)]
+        if body:
+            lines += [f"Cascade on shared prompts: {cascade} vs {twin} at the same point (speed-up = {twin} time / "
+                      f"{cascade} time; MB = the bytes each counts: the cascade reads each group's prompt once)",
+                      *table(["shape", "bs", "backend", f"{twin} us", f"{cascade} us", "speed-up", f"{twin} MB",
+                              f"{cascade} MB", "bytes ratio"], body)]
+    return lines
 
 
 def failure_lines(rows) -> list[str]:
