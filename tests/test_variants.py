@@ -21,10 +21,11 @@ from sandbox.variant import Unsupported
 
 # Shapes per family: the Numba simulator (~270 us per thread-barrier) and the CPU executor are
 # slow, so their problems stay small; the strategy still reaches every edge case within them.
+# max_query_tokens bounds the query rows of multi-token draws (the simulator pays ~1 us per multiply-add).
 FAMILY_SHAPES = {
     "numpy": dict(head_dims=(32, 64, 128), max_tokens=520, max_num_seqs=3, max_kv_heads=2),
-    "numba": dict(head_dims=(32, 64, 80, 128), max_tokens=260, max_num_seqs=3, max_kv_heads=2),
-    "cupy": dict(head_dims=(32, 64, 80, 128), max_tokens=520, max_num_seqs=3, max_kv_heads=2),
+    "numba": dict(head_dims=(32, 64, 80, 128), max_tokens=260, max_num_seqs=3, max_kv_heads=2, max_query_tokens=12),
+    "cupy": dict(head_dims=(32, 64, 80, 128), max_tokens=520, max_num_seqs=3, max_kv_heads=2, max_query_tokens=32),
 }
 # Examples per family under the "ci" profile (None: the profile's own); other profiles scale them
 # (HYPOTHESIS_PROFILE=thorough draws 20x as many).
