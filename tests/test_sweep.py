@@ -533,9 +533,22 @@ def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
         {p.name for p in outcome.run_dir.iterdir()}
 
 
+# Where each negative control's flaw lives (default: a plain decode shape): the sweep's own shapes and
+# options reach it, so the sweep rejects every registered control.
+NEGATIVE_CONTROL_POINTS = {
+    "wrong.cupy.window_off_by_one": ("2x40x4/2x64xfp32", "--options", "window=16"),
+    "wrong.cupy.softcap_before_scale": ("2x40x4/2x64xfp32", "--options", "softcap=5"),
+    "wrong.cupy.alibi_flipped": ("2x40x4/2x64xfp32", "--options", "alibi"),
+    "wrong.cupy.causal_off_by_one": ("2x40x4/2x64xfp32 q=4",),
+    "wrong.numba.causal_off_by_one": ("2x40x4/2x64xfp32 q=4",),
+    "wrong.cupy.cascade_partial_block": ("4x40x4/2x64xfp32 shared=2",),  # 40 = 2 full blocks of 16 + 8 tokens
+}
+
+
 @pytest.mark.parametrize("name", registry.variants("wrong"))
 def test_registered_negative_controls_are_recorded_wrong(tmp_path, name):
-    outcome, rows = sweep(tmp_path, "--backend", "auto", "--shapes", "2x40x4/2x64xfp32", "--block-sizes", "16",
+    shape, *extra = NEGATIVE_CONTROL_POINTS.get(name, ("2x40x4/2x64xfp32",))
+    outcome, rows = sweep(tmp_path, "--backend", "auto", "--shapes", shape, *extra, "--block-sizes", "16",
                           "--variants", name, "--no-plots", "--no-resources")
     (row,) = rows
     assert row["status"] == "wrong" and row["correct"] == "False" and row["time_us"] == "", row

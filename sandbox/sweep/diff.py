@@ -104,10 +104,16 @@ def run_state(path: Path) -> str | None:
 
 
 def key(row: dict) -> tuple:
-    """What makes a point the same point in two runs (missing columns: their defaults)."""
-    dtype = row.get("dtype") or ""
-    extra = tuple(row.get(c) if row.get(c) not in (None, "") else d for c, d in POINT_DEFAULTS.items())
-    return (row["variant"], row["shape"], row["block_size"], row["backend"], dtype, row.get("kv_dtype") or dtype) + extra
+    """What makes a point the same point in two runs: (variant, shape, block_size, backend), then
+    ("column", value) for each of dtype, kv_dtype, options, query_len, prefix_len, group_size that is not
+    its default (float16; the query's dtype; none; 1; 0; 0), so a float16 decode point keys as it always
+    did and a run older than a column reads as that column's default."""
+    dtype = row.get("dtype") or "float16"
+    values = dict(dtype=dtype, kv_dtype=row.get("kv_dtype") or dtype,
+                  **{c: row.get(c) if row.get(c) not in (None, "") else d for c, d in POINT_DEFAULTS.items()})
+    defaults = dict(POINT_DEFAULTS, dtype="float16", kv_dtype=dtype)
+    extra = tuple((c, v) for c, v in values.items() if v != defaults[c])
+    return (row["variant"], row["shape"], row["block_size"], row["backend"]) + extra
 
 
 def _fmt_key(k) -> str:
