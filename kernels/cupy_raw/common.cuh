@@ -3,7 +3,7 @@
 // attend(): one thread block computes attention for TILE query heads of one KV head over the
 // token range [start, end) of one sequence (vLLM's paged_attention_kernel design):
 //   K: thread groups of max(32 / BLOCK_SIZE, 1) lanes per token; a warp walks one cache block at
-//      a time; each lane loads 16-byte vectors (4 floats / 8 halves), interleaved across the group
+//      a time; each lane loads 16-byte vectors (4 floats / 8 halves / 16 fp8), interleaved across the group
 //      so a group reads contiguous bytes; the dot product is finished with xor-shuffles in the group.
 //   softmax: logits in dynamic shared memory; max and sum by warp shuffles + one shared-memory
 //      step across the 4 warps; accumulation in float32.
@@ -53,8 +53,9 @@ __device__ __forceinline__ void store(float* p, float x) { *p = x; }
 __device__ __forceinline__ void store(__half* p, float x) { *p = __float2half(x); }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16(x); }
 
-// fp8 caches: Fp8<KV>::pair dequantizes two adjacent values (one fp8x2 -> half2 cvt on sm_89+, the
-// header's software conversion below), then widens them to float; every fp8 value is exact in half.
+// fp8 caches: Fp8<KV>::pair dequantizes two adjacent values (one fp8x2 -> half2 cvt instruction on
+// sm_89+, cuda_fp8.h's software conversion on sm_80), then widens them to float; every fp8 value is
+// exact in half.
 template <typename KV>
 struct Fp8 {
   static constexpr bool value = false;
@@ -136,7 +137,6 @@ struct Options {
     return s;
   }
 };
-
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 
