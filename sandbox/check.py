@@ -8,6 +8,7 @@ import numpy as np
 import reference
 
 from .compare import Comparison, compare
+from .dtypes import FP8_MAX_FINITE
 from .options import PLAIN, AttentionOptions
 from .problem import DecodeProblem
 
@@ -148,7 +149,7 @@ def option_edge_cases(limits, head_dim: int = 64):
                   ("query_len_whole_context", dict(query_lens=lens))]
     if set(limits.options) >= {"window", "softcap", "alibi", "kv_scale"}:
         kv_dtype = limits.kv_dtypes[0] if limits.kv_dtypes else None
-        unit = 1 / 448 if kv_dtype else 1.0  # fp8 values reach 448: scale them back to about 1
+        unit = 1 / FP8_MAX_FINITE[kv_dtype] if kv_dtype else 1.0  # fp8 values reach 448 / 57344: back to about 1
         everything = dict(window_left=2 * block_size + 1, logits_soft_cap=30.0, alibi_slopes="paper",
                           k_scale=0.75 * unit, v_scale=1.5 * unit, kv_dtype=kv_dtype)
         if limits.max_query_len != 1:

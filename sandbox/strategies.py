@@ -17,6 +17,7 @@ from __future__ import annotations
 from hypothesis import note
 from hypothesis import strategies as st
 
+from .dtypes import FP8_MAX_FINITE
 from .options import FEATURES
 from .problem import DecodeProblem
 from .variant import DTYPES, POW2_BLOCK_SIZES
@@ -106,7 +107,8 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
     if "kv_scale" in on:
         kw.update(k_scale=draw(st.sampled_from([0.25, 0.5, 2.0])), v_scale=draw(st.sampled_from([0.5, 3.0])))
         if kv_dtype is not None:  # fp8 values reach 448 / 57344: keep dequantized magnitudes sane
-            kw.update(k_scale=kw["k_scale"] / 448, v_scale=kw["v_scale"] / 448)
+            unit = FP8_MAX_FINITE[kv_dtype]
+            kw.update(k_scale=kw["k_scale"] / unit, v_scale=kw["v_scale"] / unit)
     if "window" in on:
         kw.update(window_left=draw(window_lefts(lens[0], block_size)),
                   free_outside_window=draw(st.booleans()))

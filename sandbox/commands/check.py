@@ -17,7 +17,8 @@ import os
 import numpy as np
 
 from .. import backends, registry
-from ..check import check_problem, edge_case_problems
+from ..check import check_problem, edge_case_problems, option_edge_cases
+from ..dtypes import FP8_MAX_FINITE
 from ..problem import DecodeProblem
 
 # flag -> (environment variable, value, what the output calls it)
@@ -61,14 +62,41 @@ def problems_for(variant, seed: int, num_random: int):
     out = []
     for dtype in limits.dtypes:
         out += [(f"{label}/{dtype}", p) for label, p in edge_case_problems(head_dim, dtype, block_sizes)]
+    out += list(option_edge_cases(limits, head_dim))
     rng = np.random.default_rng(seed)
+    kv_choices = (None,) + tuple(limits.kv_dtypes)
     for i in range(num_random):
         pool = limits.block_sizes or (1, 2, 4, 8, 16, 32, 64, 128, 256)
+        kv_dtype = kv_choices[(i // len(limits.dtypes)) % len(kv_choices)]
+        options = random_options(rng, limits, kv_dtype)
+        if limits.max_query_len != 1 and i % 2:
+            options["query_lens"] = int(rng.integers(2, 9))
         problem = DecodeProblem.random(int(rng.integers(2**31)), num_seqs=3, num_heads=4, num_kv_heads=2,
                                        head_dim=head_dim, block_size=int(rng.choice(pool)), max_context_len=300,
-                                       dtype=limits.dtypes[i % len(limits.dtypes)], extreme_logits=bool(i % 2))
+                                       dtype=limits.dtypes[i % len(limits.dtypes)], extreme_logits=bool(i % 2),
+                                       kv_dtype=kv_dtype, **options)
         out.append((f"random#{i} seed={problem.seed}", problem))
     return [(label, p) for label, p in out if limits.supports(p)]  # fixed edge cases may step outside them
+
+
+def random_options(rng: np.random.Generator, limits, kv_dtype) -> dict:
+    """Each option the variant declares, switched on with probability 1/2 (DecodeProblem.random keywords)."""
+    unit = 1 / FP8_MAX_FINITE[kv_dtype] if kv_dtype else 1.0  # fp8 values reach 448 / 57344: back to about 1
+    drawn = {"kv_scale": dict(k_scale=0.5 * unit, v_scale=2.0 * unit),
+             "window": dict(window_left=int(rng.integers(0, 200))),
+             "softcap": dict(logits_soft_cap=float(rng.choice([5.0, 30.0]))),
+             "alibi": dict(alibi_slopes=str(rng.choice(["paper", "random"])))}
+    options = {}
+    for feature in limits.options:
+        if rng.random() < 0.5:
+            options.update(drawn[feature])
+    return options
+
+
+def error_key(problem) -> str:
+    """'bfloat16' or 'float16:float8_e4m3fn': what the worst error is reported per."""
+    kv = "" if problem.kv_dtype == problem.dtype else f":{problem.kv_dtype.name}"
+    return f"{problem.dtype.name}{kv}"
 
 
 def selected_modes(args) -> list[str]:
@@ -122,11 +150,16 @@ def main(args) -> int:
         results = [(label, p, check_problem(name, p, backend))
                    for label, p in problems_for(variant, args.seed, args.random)]
         bad = [(label, p, r) for label, p, r in results if not r.ok]
-        worst = max((r.comparison.max_abs_err for _, _, r in results if r.comparison is not None), default=float("nan"))
+        worst: dict[str, float] = {}
+        for _, p, r in results:
+            if r.comparison is not None:
+                key = error_key(p)
+                worst[key] = max(worst.get(key, 0.0), r.comparison.max_abs_err)
         status = "PASS" if not bad else "FAIL"
         ran = f" [{', '.join(m for m in modes)}]" if modes and variant.family == "cupy" else ""
-        print(f"{status}  {name:<28} {len(results) - len(bad)}/{len(results)} problems, worst max abs err "
-              f"{worst:.3g}{ran}")
+        per_dtype = ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items())) or "none"
+        print(f"{status}  {name:<28} {len(results) - len(bad)}/{len(results)} problems; worst max abs err: "
+              f"{per_dtype}{ran}")
         for label, problem, r in bad[:5]:
             print(f"      {label}: problem={problem!r}")
             print("      " + (r.error or r.comparison.report).replace("\n", "\n      "))
