@@ -14,7 +14,7 @@ import pytest
 
 from sandbox import cli, dtypes, registry, resources
 from sandbox.check import expected_output
-from sandbox.commands import resources as resources_cmd
+from sandbox.commands import resources as resources_cmd, sweep as sweep_cmd
 from sandbox.sweep import diff, goals, run, shapes, summary
 from sandbox.variant import Limits, Unsupported
 
@@ -377,3 +377,16 @@ def test_resources_and_sass_commands_take_bf16_and_fp8_and_refuse_the_rest(monke
             assert cli.main([command, "--variants", "cupy.v1", *args]) == 2
             err = capsys.readouterr().err
             assert message in err and err.count("\n") == 1, err
+
+
+def test_other_precisions_are_compiled_in_a_full_sweep_not_with_quick(tmp_path, monkeypatch):
+    from sandbox.sweep import static_resources
+    calls = []
+    monkeypatch.setattr(static_resources, "collect_into",
+                        lambda run_dir, names, block_sizes, extra=None: calls.append(tuple(extra)) or ([], ""))
+    for quick in (["--quick"], []):
+        ns = cli.build_parser().parse_args(["sweep", "--results-dir", str(tmp_path), "--no-progress", "--backend",
+                                            "cpu", "--shapes", SMALL, "--block-sizes", "16", "--variants",
+                                            "numpy.gather", "--no-plots", "--max-repeats", "1", *quick])
+        run.run_sweep(sweep_cmd.build_config(ns))
+    assert calls == [(), static_resources.EXTRA_PRECISIONS]

@@ -466,7 +466,10 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
 
     resource_rows = []
     if config.resources and not interrupted:
-        resource_rows, note = static_resources.collect_into(run_dir, config.variants, config.block_sizes)
+        # --quick: float16 only (each other precision is one more compilation and census of every kernel)
+        resource_rows, note = static_resources.collect_into(
+            run_dir, config.variants, config.block_sizes,
+            extra=() if config.quick else static_resources.EXTRA_PRECISIONS)
         meta["resources"] = note
         if note:
             log(note)

@@ -5,7 +5,8 @@ Compiled for the GPU goal configuration (head dim 128, float16, sm_90) at every 
 whatever its shapes: these numbers describe the H200 kernels even when the sweep itself runs on the CPU.
 The other precisions the GPU default races (EXTRA_PRECISIONS: bfloat16, and float16 with an e4m3 cache)
 are compiled at block size 16 only (the goal block size; the sweep's first block size without it): each
-precision costs one compilation of every kernel, so a full grid for each would triple the compile time.
+precision costs one compilation of every kernel, so a full grid for each would triple the compile time;
+a --quick sweep compiles float16 only.
 """
 from __future__ import annotations
 
