@@ -118,12 +118,17 @@ def edge_case_problems(head_dim: int = 64, dtype="float32", block_sizes=(1, 16, 
                                 context_lens=[64, 40, 64, 17], dtype=dtype, share_prefix=True))
 
 
-def option_edge_cases(limits, head_dim: int = 64):
+BRIEF_OPTION_CASES = ("window_start_k_block_plus_1", "softcap_bites_on_extreme_logits", "query_len_block_plus_1",
+                      "every_option_at_once")
+
+
+def option_edge_cases(limits, head_dim: int = 64, brief: bool = False):
     """Named fixed problems for the precisions and options a variant declares (Limits). Yields (name, problem).
 
     Window starts at k*block_size and k*block_size + 1 with the blocks before them freed, a window of
     the last token alone and one longer than the context; a soft-cap that bites on extreme logits;
     ALiBi as in the paper and random; each fp8 cache over its whole range; everything at once.
+    brief: only BRIEF_OPTION_CASES and the fp8 caches (for the slow Numba simulator).
     """
     dtype = "bfloat16" if "bfloat16" in limits.dtypes else limits.dtypes[0]
     block_size = 8 if limits.block_sizes is None or 8 in limits.block_sizes else limits.block_sizes[0]
@@ -156,6 +161,8 @@ def option_edge_cases(limits, head_dim: int = 64):
             everything["query_lens"] = [3, 2]
         cases.append(("every_option_at_once", everything))
     for seed, (label, kwargs) in enumerate(cases, start=2000):
+        if brief and label not in BRIEF_OPTION_CASES and not label.startswith("cache_"):
+            continue
         yield label, DecodeProblem.random(seed, context_lens=lens, **base, **kwargs)
 
 
