@@ -26,9 +26,12 @@ bench: $(STAMP)
 	$(PY) -m pytest tests/test_bench_*.py --benchmark-enable --benchmark-json "$$dir/bench.json" $(ARGS) && \
 	echo "benchmark JSON: $$dir/bench.json"
 
-# The whole test suite (hypothesis profile "ci" unless HYPOTHESIS_PROFILE says otherwise).
+# The whole test suite (hypothesis profile "ci" unless HYPOTHESIS_PROFILE says otherwise), spread over
+# JOBS processes (pytest-xdist; default: one per core). Work stealing: a few long simulated tests
+# must not leave the other processes idle at the end.
+JOBS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist worksteal $(ARGS)
 
 check: $(STAMP)
 	$(PY) -m sandbox check
