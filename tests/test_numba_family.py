@@ -264,8 +264,9 @@ def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):
     _check(name, problem)
 
 
-@pytest.mark.parametrize("arch, dtype", [("sm_80", "float32"), ("sm_90", "float16"), ("sm_80", "float16"),
-                                         ("sm_90", "float32")])
+# Each architecture once and each dtype once (every pair cost ~15 s of compiling per test run);
+# bfloat16 with an e4m3 cache at sm_90 is the test after this one.
+@pytest.mark.parametrize("arch, dtype", [("sm_80", "float32"), ("sm_90", "float16")])
 def test_every_numba_kernel_compiles_for_real_gpus(arch, dtype):
     """compile_ptx + nvJitLink in a real-mode child: resources parsed, no float64 math, shuffles in the
     block reductions (the GPU path of the helper is the one compiled); the same in the machine code."""

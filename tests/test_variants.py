@@ -29,7 +29,7 @@ FAMILY_SHAPES = {
 }
 # Examples per family under the "ci" profile (None: the profile's own); other profiles scale them
 # (HYPOTHESIS_PROFILE=thorough draws 20x as many).
-FAMILY_EXAMPLES = {"numpy": None, "numba": 10, "cupy": 25}
+FAMILY_EXAMPLES = {"numpy": None, "numba": 6, "cupy": 15}
 # The simulator pays for every problem: there the fixed edge cases run in the first declared dtype
 # with the brief set of option cases (the property test draws every dtype and option).
 SIMULATED_FAMILIES = ("numba",)
