@@ -231,7 +231,7 @@ def _rewrite_one(text: str, in_function: bool, uid: str, line: int, names: dict[
     is_extern = re.search(r"\bextern\b", decl) is not None
     decl = re.sub(r"\b(?:extern|static|__shared__)\b", " ", decl)
     decl = " ".join(decl.split())
-    parts = _split_declarators(decl)
+    parts = _split_top_level(decl)
     first = _DECLARATOR.match(parts[0])
     if not first:
         raise CpuCompileError(f"line {line}: cannot parse this __shared__ declaration: {text.strip()!r}")
@@ -276,22 +276,6 @@ def _rewrite_one(text: str, in_function: bool, uid: str, line: int, names: dict[
                 f"::cpucuda::register_region((void*)&{name}, sizeof({name}), nullptr);"
             )
     return " ".join(out)
-
-
-def _split_declarators(decl: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in decl:
-        if ch in "([<":
-            depth += 1
-        elif ch in ")]>":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts]
 
 
 # ---------------------------------------------------------------- includes
