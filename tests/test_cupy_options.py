@@ -294,9 +294,10 @@ def test_precisions_and_options_compile_for_gpu_targets(arch):
         if path == v1.PATH and arch == "sm_90":  # 16 fp8 values per load: 128-bit loads for K and V
             from sandbox import sass
             try:
-                census = sass.census(sass.function_sass(compiled.cubin, compiled.lowered[plain_fp8]))
-            except Exception as exc:  # nvdisasm missing: tests/test_sass.py says so too
+                sass.nvdisasm_path()
+            except sass.SassError as exc:  # nvdisasm missing: tests/test_sass.py says so too
                 pytest.skip(f"no disassembler: {exc}")
+            census = sass.census(sass.function_sass(compiled.cubin, compiled.lowered[plain_fp8]))
             assert census.vector_loads >= 2 and census.local == 0 and census.fp64 == 0, census.as_row()
 
 
