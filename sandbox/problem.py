@@ -145,6 +145,12 @@ class DecodeProblem:
         starts = 0 if self.query_start is None else self.query_start.nbytes
         return kv + q_and_out + table + self.context_lens.nbytes + starts
 
+    def multiply_adds(self) -> int:
+        """Multiply-adds of Q.K and P.V: every query head's tokens times the tokens they read (a bound:
+        a causal query row reads fewer). The simulator's cost grows with it."""
+        tokens_read = self.context_lens.astype(np.int64) - self.first_read_tokens()
+        return 2 * self.num_heads * self.head_dim * int((self.query_lens * tokens_read).sum())
+
     def describe(self) -> str:
         lens = self.context_lens.tolist()
         shown = lens if len(lens) <= 8 else lens[:8] + ["..."]

@@ -14,7 +14,7 @@ rebuild the exact problem.
 """
 from __future__ import annotations
 
-from hypothesis import note
+from hypothesis import assume, note
 from hypothesis import strategies as st
 
 from .dtypes import FP8_MAX_FINITE
@@ -82,13 +82,15 @@ def query_lengths(draw, context_lens: list[int], block_size: int, max_query_len:
 def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128), dtypes=DTYPES,
                     gqa_ratios=(1, 2, 4, 8), max_num_seqs: int = 3, max_kv_heads: int = 2, max_tokens: int = 520,
                     allow_extreme: bool = True, kv_dtypes=(), options=(), max_query_len: int | None = 1,
-                    max_query_tokens: int = 64) -> DecodeProblem:
+                    max_query_tokens: int = 64, max_multiply_adds: int | None = None) -> DecodeProblem:
     """A DecodeProblem small enough for the simulator/executor yet reaching every edge case above.
 
     kv_dtypes: fp8 formats that may be drawn for the cache (besides the query's dtype); options:
     the FEATURES that may be switched on; max_query_len: 1 (decode), an int, or None (any), with
     at most max_query_tokens query tokens in all. max_tokens bounds each context length (block
-    size 256 still gets 256 and 257 tokens when >= 257).
+    size 256 still gets 256 and 257 tokens when >= 257). max_multiply_adds (None: no bound) rejects
+    the rare draw whose DecodeProblem.multiply_adds() exceeds it (the Numba simulator pays 5-20 us per
+    multiply-add: one 16-head draw over 3 full contexts would cost a minute).
     """
     block_size = draw(st.sampled_from(block_sizes))
     num_seqs = draw(st.integers(1, max_num_seqs))
@@ -132,6 +134,8 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
     else:
         problem = DecodeProblem.random(num_seqs=num_seqs, context_lens=lens, share_prefix=draw(st.booleans()),
                                        query_lens=q_lens, **common)
+    if max_multiply_adds is not None:
+        assume(problem.multiply_adds() <= max_multiply_adds)
     note(problem.describe())
     return problem
 

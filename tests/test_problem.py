@@ -116,6 +116,28 @@ def test_strategy_reaches_precisions_and_options():
     assert not missing, f"the strategy never drew: {sorted(missing)}"
 
 
+def test_multiply_adds_count_the_tokens_each_query_token_reads():
+    shape = dict(num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4, context_lens=[5, 9])
+    assert DecodeProblem.random(1, **shape).multiply_adds() == 2 * 4 * 32 * (5 + 9)
+    assert DecodeProblem.random(1, window_left=2, **shape).multiply_adds() == 2 * 4 * 32 * (3 + 3)
+    assert DecodeProblem.random(1, query_lens=[2, 3], **shape).multiply_adds() == 2 * 4 * 32 * (2 * 5 + 3 * 9)
+
+
+def test_a_work_bound_rejects_only_the_draws_above_it():
+    """The simulated family's bound: every draw stays under it, and GQA ratio 8 with a 128 head dim is still drawn."""
+    bound = 200_000
+    seen = set()
+
+    @settings(max_examples=200, database=None, derandomize=True, phases=[Phase.generate])
+    @given(decode_problems(head_dims=(32, 128), max_tokens=160, max_multiply_adds=bound))
+    def draw(problem):
+        assert problem.multiply_adds() <= bound
+        seen.add((problem.num_heads // problem.num_kv_heads, problem.head_dim))
+
+    draw()
+    assert (8, 128) in seen
+
+
 def test_repr_rebuilds_a_problem_with_options_and_query_lens():
     p = DecodeProblem.random(3, dtype="bfloat16", kv_dtype="e5m2", window_left=7, logits_soft_cap=4.0,
                              alibi_slopes="random", query_lens=[1, 3, 2, 5], max_context_len=40)
