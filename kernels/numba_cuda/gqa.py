@@ -15,7 +15,7 @@ soft-cap/ALiBi on);
 options are runtime arguments; the chunk walk starts at the window's start (blocks before it are
 never looked up nor read); ALiBi reads each head's slope in phase A.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
-GPU). Compiled for sm_90 (fp16, group 4): 122 registers, so 25% theoretical occupancy
+GPU). Compiled for sm_90 (fp16, group 4): 120 registers, so 25% theoretical occupancy
 (register-limited; a launch bound could trade registers for spills - not tried). Design-level expectation, not a measurement:
 K/V bytes from memory drop by the GQA ratio against numba.block (4x for 32/8 heads), but only
 num_seqs*num_kv_heads blocks run, the per-chunk softmax statistics are a serial loop of one thread

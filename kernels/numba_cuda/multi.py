@@ -43,9 +43,10 @@ Debugging: prepare(..., count_loads=True) builds the kernel with a global-load c
 tests check that every K/V element is loaded exactly once per tile whose span holds it, never
 outside one.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
-GPU). Compiled for sm_90 (fp16, group 4, 4 query tokens per tile, chunk 32): 181 registers, no
-spills nor local memory, 35 KB dynamic shared, so 12.5% theoretical occupancy (register-limited; a
-register tile of 4 gives 157, 32-bit indices or launch bounds are untried). Design-level
+GPU). Compiled for sm_90 (fp16, group 4, 4 query tokens per tile, chunk 32): 168 registers, no
+spills nor local memory, 35 KB dynamic shared, so 18.8% theoretical occupancy (register-limited; 181
+and 12.5% before K and V staging became one device function, stage_rows; 32-bit indices or launch
+bounds are untried). Design-level
 expectation, not a measurement: K/V bytes per query token drop by the tile's rows (16) against one
 block per query token and head; the causal walk stops at the tile's last position, so masking
 wastes at most the tile's own diagonal (plus, with a window, the tokens before later rows' windows).
@@ -85,10 +86,28 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
     store = common.ENCODE[dtype]
     # The per-element conversions of native (float32/float16) elements and the per-logit options (common.apply_options,
     # same formula) are written out here rather than called: the compiled kernel inlines either way,
-    # but under the simulator every device-function call swaps the callee module's globals under a
-    # lock (several us each), which made those calls most of a simulated launch.
+    # but under the simulator a call per element is a Python call per element, most of a simulated
+    # launch. stage_rows (once per chunk and thread) is a function.
     native_q = dtype in ("float32", "float16")
     native_kv = kv_dtype in ("float32", "float16")
+
+    @cuda.jit(device=True, inline="always")
+    def stage_rows(cache, counter, block_tables, seq, kv_head, chunk_start, n, my_slice, slices, lane, lanes,
+                   sh, kv_at, stride, counts):
+        """Tokens chunk_start + i (i < n) of K or V as float32 into sh[kv_at + i * stride + d]: this thread
+        takes tokens my_slice, my_slice + slices, ... and dims lane, lane + lanes, ... of each (counter:
+        K_LOADS or V_LOADS, the load counter's first index when counting loads)."""
+        num_blocks, block_size, num_kv_heads, head_dim = cache.shape
+        for i in range(my_slice, n, slices):
+            t = chunk_start + i
+            physical = block_tables[seq, t // block_size]
+            offset = t % block_size
+            for d in range(lane, head_dim, lanes):
+                element = cache[physical, offset, kv_head, d]
+                sh[kv_at + i * stride + d] = float32(element) if native_kv else load_kv(element)
+                if count_loads:
+                    cuda.atomic.add(counts, (((counter * num_blocks + physical) * block_size + offset)
+                                             * num_kv_heads + kv_head) * head_dim + d, 1)
 
     def multi_body(query, key_cache, value_cache, block_tables, context_lens, scale,
                    v_scale, window_left, softcap, alibi, use_alibi, tiles, tile_tokens, chunk, counts, out):
@@ -99,7 +118,7 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         num_heads, head_dim = query.shape[1], query.shape[2]
-        num_blocks, block_size, num_kv_heads = key_cache.shape[0], key_cache.shape[1], key_cache.shape[2]
+        num_kv_heads = key_cache.shape[2]
         group = num_heads // num_kv_heads
         head0 = kv_head * group
         seq = tiles[cuda.blockIdx.x, 0]
@@ -154,16 +173,8 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
             n = min(chunk, stop - chunk_start)
             # Stage K: each element of the chunk loaded from global memory once for the whole tile.
             if my_slice < slices:
-                for i in range(my_slice, n, slices):
-                    t = chunk_start + i
-                    physical = block_tables[seq, t // block_size]
-                    offset = t % block_size
-                    for d in range(lane, head_dim, lanes):
-                        element = key_cache[physical, offset, kv_head, d]
-                        sh[kv_at + i * stride + d] = float32(element) if native_kv else load_kv(element)
-                        if count_loads:
-                            cuda.atomic.add(counts, (((K_LOADS * num_blocks + physical) * block_size + offset)
-                                                     * num_kv_heads + kv_head) * head_dim + d, 1)
+                stage_rows(key_cache, K_LOADS, block_tables, seq, kv_head, chunk_start, n, my_slice, slices, lane,
+                           lanes, sh, kv_at, stride, counts)
             cuda.syncthreads()
             # A: logits of every row, masked per row (causal, window); rows of a register tile all
             # masked for this token skip the dot product.
@@ -226,16 +237,8 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                     sh[corr_at + r] = correction
             # Stage V into the buffer K held (phase A is done with it).
             if my_slice < slices:
-                for i in range(my_slice, n, slices):
-                    t = chunk_start + i
-                    physical = block_tables[seq, t // block_size]
-                    offset = t % block_size
-                    for d in range(lane, head_dim, lanes):
-                        element = value_cache[physical, offset, kv_head, d]
-                        sh[kv_at + i * stride + d] = float32(element) if native_kv else load_kv(element)
-                        if count_loads:
-                            cuda.atomic.add(counts, (((V_LOADS * num_blocks + physical) * block_size + offset)
-                                                     * num_kv_heads + kv_head) * head_dim + d, 1)
+                stage_rows(value_cache, V_LOADS, block_tables, seq, kv_head, chunk_start, n, my_slice, slices, lane,
+                           lanes, sh, kv_at, stride, counts)
             cuda.syncthreads()
             # C: rescale and accumulate weights x V; thread = (dim, register tile of rows).
             for item in range(tid, head_dim * (padded // tile), threads):

@@ -15,7 +15,7 @@ max=-inf, sum=0, output 0.
 Precisions and options as numba.naive (common.py): one partition kernel per (query dtype, cache
 dtype, soft-cap/ALiBi on) and one merge per output dtype; options are runtime arguments (v_scale applied by the merge).
 Verdict: matches the reference on every problem the suites draw, the same to 1e-6 for P = 4..512
-(simulator only; never run on a GPU). Compiled for sm_90 (fp16): partition kernel 70 registers
+(simulator only; never run on a GPU). Compiled for sm_90 (fp16): partition kernel 69 registers
 (43.8% theoretical occupancy), merge 56. Design-level expectation, not a measurement: numba.block's
 K/V traffic plus num_partitions*(head_dim+2) floats of partials per (sequence, head); it pays off
 when num_seqs*num_heads blocks alone cannot fill the GPU and contexts are long.
@@ -29,7 +29,7 @@ from numba import cuda, float32, types
 
 from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
 
-from . import common
+from . import common, token_range
 from .common import MAX_HEAD_DIM, NEG_INF, REDUCE_SCRATCH, ZERO, block_max, block_sum, first_token
 
 LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
@@ -41,6 +41,7 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
     adjust = common.logit_options(with_logit_options)
     load_q = common.DECODE[dtype]
     load_kv = common.DECODE[kv_dtype]
+    score_tokens, exponentiate, weigh_values = token_range.make(load_kv, adjust)
 
     def partition_body(query, key_cache, value_cache, block_tables, context_lens, scale,
                        v_scale, window_left, softcap, alibi, use_alibi, partition_size,
@@ -57,7 +58,6 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         num_heads, head_dim = query.shape[1], query.shape[2]
-        block_size = key_cache.shape[1]
         kv_head = head // (num_heads // key_cache.shape[2])
         context_len = context_lens[seq]
         position = context_len - 1
@@ -79,37 +79,14 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
             q[d] = load_q(query[seq, head, d]) * scale
         cuda.syncthreads()
 
-        local_max = NEG_INF
-        for t in range(start + tid, end, threads):
-            physical = block_tables[seq, t // block_size]
-            offset = t % block_size
-            logit = ZERO
-            for d in range(head_dim):
-                logit += q[d] * load_kv(key_cache[physical, offset, kv_head, d])
-            logit = adjust(logit, softcap, slope, use_alibi, t - position)
-            logits[t - start] = logit
-            local_max = max(local_max, logit)
+        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, softcap, slope,
+                                 use_alibi, logits, tid, threads)
         top = block_max(local_max, scratch)
-
-        local_sum = ZERO
-        for i in range(tid, end - start, threads):
-            weight = math.exp(logits[i] - top)
-            logits[i] = weight
-            local_sum += weight
+        local_sum = exponentiate(logits, end - start, top, tid, threads)
         total = block_sum(local_sum, scratch)  # its barrier publishes the weights
         inv_sum = float32(1.0) / total
-
         for d in range(tid, head_dim, threads):
-            acc = ZERO
-            t = start
-            while t < end:
-                block = t // block_size
-                physical = block_tables[seq, block]
-                first = t - block * block_size
-                count = min(block_size - first, end - t)
-                for i in range(count):
-                    acc += logits[t - start + i] * load_kv(value_cache[physical, first + i, kv_head, d])
-                t += count
+            acc = weigh_values(logits, value_cache, block_tables, seq, kv_head, d, start, end)
             part_out[seq, head, part, d] = acc * inv_sum
         if tid == 0:
             part_max[seq, head, part] = top
