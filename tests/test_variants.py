@@ -32,23 +32,11 @@ FAMILY_SHAPES = {
 # Examples per family under the "ci" profile (None: the profile's own); other profiles scale them
 # (HYPOTHESIS_PROFILE=thorough draws 20x as many).
 FAMILY_EXAMPLES = {"numpy": None, "numba": 8, "cupy": 12}
-# The fixed edge cases' query dtypes: the simulator pays for every problem, so there the first declared
-# dtype; the executor compiles a module per (head layout, dtype), so there the 16-bit precisions models
-# are served in (float32 is drawn by the property test and fixed in tests/test_cupy_family.py).
+# The simulator pays for every problem: there the fixed edge cases run in the first declared dtype.
 # The executor compiles each option instantiation alone (g++, ~2 s cold): both families run the brief
 # set of option cases (the property test draws every dtype and option).
 SIMULATED_FAMILIES = ("numba",)
-SERVED_DTYPE_FAMILIES = ("cupy",)
 BRIEF_OPTION_FAMILIES = ("numba", "cupy")
-
-
-def edge_case_dtypes(variant) -> tuple:
-    dtypes = tuple(variant.limits.dtypes)
-    if variant.family in SIMULATED_FAMILIES:
-        return dtypes[:1]
-    if variant.family in SERVED_DTYPE_FAMILIES:
-        return tuple(d for d in dtypes if d != "float32") or dtypes[:1]
-    return dtypes
 
 
 def family_examples(family: str) -> int | None:
@@ -95,7 +83,8 @@ def test_variant_matches_reference_on_edge_cases(name):
     limits = variant.limits
     head_dim = 64 if limits.head_dims is None or 64 in limits.head_dims else limits.head_dims[0]
     block_sizes = tuple(b for b in (1, 16, 256) if limits.block_sizes is None or b in limits.block_sizes)
-    for dtype in edge_case_dtypes(variant):
+    simulated = variant.family in SIMULATED_FAMILIES
+    for dtype in limits.dtypes[:1] if simulated else limits.dtypes:
         for label, problem in edge_case_problems(head_dim, dtype, block_sizes):
             assert_matches_reference(name, problem)
     for label, problem in option_edge_cases(limits, head_dim, brief=variant.family in BRIEF_OPTION_FAMILIES):
