@@ -9,7 +9,7 @@ import dataclasses
 import importlib
 import types
 
-from .variant import Limits
+from .limits import Limits
 
 VARIANTS = {
     "numpy.gather": "kernels.numpy_gather",
@@ -45,7 +45,7 @@ WRONG_VARIANTS = {
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
 # prepare_write(key_cache, value_cache, key, value, slot_mapping, backend) -> Prepared whose
 # result() returns (key_cache, value_cache) as host arrays; inputs are validated by
-# sandbox.validate.validate_write_inputs first.
+# sandbox.problem.validate.validate_write_inputs first.
 CACHE_WRITERS = {
     "numba.write_cache": "kernels.numba_cuda.write_cache",
     "cupy.write_cache": "kernels.cupy_raw.write_cache",

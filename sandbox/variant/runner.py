@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backends, registry
-from .options import AttentionOptions
-from .problem import DecodeProblem
+from ..devices import backends
+from . import registry
+from ..problem.options import AttentionOptions
+from ..problem.decode import DecodeProblem
 
 
 def prepare(name: str, problem: DecodeProblem, backend: str = "auto"):
@@ -31,8 +32,8 @@ def run_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> np.
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
-        from .other_mode import call_in_numba_mode
-        return call_in_numba_mode(resolved == "cpu", "sandbox.runner:run_problem", name, problem, resolved)
+        from ..devices.other_mode import call_in_numba_mode
+        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.runner:run_problem", name, problem, resolved)
     prepared = variant.prepare(problem, resolved)
     prepared.launch()
     return np.asarray(prepared.result())
