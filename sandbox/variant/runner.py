@@ -16,7 +16,7 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto"):
     A numba variant whose mode differs from this process's cannot be prepared here: use run().
     """
     problem.validate()
-    variant = registry.get(name)
+    variant = registry.get(name, problem="decode")
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
@@ -28,7 +28,7 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto"):
 def run_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> np.ndarray:
     """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype."""
     problem.validate()
-    variant = registry.get(name)
+    variant = registry.get(name, problem="decode")
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
