@@ -35,8 +35,7 @@ def latent_row(latent_cache: np.ndarray, slot: int) -> np.ndarray:
     scales = row[512:528].view("<f4").astype(np.float64)
     rope = row[528:656].view(np.dtype("bfloat16")).astype(np.float64)
     out = np.empty(576, dtype=np.float64)
-    for d in range(512):
-        out[d] = codes[d] * scales[d // 128]
+    out[:512] = codes * np.repeat(scales, 128)   # dim d is scaled by scales[d // 128]
     out[512:] = rope
     return out
 

@@ -31,6 +31,8 @@ VARIANTS = {
     "cupy.cascade": "kernels.cupy_raw.cascade",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
+    "numba.mla": "kernels.numba_cuda.mla",
+    "cupy.mla": "kernels.cupy_raw.mla",
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
@@ -46,6 +48,8 @@ WRONG_VARIANTS = {
     "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_window_off_by_one",
     "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
     "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
+    "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_mla_v_from_rope",
+    "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
 }
 
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
