@@ -25,14 +25,16 @@ def latent_rows(problem: MLAProblem, slots: np.ndarray) -> np.ndarray:
 def attend(query: np.ndarray, keys: np.ndarray, visible: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """query [rows, heads, 576], keys float64 [n, 576], visible bool [rows, n] -> (out float64 [rows, heads, 512],
     lse float64 [rows, heads]); a row that sees nothing gets 0 and -inf."""
-    logits = scale * np.einsum("rhd,nd->rhn", query.astype(np.float64), keys)
+    rows, heads, dims = query.shape
+    logits = scale * (query.reshape(-1, dims).astype(np.float64) @ keys.T).reshape(rows, heads, -1)  # BLAS
     logits = np.where(visible[:, None, :], logits, -np.inf)
     m = logits.max(axis=2, initial=-np.inf)
     safe = np.where(np.isfinite(m), m, 0.0)
     weights = np.exp(logits - safe[..., None])
     total = weights.sum(axis=2)
+    weighted = (weights.reshape(rows * heads, -1) @ keys[:, :rec.VALUE_DIMS]).reshape(rows, heads, -1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(total[..., None] > 0, (weights @ keys[:, :rec.VALUE_DIMS]) / total[..., None], 0.0)
+        out = np.where(total[..., None] > 0, weighted / total[..., None], 0.0)
         lse = np.where(total > 0, safe + np.log(total), -np.inf)
     return out, lse
 
@@ -163,3 +165,23 @@ def mla_edge_cases(limits, num_heads: int = 2, block_sizes=(1, 16, 64, 256), max
         yield "shared_fork_copy_on_write", MLAProblem.shared(seed + 1, **shared)
     if sparse:
         yield "shared_prefix_sparse", MLAProblem.shared(seed + 2, how="prefix", topk=bs + 4, **shared)
+
+
+def mla_check_problems(limits, seed: int, num_random: int, simulated: bool = False):
+    """What `python -m sandbox check` runs on an MLA variant: its edge cases and num_random random problems
+    inside `limits`, [(label, problem)]. simulated (the Numba simulator): 1 head, short contexts."""
+    edges = dict(num_heads=1, block_sizes=(1, 4), max_tokens=9, brief=True) if simulated else {}
+    out = list(mla_edge_cases(limits, **edges))
+    rng = np.random.default_rng(seed)
+    sizes = limits.block_sizes or (1, 3, 16, 64, 128, 256)
+    formats = (None,) + tuple(limits.kv_formats)
+    for i in range(num_random):
+        sparse = "sparse" in limits.modes and (i % 2 or "dense" not in limits.modes)
+        problem = MLAProblem.random(int(rng.integers(2**31)), num_seqs=2 if simulated else 3,
+                                    num_heads=2 if simulated else 18, block_size=int(rng.choice(sizes)),
+                                    max_context_len=12 if simulated else 300, dtype=limits.dtypes[i % len(limits.dtypes)],
+                                    kv_format=formats[(i // len(limits.dtypes)) % len(formats)],
+                                    query_lens=None if limits.max_query_len == 1 else int(rng.integers(1, 4)),
+                                    topk=int(rng.integers(1, 40)) if sparse else None, extreme_logits=bool(i % 2))
+        out.append((f"random#{i} seed={problem.seed}", problem))
+    return [(label, p) for label, p in out if limits.supports(p)]
