@@ -148,3 +148,32 @@ def test_decode_variants_are_refused_by_run_mla_and_limits_are_enforced():
             limits_.check("x", problem)
     with pytest.raises(Unsupported, match="solves MLA problems"):
         limits.check("x", DecodeProblem.random(1, num_seqs=1, max_context_len=8))
+
+
+@pytest.mark.parametrize("name", [n for n in MLA if hasattr(registry.get(n).module, "TUNABLES")])
+def test_every_declared_tunable_value_matches_the_reference(name):
+    """Split-KV partitions of each declared size (several per row, so the merge runs) and a bad value refused."""
+    from sandbox.checking.mla_check import compare_mla, expected_mla
+
+    module = registry.get(name).module
+    for problem in (MLAProblem.random(30, num_seqs=2, num_heads=2, context_lens=[1100, 300], block_size=64),
+                    MLAProblem.random(31, num_seqs=1, num_heads=3, context_lens=[900], block_size=16, topk=1030,
+                                      kv_format="fp8_record", valid_counts=[700])):
+        want = expected_mla(problem)
+        for tunable, values in module.TUNABLES.items():
+            for value in values:
+                prepared = module.prepare(problem, "cpu", **{tunable: value})
+                prepared.launch()
+                verdict = compare_mla(prepared.result(), prepared.lse(), *want, problem.dtype)
+                assert verdict.ok, f"{name} {tunable}={value} on {problem.describe()}:\n{verdict.report}"
+            with pytest.raises(Unsupported, match=f"{tunable} must be >= 1"):
+                module.prepare(problem, "cpu", **{tunable: 0})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [n for n in MLA if registry.get(n).limits.backends != ("cpu",)])
+def test_mla_variant_on_gpu_matches_reference_at_serving_shape(name):
+    for kwargs in (dict(), dict(kv_format="fp8_record", topk=2048)):
+        problem = MLAProblem.random(32, num_seqs=4, num_heads=128, max_context_len=4096, block_size=64, **kwargs)
+        result = check_mla_problem(name, problem, backend="gpu")
+        assert result.error is None and result.comparison.ok, (result.error, result.comparison)
