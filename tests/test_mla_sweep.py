@@ -26,7 +26,8 @@ def test_parse_mla_shapes_and_presets():
     assert shapes.expand(mixed, query_lens=(2,))[-1].name == "mla:1x8x1xbf16"  # decode additions leave MLA alone
     for bad, message in [("mla:2x8", "is not mla:"), ("mla:2x8x4xfp32", "bf16 or fp16"),
                          ("mla:2x8x4xbf16:e5m2", "fp8 \\(the 656-byte record\\)"), ("mla:2x8x4 topk=0", "topk must be"),
-                         ("mla:2x8x4 window=3", "unknown word"), ("mla:2x8x4,alibi", "unknown word 'alibi'"), ("mla:2x8x4 q=9", "more query rows")]:
+                         ("mla:2x8x4 window=3", "unknown word"), ("mla:2x8x4,alibi", "unknown word 'alibi'"),
+                         ("mla:2x8x4 q=9", "more query rows")]:
         with pytest.raises(ValueError, match=message):
             shapes.parse_shapes(bad)
     assert "mla:128x4096x128xbf16" in shapes.GPU_SHAPES  # FlashMLA's headline shape
