@@ -121,8 +121,8 @@ def mla_edge_cases(limits, num_heads: int = 2, block_sizes=(1, 16, 64, 256), max
 
     Context 1, k*bs and k*bs + 1 tokens per block size; query rows at a block edge; extreme logits; a
     forked prompt (copy-on-write); each cache format; sparse rows with every index invalid, one valid
-    index, as many as the context, -1s among block-edge tokens. brief: block sizes and lengths trimmed
-    to the first two block sizes (the Numba simulator pays per multiply-add).
+    index, as many as the context, -1s among block-edge tokens; prefix-cached groups, sparse. brief: the
+    first two block sizes only and no prefix-cached case (the Numba simulator pays per multiply-add).
     """
     dtype = "bfloat16" if "bfloat16" in limits.dtypes else limits.dtypes[0]
     sizes = [b for b in block_sizes if limits.block_sizes is None or b in limits.block_sizes]
@@ -163,7 +163,7 @@ def mla_edge_cases(limits, num_heads: int = 2, block_sizes=(1, 16, 64, 256), max
     shared = dict(num_heads=num_heads, dtype=dtype, block_size=bs, prefix_len=bs + 3, suffix_lens=[2, bs, 1, 3])
     if dense:
         yield "shared_fork_copy_on_write", MLAProblem.shared(seed + 1, **shared)
-    if sparse:
+    if sparse and not brief:
         yield "shared_prefix_sparse", MLAProblem.shared(seed + 2, how="prefix", topk=bs + 4, **shared)
 
 
