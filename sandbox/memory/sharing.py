@@ -17,6 +17,7 @@ step's appends: the paper's "blocks saved by sharing / total blocks without shar
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import asdict, dataclass
 
@@ -80,7 +81,7 @@ def beam_search(prompts, outputs, width: int, block_size: int, rng: random.Rando
         for j in range(1, width):
             bm.fork(0, j)
             beams.append(j)
-        next_id = width
+        new_id = itertools.count(width).__next__
         append = bm.append_slot
         for step in range(1, out + 1):
             for b in beams:
@@ -91,15 +92,15 @@ def beam_search(prompts, outputs, width: int, block_size: int, rng: random.Rando
                 break
             parents = beam.next_parents(width, survival, rng)
             if parents is not None:
-                beams, next_id = advance_beams(bm, beams, parents, next_id)
+                beams = advance_beams(bm, beams, parents, new_id)
         for b in beams:
             bm.free(b)
         assert bm.num_free_blocks == bm.num_blocks
     return _result("beam", width, block_size, len(outputs), with_, without, copies)
 
 
-def advance_beams(bm: BlockManager, beams: list, parents: list[int], next_id: int) -> tuple[list, int]:
-    """Free the beams nobody continues, fork the ones continued more than once; (new beams, next free id)."""
+def advance_beams(bm: BlockManager, beams: list, parents: list[int], new_id) -> list:
+    """Free the beams nobody continues, fork the ones continued more than once (``new_id()`` names a fork)."""
     continued = set(parents)
     for i, b in enumerate(beams):
         if i not in continued:
@@ -107,13 +108,13 @@ def advance_beams(bm: BlockManager, beams: list, parents: list[int], next_id: in
     new_beams, seen = [], set()
     for p in parents:
         if p in seen:
-            bm.fork(beams[p], next_id)
-            new_beams.append(next_id)
-            next_id += 1
+            child = new_id()
+            bm.fork(beams[p], child)
+            new_beams.append(child)
         else:
             seen.add(p)
             new_beams.append(beams[p])
-    return new_beams, next_id
+    return new_beams
 
 
 def calibrate_survival(prompts, outputs, block_size: int, survivals, widths, target: tuple[float, float],
