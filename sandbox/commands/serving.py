@@ -21,9 +21,9 @@ from sandbox.serving.run import ServingConfig
 from sandbox.serving.workloads import DEFAULT_LENGTHS, WORKLOADS, WorkloadSpec
 
 # Rates (req/s) that bracket the contiguous baselines' and paged's limits on the default H200 cost model
-DEFAULT_RATES = {"sharegpt": "1,2,3,4,6,8", "alpaca": "10,20,30,40,60,80", "parallel": "2,4,6,8,12,16",
-                 "beam": "2,4,6,8,12,16", "shared-prompt": "10,20,30,40,60,80", "chat": "1,2,3,4,6,8"}
-QUICK = dict(num_requests=400, block_sizes="16,32")
+DEFAULT_RATES = {"sharegpt": "2,3,4,5,6,7,8", "alpaca": "10,20,40,80,160,320", "parallel": "4,8,16,24,32,48",
+                 "beam": "4,8,16,24,32,48", "shared-prompt": "10,20,40,80,160,320", "chat": "1,2,3,4,6,8"}
+QUICK = dict(num_requests=400, block_sizes="16")
 FULL = dict(num_requests=2000, block_sizes="8,16,32,64,128")
 
 

@@ -14,7 +14,8 @@ One ``step()``:
 4. the step's time is the cost model's for its batch plus swap traffic / ``swap_gbps``; the clock
    advances, each decode sequence and each finished prefill emits a token, beams re-parent, finished
    groups free their memory, a chat turn schedules its follow-up.
-Memory (``breakdown``) is sampled every ``sample_every`` steps.
+Memory (``breakdown``) is sampled every ``sample_every`` steps, after growth and admission: what the
+step computes with.
 """
 from __future__ import annotations
 
@@ -114,12 +115,12 @@ class Engine:
         swap_s = swap_bytes / (self.config.swap_gbps * 1e9)
         if not (decode_tokens or prefill or swap_bytes or preempted):
             raise RuntimeError("the engine is stuck: nothing can run (a request larger than the budget?)")
+        if (t.steps + 1) % self.config.sample_every == 0:    # the memory this step computes with
+            head = self.waiting[0] if self.waiting else None
+            t.sample(self.clock, self.kv.breakdown(self.running, head), self.seqs_running)
         self.clock += (self.cost.step_time(batch) if decode_tokens or prefill else 0.0) + swap_s
         t.add_step(decode_tokens + prefill, self.seqs_running, swap_bytes, swap_s)
         self._emit(decoded, chunks)
-        if t.steps % self.config.sample_every == 0:
-            head = self.waiting[0] if self.waiting else None
-            t.sample(self.clock, self.kv.breakdown(self.running, head), self.seqs_running)
 
     # ---- pieces -------------------------------------------------------------------------------
     def _chunk(self, g: Group, budget: int, chunks: list) -> int:

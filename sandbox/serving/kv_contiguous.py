@@ -62,7 +62,8 @@ class ContiguousKV:
     def breakdown(self, groups, head: Group | None) -> dict:
         tokens = reserved = internal = 0
         for g in groups:
-            n = g.computed if g.phase == PREFILL else g.prompt_len + g.generated - 1
+            # sampled after the step's growth: a decoding sequence already has the slot it writes
+            n = g.computed if g.phase == PREFILL else g.prompt_len + g.generated
             start, size = self.ranges[id(g)]
             per_seq = size // g.width
             final = min(per_seq, g.final_len)

@@ -2,6 +2,7 @@
 and for parallel sampling / beam search the sharing saved by width beside the paper's Fig. 15 range."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from sandbox.memory import paper
@@ -43,8 +44,9 @@ def plot_latency(result: dict, path: Path) -> Path:
         ax.set_title(f"{meta['workload']}" + (f", width {width}" if width > 1 else ""))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Normalized latency vs request rate ({meta['requests']} requests, seed {meta['seed']}); "
-                 f"step time: {meta['step_cost'][:90]}", fontsize=9)
+    source = textwrap.fill(f"step time: {meta['step_cost']}", width=110 * len(widths))
+    fig.suptitle(f"Normalized latency vs request rate ({meta['requests']} requests, seed {meta['seed']}, KV budget "
+                 f"{meta['budget_tokens']:,} tokens)\n{source}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -80,9 +82,11 @@ def plot_memory(result: dict, timelines: dict, path: Path) -> Path:
                      f"{point['preemptions']} preemptions", fontsize=9)
         ax.set_ylim(0, 100)
         ax.set_ylabel("% of budget")
-    axes[0, 0].legend(fontsize=8, ncol=5, loc="lower right")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, ncol=5, loc="upper right", bbox_to_anchor=(0.99, 0.995), frameon=False)
     axes[-1, 0].set_xlabel("simulated time (s)")
-    fig.suptitle(f"Where the KV budget goes over time ({budget:,} tokens; the paper's Fig. 2 split)", fontsize=10)
+    fig.suptitle(f"Where the KV budget goes over time ({budget:,} tokens; the paper's Fig. 2 split)", fontsize=10,
+                 x=0.02, ha="left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -101,6 +105,8 @@ def plot_sharing(result: dict, path: Path) -> Path:
         lo, hi = paper.FIG15[lengths][kind]
         ax_s.fill_between([min(widths), max(widths)], [100 * lo] * 2, [100 * hi] * 2, color="#cccccc", alpha=0.5,
                           label=f"paper Fig. 15 ({lengths}): {100 * lo:.1f}-{100 * hi:.1f}% over widths 2-6")
+        ax_s.plot(list(paper.FIG15_WIDTHS[::2]), [100 * lo, 100 * hi], "kx", ms=9,
+                  label="the range's ends (taken as widths 2 and 6)")
     allocs = sorted({e["allocator"] for e in result["allocators"].values()})
     for alloc in allocs:
         entries = [e for e in result["allocators"].values() if e["allocator"] == alloc]
