@@ -21,14 +21,15 @@ A source is a ``StepCostModel``: ``step_time(batch) = linear_time + decode_time 
   (decode rows, no options), applied per layer; the rest as ``analytic``. A run whose rows are CPU
   emulation is refused: those times are a simulator's, not a GPU's.
 
-Adding a source (the H200 performance model of ``sandbox.analysis.model`` will be one): a class with
-``source`` and the three methods (subclass ``AnalyticCost`` and override what it models), and one
-entry in ``SOURCES`` mapping the ``--step-cost`` word to a factory ``(argument, shape, fixed_ms) -> model``.
+Adding a source (the H200 performance model of ``sandbox.analysis.model`` will be one): a class that
+satisfies ``StepCostModel`` (subclass ``AnalyticCost`` and override what it models, as ``SweepCost``
+overrides ``decode_time``), and one entry in ``SOURCES`` mapping the ``--step-cost`` word to a factory
+``(argument, shape, fixed_ms) -> model``; a factory may raise ValueError to refuse its argument.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 HBM_BYTES_PER_S = 4.8e12
 HBM_EFFICIENCY = 0.8
@@ -58,6 +59,17 @@ class StepBatch(NamedTuple):
     prefill_tokens: int = 0        # prompt tokens computed this step (chunked prefill)
     prefill_attended: int = 0      # sum over those tokens of the positions each attends to
     block_size: int = 0            # 0 for a contiguous layout
+
+
+class StepCostModel(Protocol):
+    """What the engine asks of a step-time source (all times in seconds)."""
+    source: str                                         # printed with the results
+
+    def linear_time(self, batch: StepBatch) -> float: ...       # everything but attention
+    def decode_time(self, batch: StepBatch) -> float: ...       # attention of the decode tokens
+    def prefill_time(self, batch: StepBatch) -> float: ...      # attention of the prefill chunks
+    def step_time(self, batch: StepBatch) -> float: ...         # the three summed
+    def prefill_token_time(self) -> float: ...                  # marginal cost of one prefill token
 
 
 class AnalyticCost:
@@ -96,7 +108,7 @@ class AnalyticCost:
         return max(2.0 * self.shape.params / self.flops, 0.0) + self.shape.kv_bytes_per_token / self.bandwidth
 
 
-def make_cost_model(spec: str, shape: ModelShape, fixed_ms: float | None = None):
+def make_cost_model(spec: str, shape: ModelShape, fixed_ms: float | None = None) -> StepCostModel:
     """``analytic`` or ``sweep:RUN_DIR`` (or another word in SOURCES) -> a cost model; ValueError otherwise."""
     word, _, argument = spec.partition(":")
     if word not in SOURCES:
