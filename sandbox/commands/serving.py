@@ -21,10 +21,14 @@ from sandbox.serving.run import ServingConfig
 from sandbox.serving.workloads import DEFAULT_LENGTHS, WORKLOADS, WorkloadSpec
 
 # Rates (req/s) that bracket the contiguous baselines' and paged's limits on the default H200 cost model
-DEFAULT_RATES = {"sharegpt": "2,3,4,5,6,7,8", "alpaca": "10,20,40,80,160,320", "parallel": "4,8,16,24,32,48",
-                 "beam": "4,8,16,24,32,48", "shared-prompt": "10,20,40,80,160,320", "chat": "1,2,3,4,6,8"}
-QUICK = dict(num_requests=400, block_sizes="16")
-FULL = dict(num_requests=2000, block_sizes="8,16,32,64,128")
+DEFAULT_RATES = {"sharegpt": "2,3,4,5,6,7,8", "alpaca": "10,20,40,80,160,240,320,400",
+                 "parallel": "4,8,16,32,48,64,96", "beam": "4,8,16,32,48,64,96",
+                 "shared-prompt": "10,20,40,80,160,240,320,400", "chat": "1,2,3,4,6,8"}
+# Requests per point: about the same decode tokens per point for every workload (short Alpaca-like
+# requests need more of them for the queue to reach a steady state at their higher rates).
+QUICK_REQUESTS = {"sharegpt": 400, "chat": 400, "alpaca": 2000, "shared-prompt": 2000, "parallel": 800, "beam": 800}
+QUICK = dict(block_sizes="16")
+FULL = dict(block_sizes="8,16,32,64,128", requests_factor=5)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--turns", type=int, default=4, help="chat: turns per conversation (default 4)")
     parser.add_argument("--think-time", type=float, default=5.0, help="chat: mean seconds between turns (default 5)")
     parser.add_argument("--num-requests", type=int, metavar="N",
-                        help=f"requests per point (default {QUICK['num_requests']}, --full {FULL['num_requests']})")
+                        help=f"requests per point (default {QUICK_REQUESTS['sharegpt']} for sharegpt, "
+                             f"{', '.join(f'{v} {k}' for k, v in QUICK_REQUESTS.items() if k != 'sharegpt')}; "
+                             f"--full {FULL['requests_factor']}x)")
     parser.add_argument("--max-len", type=int, default=2048, help="maximum prompt + output tokens (default 2048)")
     add_budget_arguments(parser)
     parser.add_argument("--max-num-seqs", type=int, default=256, help="sequences running at once (default 256, vLLM's)")
@@ -97,7 +103,8 @@ def config_from_args(args: argparse.Namespace) -> ServingConfig:
     """Every input checked (ValueError naming the option); the trace read; nothing written."""
     size = FULL if args.full else QUICK
     budget = budget_from_args(args)
-    n = args.num_requests if args.num_requests is not None else size["num_requests"]
+    n = args.num_requests if args.num_requests is not None else \
+        QUICK_REQUESTS[args.workload] * (FULL["requests_factor"] if args.full else 1)
     _check("--num-requests", n, n >= 1, ">= 1")
     _check("--seed", args.seed, args.seed >= 0, "an integer >= 0 (it seeds NumPy's generator)")
     _check("--max-len", args.max_len, args.max_len >= 2, ">= 2")
