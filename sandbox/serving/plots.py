@@ -100,7 +100,7 @@ def plot_sharing(result: dict, path: Path) -> Path:
     kind = meta["workload"]
     widths = meta["widths"]
     fig, (ax_s, ax_r) = plt.subplots(1, 2, figsize=(13, 5))
-    lengths = meta["lengths"] if meta["lengths"] in paper.FIG15 else ("alpaca" if meta["lengths"] == "default" else None)
+    lengths = meta["lengths"] if meta["lengths"] in paper.FIG15 else None       # no paper figure for a trace
     if lengths:
         lo, hi = paper.FIG15[lengths][kind]
         ax_s.fill_between([min(widths), max(widths)], [100 * lo] * 2, [100 * hi] * 2, color="#cccccc", alpha=0.5,

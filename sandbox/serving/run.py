@@ -23,7 +23,7 @@ from sandbox.serving.group import Group
 from sandbox.serving.kv_contiguous import ContiguousKV
 from sandbox.serving.kv_paged import PagedKV
 from sandbox.serving.metrics import max_rate, summarize
-from sandbox.serving.workloads import WorkloadSpec, build_requests, count_requests, with_rate
+from sandbox.serving.workloads import DEFAULT_LENGTHS, WorkloadSpec, build_requests, count_requests, with_rate
 
 POINT_FIELDS = ["allocator", "name", "width", "rate", "requests", "throughput", "output_tokens_per_s",
                 "normalized_latency", "normalized_latency_p50", "normalized_latency_p99", "ttft", "ttft_p50",
@@ -38,9 +38,9 @@ TIMELINE_FIELDS = ["name", "rate", "t", "tokens", "reserved", "internal", "exter
 class ServingConfig:
     workload: WorkloadSpec
     budget: KVBudget
-    rates: tuple[float, ...] | None = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)   # None: a trace's own arrival times
+    rates: tuple[float, ...] | None = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)   # None: a trace's own arrival times
     latency_bound: float = 0.05
-    block_sizes: tuple[int, ...] = (16, 32)
+    block_sizes: tuple[int, ...] = (16,)
     reserves: tuple[str, ...] = RESERVE_POLICIES
     widths: tuple[int, ...] = (1,)
     max_num_seqs: int = 256
@@ -157,7 +157,7 @@ def _with_width(spec: WorkloadSpec, width: int) -> WorkloadSpec:
 def _meta(config: ServingConfig, cost, rates, base, run_dir: Path) -> dict:
     wl = config.workload
     return dict(
-        workload=wl.name, lengths=("trace" if wl.trace is not None else wl.lengths or "default"),
+        workload=wl.name, lengths=("trace" if wl.trace is not None else wl.lengths or DEFAULT_LENGTHS[wl.name]),
         requests=count_requests(next(iter(base.values()))), max_len=wl.max_len, seed=config.seed,
         rates=list(rates), latency_bound=config.latency_bound, widths=list(config.widths),
         budget_tokens=config.budget.tokens, budget_note=config.budget.note,
