@@ -150,24 +150,26 @@ def test_decode_variants_are_refused_by_run_mla_and_limits_are_enforced():
         limits.check("x", DecodeProblem.random(1, num_seqs=1, max_context_len=8))
 
 
-@pytest.mark.parametrize("name", [n for n in MLA if hasattr(registry.get(n).module, "TUNABLES")])
-def test_every_declared_tunable_value_matches_the_reference(name):
-    """Split-KV partitions of each declared size (several per row, so the merge runs) and a bad value refused."""
+@pytest.mark.parametrize("name", [n for n in MLA if registry.get(n).tunables])
+def test_every_declared_tunable_configuration_matches_the_reference(name):
+    """Split-KV partitions of each declared size (several per row, so the merge runs); an undeclared value refused."""
     from sandbox.checking.mla_check import compare_mla, expected_mla
+    from sandbox.variant import tunables
+    from sandbox.variant.mla_runner import prepare_mla
 
     module = registry.get(name).module
     for problem in (MLAProblem.random(30, num_seqs=2, num_heads=2, context_lens=[1100, 300], block_size=64),
                     MLAProblem.random(31, num_seqs=1, num_heads=3, context_lens=[900], block_size=16, topk=1030,
                                       kv_format="fp8_record", valid_counts=[700])):
         want = expected_mla(problem)
-        for tunable, values in module.TUNABLES.items():
-            for value in values:
-                prepared = module.prepare(problem, "cpu", **{tunable: value})
-                prepared.launch()
-                verdict = compare_mla(prepared.result(), prepared.lse(), *want, problem.dtype)
-                assert verdict.ok, f"{name} {tunable}={value} on {problem.describe()}:\n{verdict.report}"
-            with pytest.raises(Unsupported, match=f"{tunable} must be >= 1"):
-                module.prepare(problem, "cpu", **{tunable: 0})
+        for config in tunables.grid(module):
+            prepared, _ = prepare_mla(name, problem, "cpu", config)
+            prepared.launch()
+            verdict = compare_mla(prepared.result(), prepared.lse(), *want, problem.dtype)
+            assert verdict.ok, f"{name} {config} on {problem.describe()}:\n{verdict.report}"
+        parameter = next(iter(module.TUNABLES))
+        with pytest.raises(Unsupported, match=f"{name} does not support {parameter}=0"):
+            sandbox.run_mla(name, *problem.arrays(), **problem.kwargs(), backend="cpu", config={parameter: 0})
 
 
 @pytest.mark.gpu

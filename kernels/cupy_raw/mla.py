@@ -35,7 +35,7 @@ from . import common
 PATH = common.KERNEL_DIR / "mla.cu"
 NAME = "cupy.mla"
 LIMITS = MLALimits()
-TUNABLES = {"partition_size": (256, 512, 1024)}
+TUNABLES = {"partition_size": (512, 256, 1024)}  # the default first (sandbox.variant.tunables)
 DEFAULT_PARTITION = 512
 HEADS_PER_TILE = 16   # mla::HEADS
 CHUNK = 16            # mla::CHUNK: tokens staged per step

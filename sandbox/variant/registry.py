@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import types
 
+from . import tunables
 from .limits import Limits
 
 PROBLEMS = ("decode", "mla")
@@ -86,8 +87,18 @@ class Variant:
         doc = (self.module.__doc__ or "").strip()
         return doc.splitlines()[0] if doc else ""
 
-    def prepare(self, problem, backend: str):
-        return self.module.prepare(problem, backend)
+    @property
+    def tunables(self) -> dict[str, tuple]:
+        """{parameter: allowed values}, the default first (see sandbox.variant.tunables)."""
+        return tunables.declared(self.module)
+
+    def configuration(self, config: dict | None = None) -> dict:
+        """`config` with the defaults filled in; an undeclared parameter or value is refused."""
+        return tunables.resolve(self.name, self.module, config)
+
+    def prepare(self, problem, backend: str, config: dict | None = None):
+        """The module's prepare, given the configuration's parameters as keyword arguments."""
+        return self.module.prepare(problem, backend, **self.configuration(config))
 
 
 def variants(family: str | None = None, problem: str | None = "decode") -> list[str]:
@@ -126,3 +137,8 @@ def get(name: str, problem: str | None = None) -> Variant:
         raise ValueError(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
                          f"{problem} variants: {', '.join(variants(problem=problem))}")
     return variant
+
+
+def declared_tunables(name: str) -> dict[str, tuple]:
+    """sandbox.tunables(name): the variant's {parameter: allowed values}, the default first ({}: none)."""
+    return get(name).tunables
