@@ -82,3 +82,21 @@ def test_the_model_names_the_binding_roof():
     seconds, roof = mla_summary.bound(nbytes, flops, mla_summary.H200_CUDA_CORE_FLOPS)
     assert roof == "compute" and seconds == pytest.approx(2.18e-3, rel=0.01)
     assert mla_summary.bound(nbytes, 1.0, mla_summary.H200_TENSOR_CORE_FLOPS)[1] == "memory"
+
+
+def test_serving_fits_ignore_mla_rows(tmp_path):
+    """sandbox.serving's GPU-sweep cost model fits decode rows; an MLA row (compute-bound, 576-wide) must not count."""
+    from sandbox.serving.cost_sweep import load_fits
+
+    fields = ["variant", "problem", "backend", "shape", "dtype", "kv_dtype", "options", "query_len", "group_size",
+              "block_size", "status", "time_us", "bytes"]
+    common = dict(backend="gpu", dtype="bfloat16", kv_dtype="bfloat16", options="", query_len=1, group_size=0,
+                  block_size=64, status="ok")
+    with open(tmp_path / "sweep.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerow(dict(common, variant="cupy.rows", problem="decode", shape="s", time_us=10, bytes=1_000_000))
+        writer.writerow(dict(common, variant="cupy.mla", problem="mla", shape="mla:128x4096x128xbf16",
+                             time_us=3000, bytes=600_000_000))
+    fits, counts = load_fits(tmp_path, 2)
+    assert counts == {64: 1} and fits[64][1] == pytest.approx(10 / 1_000_000)
