@@ -179,3 +179,23 @@ def test_mla_variant_on_gpu_matches_reference_at_serving_shape(name):
         problem = MLAProblem.random(32, num_seqs=4, num_heads=128, max_context_len=4096, block_size=64, **kwargs)
         result = check_mla_problem(name, problem, backend="gpu")
         assert result.error is None and result.comparison.ok, (result.error, result.comparison)
+
+
+def test_mla_kernels_compile_for_real_gpus_without_spills_and_load_rows_in_16_byte_vectors():
+    """compile_report of every MLA variant that has one (bf16 queries over fp8 records at sm_90, in one real-mode
+    child): rows for head dim 576, no spills nor float64; the CUDA C kernels load rows with LDG.128."""
+    from sandbox.analysis import resources, sass
+
+    names = [n for n in MLA if hasattr(registry.get(n).module, "compile_report")]
+    rows = resources.collect(names, block_sizes=(64,), head_dim=128, dtype="bfloat16", arch="sm_90",
+                             kv_dtype="float8_e4m3fn", images=True)
+    assert [r["variant"] for r in rows] == names and all(r["head_dim"] == 576 for r in rows)
+    for row in rows:
+        assert "error" not in row and "skipped" not in row, row
+        for kernel in row.get("kernels", [row]):
+            assert 0 < kernel["registers"] <= 255 and kernel["spill_stores"] == kernel["spill_loads"] == 0, row
+    census = {(r["variant"], r["kernel"]): r for r in sass.census_rows(rows)}
+    assert all(c["fp64"] == 0 and c["local"] == 0 for c in census.values()), census
+    cuda_c = [c for (variant, kernel), c in census.items() if registry.get(variant).family == "cupy" and
+              kernel == "partition"]
+    assert cuda_c and all(c["vector_loads"] > 0 for c in cuda_c)  # the latent rows come in 16-byte loads
