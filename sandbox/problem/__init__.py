@@ -2,7 +2,8 @@
 
     decode      DecodeProblem (host arrays, seeded random/shared constructors whose repr rebuilds them)
     mla         MLAProblem: multi-head latent attention, dense or top-k sparse (mla_record: the fp8 record,
-                mla_validate: its validation, mla_strategies: its hypothesis strategy)
+                mla_validate: its validation, mla_paging: its tables and index sets, mla_strategies: its
+                hypothesis strategy)
     options     AttentionOptions (k/v scales, sliding window, soft-cap, ALiBi)
     dtypes      query and cache dtypes (ml_dtypes' bfloat16 and fp8)
     validate    every input checked before any launch, errors naming the argument and the bound
