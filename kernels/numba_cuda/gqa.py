@@ -10,7 +10,7 @@ sizes whose shared memory fits 48 KB (refused by prepare() before launch otherwi
 e.g. group 32 at head_dim 256). A thread keeps the dot products of a tile
 of min(8, next pow2 of group) heads in registers (the tile is a compile-time constant, one kernel
 per tile); groups above 8 re-read K/V once per tile.
-Precisions and options as numba.naive (common.py): one kernel per (tile, query dtype, cache dtype,
+Precisions and options as numba.naive (codecs.py, options.py): one kernel per (tile, query dtype, cache dtype,
 soft-cap/ALiBi on);
 options are runtime arguments; the chunk walk starts at the window's start (blocks before it are
 never looked up nor read); ALiBi reads each head's slope in phase A.
@@ -30,10 +30,11 @@ from numba import cuda, float32
 
 from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
 
-from . import common
-from .common import NEG_INF, ZERO, first_token
+from . import codecs, device, launch, options, reports
+from .device import NEG_INF, ZERO
+from .options import first_token
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **FULL_SUPPORT)
 GROUP_TILE = 8  # query heads whose dot products / accumulators one thread keeps in registers
 SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 
@@ -41,10 +42,10 @@ SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False):
     """The kernel body with `tile` (query heads per register tile), the dtypes and whether soft-cap /
     ALiBi exist fixed at compile time."""
-    adjust = common.logit_options(with_logit_options)
-    load_q = common.DECODE[dtype]
-    load_kv = common.DECODE[kv_dtype]
-    store = common.ENCODE[dtype]
+    adjust = options.logit_options(with_logit_options)
+    load_q = codecs.DECODE[dtype]
+    load_kv = codecs.DECODE[kv_dtype]
+    store = codecs.ENCODE[dtype]
 
     def gqa_body(query, key_cache, value_cache, block_tables, context_lens, scale,
                  v_scale, window_left, softcap, alibi, use_alibi, chunk, out):
@@ -150,7 +151,7 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
 
 def tile_for(group: int) -> int:
     """Heads per register tile: the group rounded up to a power of two, at most GROUP_TILE."""
-    return min(GROUP_TILE, common.next_pow2(group))
+    return min(GROUP_TILE, launch.next_pow2(group))
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,7 +170,7 @@ def shared_bytes(group: int, head_dim: int, chunk: int, threads: int) -> int:
 
 def launch_shape(group: int, head_dim: int, longest: int, simulated=None) -> tuple[int, int, int]:
     """(threads, chunk, shared bytes): chunk = threads tokens, halved until shared memory fits."""
-    threads = common.launch_threads(max(longest, head_dim), simulated)
+    threads = launch.launch_threads(max(longest, head_dim), simulated)
     chunk = threads
     while shared_bytes(group, head_dim, chunk, threads) > SHARED_LIMIT and chunk > 1:
         chunk //= 2
@@ -180,17 +181,17 @@ def launch_shape(group: int, head_dim: int, longest: int, simulated=None) -> tup
     return threads, chunk, size
 
 
-def prepare(problem, backend: str) -> common.Launch:
+def prepare(problem, backend: str) -> launch.Launch:
     p = problem
-    common.check_head_dim("numba.gqa", p.head_dim)
+    launch.check_head_dim("numba.gqa", p.head_dim)
     group = p.num_heads // p.num_kv_heads
-    threads, chunk, size = launch_shape(group, p.head_dim, int(common.tokens_read(p).max()))
+    threads, chunk, size = launch_shape(group, p.head_dim, int(launch.tokens_read(p).max()))
     grid = (p.num_seqs, p.num_kv_heads)
-    common.check_launch("numba.gqa", grid, threads)
-    _, kernel = kernel_for(tile_for(group), *common.kernel_key(p))
-    args = common.decode_args(p) + (chunk,)
-    out = common.output_array(p)
-    return common.Launch(kernel, grid, threads, size, args + (out,), out, name="numba.gqa", out_dtype=p.dtype)
+    launch.check_launch("numba.gqa", grid, threads)
+    _, kernel = kernel_for(tile_for(group), *options.kernel_key(p))
+    args = options.decode_args(p) + (chunk,)
+    out = launch.output_array(p)
+    return launch.Launch(kernel, grid, threads, size, args + (out,), out, name="numba.gqa", out_dtype=p.dtype)
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
@@ -200,11 +201,11 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     from numba import types
 
-    q, kv = common.report_dtypes(dtype, kv_dtype)
-    rep = common.REPRESENTATIVE
+    q, kv = reports.report_dtypes(dtype, kv_dtype)
+    rep = reports.REPRESENTATIVE
     group = rep["num_heads"] // rep["num_kv_heads"]
     threads, chunk, size = launch_shape(group, head_dim, rep["context_len"], simulated=False)
-    signature = common.decode_signature(q, kv, types.int64, common.out_array(q))
+    signature = reports.decode_signature(q, kv, types.int64, reports.out_array(q))
     body, _ = kernel_for(tile_for(group), q, kv, logit_options)
-    kernel = dict(name="gqa", **common.kernel_resources(body, signature, arch))
-    return common.report([kernel], threads, size, note=f"group {group} (tile {tile_for(group)}), chunk {chunk} tokens")
+    kernel = dict(name="gqa", **reports.kernel_resources(body, signature, arch))
+    return reports.report([kernel], threads, size, note=f"group {group} (tile {tile_for(group)}), chunk {chunk} tokens")

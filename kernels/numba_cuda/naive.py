@@ -6,7 +6,7 @@ Limits: block sizes 1..256 (any power of two, a runtime value); head dims up to 
 32, 64, 80, 96, 112, 120, 128, 192, 256); queries float32, float16, bfloat16 and caches of the
 query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option (k/v scales, sliding window,
 soft-cap, ALiBi); any GQA ratio; decode (one query token per sequence).
-Precisions and options (common.py): one kernel per (query dtype, cache dtype), made on first use;
+Precisions and options (codecs.py, options.py): one kernel per (query dtype, cache dtype), made on first use;
 bfloat16 and fp8 arrive as their bits and are decoded by device functions. Options are runtime
 arguments: k_scale folded into the scale, v_scale on the output, a window only moves the first
 block and offset (blocks wholly before it are never looked up nor read), soft-cap and ALiBi one
@@ -26,10 +26,11 @@ from numba import cuda, float32
 
 from sandbox.variant import FULL_SUPPORT, Limits
 
-from . import common
-from .common import MAX_HEAD_DIM, NEG_INF, ZERO, first_token
+from . import codecs, device, launch, options, reports
+from .device import MAX_HEAD_DIM, NEG_INF, ZERO
+from .options import first_token
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **FULL_SUPPORT)
 
 
 @cuda.jit(device=True, inline="always")
@@ -48,10 +49,10 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
               with_logit_options=False):
     """The kernel body for (dtype, kv_dtype) with its two paging decisions as device functions: the
     negative controls in kernels/wrong/ each replace exactly one of them with a flawed twin."""
-    load_q = common.DECODE[dtype]
-    load_kv = common.DECODE[dtype if kv_dtype is None else kv_dtype]
-    store = common.ENCODE[dtype]
-    adjust = common.logit_options(with_logit_options)
+    load_q = codecs.DECODE[dtype]
+    load_kv = codecs.DECODE[dtype if kv_dtype is None else kv_dtype]
+    store = codecs.ENCODE[dtype]
+    adjust = options.logit_options(with_logit_options)
 
     def naive_body(query, key_cache, value_cache, block_tables, context_lens, scale,
                    v_scale, window_left, softcap, alibi, use_alibi, out):
@@ -109,21 +110,21 @@ def kernel_factory(physical_block=table_block, block_tokens=tokens_in_block):
 kernel_for = kernel_factory()
 
 
-def launch_per_head(kernels, problem, name="numba.naive") -> common.Launch:
+def launch_per_head(kernels, problem, name="numba.naive") -> launch.Launch:
     """Launcher shared with the negative controls: one thread per (sequence, head), 1-D grid.
     `kernels` is a kernel_factory(...) result."""
-    common.check_head_dim(name, problem.head_dim)
+    launch.check_head_dim(name, problem.head_dim)
     work = problem.num_seqs * problem.num_heads
-    threads = common.launch_threads(work)
+    threads = launch.launch_threads(work)
     grid = (work + threads - 1) // threads
-    common.check_launch(name, grid, threads)
-    _, kernel = kernels(*common.kernel_key(problem))
-    args = common.decode_args(problem)
-    out = common.output_array(problem)
-    return common.Launch(kernel, grid, threads, 0, args + (out,), out, name=name, out_dtype=problem.dtype)
+    launch.check_launch(name, grid, threads)
+    _, kernel = kernels(*options.kernel_key(problem))
+    args = options.decode_args(problem)
+    out = launch.output_array(problem)
+    return launch.Launch(kernel, grid, threads, 0, args + (out,), out, name=name, out_dtype=problem.dtype)
 
 
-def prepare(problem, backend: str) -> common.Launch:
+def prepare(problem, backend: str) -> launch.Launch:
     return launch_per_head(kernel_for, problem)
 
 
@@ -132,8 +133,8 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     """Resources of the one kernel; threads as launched for REPRESENTATIVE (num_seqs*num_heads >= 128).
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
-    q, kv = common.report_dtypes(dtype, kv_dtype)
-    signature = common.decode_signature(q, kv, common.out_array(q))
+    q, kv = reports.report_dtypes(dtype, kv_dtype)
+    signature = reports.decode_signature(q, kv, reports.out_array(q))
     body, _ = kernel_for(q, kv, logit_options)
-    kernel = dict(name="naive", **common.kernel_resources(body, signature, arch))
-    return common.report([kernel], common.launch_threads(common.REPRESENTATIVE["num_heads"] * 8, simulated=False), 0)
+    kernel = dict(name="naive", **reports.kernel_resources(body, signature, arch))
+    return reports.report([kernel], launch.launch_threads(reports.REPRESENTATIVE["num_heads"] * 8, simulated=False), 0)

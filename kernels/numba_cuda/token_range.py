@@ -19,13 +19,13 @@ import math
 
 from numba import cuda
 
-from .common import NEG_INF, ZERO
+from .device import NEG_INF, ZERO
 
 
 @functools.lru_cache(maxsize=None)
 def make(load_kv, adjust):
-    """(score_tokens, exponentiate, weigh_values) for a cache decoder (common.DECODE[kv_dtype]) and
-    a logit adjustment (common.logit_options(...)), made once per pair."""
+    """(score_tokens, exponentiate, weigh_values) for a cache decoder (codecs.DECODE[kv_dtype]) and
+    a logit adjustment (options.logit_options(...)), made once per pair."""
 
     @cuda.jit(device=True, inline="always")
     def score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, softcap, slope, use_alibi,
