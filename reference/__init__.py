@@ -1,8 +1,12 @@
 """The truth: plain NumPy, float64, one loop over tokens. No cleverness, no speed.
 
-Every kernel in the sandbox is held to ``paged_attention`` (``paged_decode`` is its decode case). Read it top to bottom: it
-is the definition of paged decode attention used throughout the project.
+Every kernel in the sandbox is held to ``paged_attention`` (``paged_decode`` is its decode case). Read it top to
+bottom: it is the definition of paged attention used throughout the project. ``gathered_attention`` is its
+vectorized twin (the same float64 math per sequence and KV head, tested equal to it), for problems too large
+for the loop; ``sequence_attention`` is that twin for one sequence's contiguous tokens.
 """
 from .paged_attention import dense_decode, paged_attention, paged_decode, write_cache
+from .vectorized import gather_tokens, gathered_attention, sequence_attention
 
-__all__ = ["paged_decode", "paged_attention", "dense_decode", "write_cache"]
+__all__ = ["paged_decode", "paged_attention", "dense_decode", "write_cache", "gathered_attention",
+           "sequence_attention", "gather_tokens"]

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, strategies as st
 
 import reference
-from sandbox.checking.check import gathered_decode
 from sandbox.problem.options import alibi_paper_slopes
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import decode_problems
@@ -23,7 +22,7 @@ def ref(p, **overrides):
 
 @given(everything)
 def test_gathered_twin_equals_the_token_loop_with_every_option(problem):
-    np.testing.assert_allclose(gathered_decode(problem), ref(problem), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(reference.gathered_attention(*problem.arrays(), **problem.kwargs()), ref(problem), rtol=1e-10, atol=1e-12)
 
 
 @given(everything)

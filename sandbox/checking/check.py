@@ -9,85 +9,18 @@ import reference
 
 from .compare import Comparison, compare
 from ..problem.dtypes import FP8_MAX_FINITE
-from ..problem.options import PLAIN, AttentionOptions
 from ..problem.decode import DecodeProblem
 
-# Above this many (sequence, head, token) triples the token loop of reference.paged_decode takes
-# minutes; gathered_decode (tested equal to it) does the same float64 math per sequence.
+# Above this many (sequence, head, token) triples the token loop of reference.paged_attention takes
+# minutes; reference.gathered_attention (tested equal to it) does the same float64 math per sequence.
 REFERENCE_LOOP_LIMIT = 200_000
 
 
-def gather_sequence(cache: np.ndarray, block_table: np.ndarray, context_len: int, first: int = 0) -> np.ndarray:
-    """Contiguous [context_len - first, num_kv_heads, head_dim] of tokens first..context_len-1, read through the table."""
-    block_size = cache.shape[1]
-    tokens = np.arange(first, context_len)
-    return cache[block_table[tokens // block_size], tokens % block_size]
-
-
-def grouped_dense_decode(query: np.ndarray, keys: np.ndarray, values: np.ndarray, scale: float) -> np.ndarray:
-    """reference.dense_decode's float64 math, one KV head at a time: query [num_heads, head_dim],
-    keys/values [context_len, num_kv_heads, head_dim] -> float64 [num_heads, head_dim].
-
-    Each KV head is converted to float64 once and its GQA group's logits are one matrix product
-    (the reference converts per query head): ~8x faster at serving shapes, equal to rounding.
-    """
-    return grouped_attention(query[None], keys, values, scale, first=0)[0]
-
-
-def grouped_attention(query: np.ndarray, keys: np.ndarray, values: np.ndarray, scale: float, first: int,
-                      options: AttentionOptions = PLAIN) -> np.ndarray:
-    """reference.paged_attention's float64 math for one sequence, vectorised per KV head.
-
-    query [q_len, num_heads, head_dim] (the sequence's last q_len positions); keys/values
-    [L - first, num_kv_heads, head_dim]: tokens first..L-1 in the cache's dtype.
-    -> float64 [q_len, num_heads, head_dim].
-    """
-    q_len, num_heads, head_dim = query.shape
-    num_kv_heads = keys.shape[1]
-    group = num_heads // num_kv_heads
-    tokens = first + np.arange(keys.shape[0])                                    # [T]
-    positions = tokens[-1] - q_len + 1 + np.arange(q_len) if len(tokens) else np.arange(q_len)
-    visible = tokens[None, :] <= positions[:, None]                              # [q_len, T]
-    if options.window_left >= 0:
-        visible &= tokens[None, :] >= positions[:, None] - options.window_left
-    out = np.empty((q_len, num_heads, head_dim), dtype=np.float64)
-    for kv_head in range(num_kv_heads):
-        heads = slice(kv_head * group, (kv_head + 1) * group)
-        k = keys[:, kv_head, :].astype(np.float64) * options.k_scale
-        v = values[:, kv_head, :].astype(np.float64) * options.v_scale
-        logits = scale * np.einsum("qgd,td->qgt", query[:, heads].astype(np.float64), k)   # [q_len, group, T]
-        if options.logits_soft_cap > 0:
-            logits = options.logits_soft_cap * np.tanh(logits / options.logits_soft_cap)
-        if options.alibi_slopes is not None:
-            slopes = options.alibi_slopes[heads].astype(np.float64)
-            logits = logits + slopes[None, :, None] * (tokens[None, None, :] - positions[:, None, None])
-        logits = np.where(visible[:, None, :], logits, -np.inf)
-        weights = np.exp(logits - logits.max(axis=2, keepdims=True))
-        out[:, heads] = (weights / weights.sum(axis=2, keepdims=True)) @ v
-    return out
-
-
-def gathered_decode(problem: DecodeProblem) -> np.ndarray:
-    """float64 [num_query_tokens, num_heads, head_dim]: gather each sequence's read tokens, then grouped_attention."""
-    p = problem
-    out = np.empty((p.query.shape[0], p.num_heads, p.head_dim), dtype=np.float64)
-    starts = np.concatenate([[0], np.cumsum(p.query_lens)])
-    first_read = p.first_read_tokens()
-    for s in range(p.num_seqs):
-        n, first = int(p.context_lens[s]), int(first_read[s])
-        keys = gather_sequence(p.key_cache, p.block_tables[s], n, first)
-        values = gather_sequence(p.value_cache, p.block_tables[s], n, first)
-        rows = slice(int(starts[s]), int(starts[s + 1]))
-        out[rows] = grouped_attention(p.query[rows], keys, values, p.softmax_scale, first, p.options)
-    return out
-
-
 def expected_output(problem: DecodeProblem) -> np.ndarray:
-    """The truth for `problem`: reference.paged_attention, or its gathered twin for large problems."""
+    """The truth for `problem`: reference.paged_attention, or its vectorized twin for large problems."""
     work = int(problem.context_lens.astype(np.int64) @ problem.query_lens) * problem.num_heads
-    if work <= REFERENCE_LOOP_LIMIT:
-        return reference.paged_attention(*problem.arrays(), **problem.kwargs())
-    return gathered_decode(problem)
+    truth = reference.paged_attention if work <= REFERENCE_LOOP_LIMIT else reference.gathered_attention
+    return truth(*problem.arrays(), **problem.kwargs())
 
 
 def edge_case_problems(head_dim: int = 64, dtype="float32", block_sizes=(1, 16, 256), max_tokens=600):

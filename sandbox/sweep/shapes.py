@@ -23,8 +23,9 @@ import re
 
 import numpy as np
 
+import reference
+
 from ..problem import dtypes
-from ..checking.check import grouped_attention
 from ..problem.options import AttentionOptions, alibi_paper_slopes
 from ..problem.decode import DecodeProblem, shuffled_blocks
 from ..problem.validate import first_read_tokens
@@ -439,8 +440,8 @@ def expected_output(tokens: Tokens) -> np.ndarray:
     shape = tokens.shape
     scale = 1.0 / np.sqrt(shape.head_dim)
     q, first = shape.query_len, tokens.first_read()
-    return np.concatenate([grouped_attention(tokens.query[s * q:(s + 1) * q], tokens.keys[s, first:],
-                                             tokens.values[s, first:], scale, first, tokens.options)
+    return np.concatenate([reference.sequence_attention(tokens.query[s * q:(s + 1) * q], tokens.keys[s, first:],
+                                                        tokens.values[s, first:], scale, first, **tokens.options.kwargs())
                            for s in range(shape.num_seqs)])
 
 
