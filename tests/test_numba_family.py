@@ -574,8 +574,8 @@ def test_options_off_builds_the_plain_kernel():
                                   k_scale=2.0, window_left=3)
     capped = DecodeProblem.random(1, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, max_context_len=8,
                                   logits_soft_cap=5.0)
-    assert options.kernel_key(plain) == options.kernel_key(scaled) == ("float32", "float32", False)
-    assert options.kernel_key(capped) == ("float32", "float32", True)
+    assert options.kernel_key(plain) == options.kernel_key(scaled) == ("float32", "float32", 0)
+    assert options.kernel_key(capped) == ("float32", "float32", options.OPT_SOFTCAP)
     assert naive.kernel_for(*options.kernel_key(plain)) is not naive.kernel_for(*options.kernel_key(capped))
 
 

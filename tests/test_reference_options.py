@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import reference
-from sandbox.problem.options import alibi_paper_slopes
+from sandbox.problem.option_table import alibi_paper_slopes
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import decode_problems
 

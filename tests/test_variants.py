@@ -14,6 +14,7 @@ from hypothesis import Phase, given, settings
 from sandbox.variant import registry
 from sandbox.checking.check import check_problem, edge_case_problems, option_edge_cases
 from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
+from sandbox.problem import options
 from sandbox.problem.options import FEATURES
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import problems_for
@@ -103,10 +104,8 @@ def test_variant_refuses_what_it_does_not_declare_before_launch(name):
         unsupported.append(("dtype", dict(dtype=dtype)))
     for kv_dtype in set(FP8_DTYPES) - set(limits.kv_dtypes):
         unsupported.append(("kv_dtype", dict(kv_dtype=kv_dtype, dtype=limits.dtypes[0])))
-    option_kwargs = dict(kv_scale=dict(k_scale=0.5), window=dict(window_left=3), softcap=dict(logits_soft_cap=5.0),
-                         alibi=dict(alibi_slopes="paper"))
     for feature in set(FEATURES) - set(limits.options):
-        unsupported.append(("option", dict(option_kwargs[feature], dtype=limits.dtypes[0])))
+        unsupported.append(("option", dict(options.row(feature).example, dtype=limits.dtypes[0])))
     if limits.max_query_len is not None:
         unsupported.append(("query_len", dict(query_lens=limits.max_query_len + 1, dtype=limits.dtypes[0])))
     for what, kwargs in unsupported:

@@ -100,7 +100,7 @@ def prepare_paged(name, kernel_name_for, problem, backend: str, partition_size: 
         args = (*scratch, query, key_cache, value_cache, block_tables, context_lens, np.int32(p.max_blocks_per_seq),
                 np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(partition),
                 np.int32(max_partitions), *options)
-        return args, (*uploaded[:-1], options[2], uploaded[-1])
+        return args, (*uploaded[:-1], *options, uploaded[-1])
 
     return prepare_split_kv(name, PATH, kernel_name_for, p, backend, partition_size, make_args)
 

@@ -219,7 +219,7 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
         merge_args = (out, *scratch, slots_d, np.int32(p.num_heads), np.int32(max_slots))
         launches.append((merge_kernel, (p.query.shape[0], p.num_heads), (common.NUM_THREADS,), merge_args,
                          4 * max_slots))
-    keep = (query, key_cache, value_cache, block_tables, tiles_d, rows_d, slots_d, options[2], *scratch)
+    keep = (query, key_cache, value_cache, block_tables, tiles_d, rows_d, slots_d, *options, *scratch)
     return prepared_class(launches, out, keep, p.dtype, p, work, **extra)
 
 

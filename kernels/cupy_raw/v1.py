@@ -11,7 +11,7 @@ tokens read per sequence = (48 KiB - static shared) / 4 bytes, about 12k at head
 prepare: use cupy.v2 beyond it; a window bounds it).
 Template: paged_attention_v1<BLOCK_SIZE, HEAD_DIM, T, C = T, OPTS = 0>: T the query's type, C the
 cache's, OPTS the pa::OPT_* bitmask of the options in use (common.option_flags); OPTS = 0 is the
-plain kernel, the same machine code as before options existed.
+plain kernel, with no option code compiled in.
 Verdict: not measured on a GPU yet. Design expectation: near vLLM v1 when batch x heads fills the
 GPU; idle SMs for few long sequences (v2's case); K/V read once per query head (gqa's case).
 """
@@ -71,7 +71,7 @@ def prepare_v1_shaped(name, path, kernel_name_for, problem, backend: str, int_ar
     args = (out, query, key_cache, value_cache, block_tables, context_lens, np.int32(int_arg),
             np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(longest), *options)
     launch = (kernel, (p.num_heads, p.num_seqs), (common.NUM_THREADS,), args, shared)
-    return common.Prepared([launch], out, keep=(query, key_cache, value_cache, block_tables, context_lens, options[2]),
+    return common.Prepared([launch], out, keep=(query, key_cache, value_cache, block_tables, context_lens, *options),
                            out_dtype=p.dtype)
 
 

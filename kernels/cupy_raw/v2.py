@@ -61,7 +61,7 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
                 common.reduce_launch(NAME, reduce, p, out, tmp_out, max_logits, exp_sums, context_lens, partition,
                                      max_partitions)]
     return common.SplitKVPrepared(launches, out, keep=(query, key_cache, value_cache, block_tables, context_lens,
-                                                       tmp_out, max_logits, exp_sums, options[2]), out_dtype=p.dtype)
+                                                       tmp_out, max_logits, exp_sums, *options), out_dtype=p.dtype)
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:

@@ -8,8 +8,8 @@ every option (k/v scales, sliding window, soft-cap, ALiBi); any GQA ratio; decod
 MAX_CONTEXT_LEN = 8192 tokens read per sequence (32 KB of float32 logits, inside the 48 KB a
 block gets without an opt-in): the context, or what a sliding window keeps of it, refused by
 prepare() before any launch (Unsupported).
-Precisions and options as numba.naive (codecs.py, options.py): one kernel per (query dtype, cache dtype);
-options are runtime arguments; logits live at index t - first (the window's start), so shared
+Precisions and options as numba.naive (codecs.py, options.py): one kernel per (query dtype, cache
+dtype, option flags); logits live at index t - first (the window's start), so shared
 memory is sized by the tokens read and blocks before the window are never looked up nor read.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16): 64 registers, 1152 B static + 16 KB dynamic shared at 4096
@@ -34,16 +34,18 @@ LIMITS = Limits(head_dims=device.HEAD_DIMS, **FULL_SUPPORT)
 MAX_CONTEXT_LEN = 8192
 
 
-def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-    adjust = options.logit_options(with_logit_options)
+def make_body(dtype: str, kv_dtype: str, flags: int = 0):
+    adjust = options.logit_hook(flags)
+    use_alibi = bool(flags & options.OPT_ALIBI)
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[kv_dtype]
     store = codecs.ENCODE[dtype]
     score_tokens, exponentiate, weigh_values = token_range.make(load_kv, adjust)
 
     def block_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                   v_scale, window_left, softcap, alibi, use_alibi, out):
+                   opts, out):
         """Grid (num_seqs, num_heads); dynamic shared: float32 logits[padded max tokens read]."""
+        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         seq = cuda.blockIdx.x
         head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -53,7 +55,7 @@ def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
         context_len = context_lens[seq]
         position = context_len - 1
         first = first_token(context_len, window_left)
-        slope = alibi[head] if use_alibi else ZERO
+        slope = opts.alibi_slopes[head] if use_alibi else ZERO
         q = cuda.shared.array(MAX_HEAD_DIM, float32)
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         logits = cuda.shared.array(0, float32)
@@ -62,8 +64,8 @@ def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
             q[d] = load_q(query[seq, head, d]) * scale
         cuda.syncthreads()
 
-        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, first, context_len, position, softcap,
-                                 slope, use_alibi, logits, tid, threads)
+        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, first, context_len, position, soft_cap,
+                                 slope, logits, tid, threads)
         top = block_max(local_max, scratch)
         local_sum = exponentiate(logits, context_len - first, top, tid, threads)
         inv_sum = v_scale / block_sum(local_sum, scratch)  # its barrier publishes the weights
@@ -75,9 +77,9 @@ def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-    """(python body, jitted kernel) for (query dtype, cache dtype, soft-cap/ALiBi on), made once."""
-    body = make_body(dtype, kv_dtype, with_logit_options)
+def kernel_for(dtype: str, kv_dtype: str, flags: int = 0):
+    """(python body, jitted kernel) for (query dtype, cache dtype, option flags), made once."""
+    body = make_body(dtype, kv_dtype, flags)
     return body, cuda.jit(body)
 
 
@@ -117,7 +119,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     q, kv = reports.report_dtypes(dtype, kv_dtype)
     signature = reports.decode_signature(q, kv, reports.out_array(q))
-    body, _ = kernel_for(q, kv, logit_options)
+    body, _ = kernel_for(q, kv, options.report_flags(logit_options))
     kernel = dict(name="block", **reports.kernel_resources(body, signature, arch))
     context = reports.REPRESENTATIVE["context_len"]
     return reports.report([kernel], launch.launch_threads(context, simulated=False),

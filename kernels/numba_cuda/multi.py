@@ -34,8 +34,8 @@ float16, bfloat16, caches of the query's dtype or fp8 (e4m3fn, e5m2), math in fl
 context length. Shared memory is kept within 48 KB by halving the chunk (to 8), then the tile's
 query tokens (to 1), then the chunk (to 1); a group that still does not fit (e.g. 32 query heads
 per KV head at head_dim 256) is refused by prepare() before launch (Unsupported).
-Precisions and options as numba.gqa (codecs.py, options.py): one kernel per (register tile, query dtype, cache
-dtype, soft-cap/ALiBi on); options are runtime arguments.
+Precisions and options as numba.gqa (codecs.py, options.py): one kernel per (register tile, query
+dtype, cache dtype, option flags).
 Tile size: tile_tokens = TARGET_ROWS (16) // group query tokens (at least 1, at most the longest
 query rounded up to a power of two), so decode runs tiles of one token.
 Debugging: prepare(..., count_loads=True) builds the kernel with a global-load counter
@@ -76,7 +76,7 @@ SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 K_LOADS, V_LOADS = 0, 1   # first index of the load counter
 
 
-def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False,
+def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flags: int = 0,
               count_loads: bool = False, causal_slip: int = 0):
     """The kernel body with `tile` (rows per register tile), the dtypes, soft-cap/ALiBi, the load
     counter and `causal_slip` fixed at compile time. causal_slip = 0 is the causal mask (t <= p);
@@ -84,10 +84,12 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[kv_dtype]
     store = codecs.ENCODE[dtype]
-    # The per-element conversions of native (float32/float16) elements and the per-logit options (options.apply_options,
+    # The per-element conversions of native (float32/float16) elements and the per-logit options (options.logit_hook,
     # same formula) are written out here rather than called: the compiled kernel inlines either way,
     # but under the simulator a call per element is a Python call per element, most of a simulated
     # launch. stage_rows (once per chunk and thread) is a function.
+    soft_cap_on = bool(flags & options.OPT_SOFTCAP)
+    use_alibi = bool(flags & options.OPT_ALIBI)
     native_q = dtype in ("float32", "float16")
     native_kv = kv_dtype in ("float32", "float16")
 
@@ -110,10 +112,11 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                                              * num_kv_heads + kv_head) * head_dim + d, 1)
 
     def multi_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                   v_scale, window_left, softcap, alibi, use_alibi, tiles, tile_tokens, chunk, counts, out):
+                   opts, tiles, tile_tokens, chunk, counts, out):
         """Grid (num_tiles, num_kv_heads). query/out [total_q, num_heads, head_dim]; tiles int32
         [num_tiles, 4]; counts int32 (flat [2, num_blocks, block_size, num_kv_heads, head_dim] when
         counting loads, else unused)."""
+        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -204,13 +207,11 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                             if window_left >= 0:
                                 visible = visible and t >= position - window_left
                             if visible:
-                                slope = alibi[head0 + r % group] if use_alibi else ZERO
                                 logit = dots[j]
-                                if with_logit_options:  # options.apply_options, inlined (see above)
-                                    if softcap > ZERO:
-                                        logit = softcap * math.tanh(logit / softcap)
-                                    if use_alibi:
-                                        logit += slope * float32(t - position)
+                                if soft_cap_on:  # options.logit_hook, inlined (see above)
+                                    logit = soft_cap * math.tanh(logit / soft_cap)
+                                if use_alibi:
+                                    logit += opts.alibi_slopes[head0 + r % group] * float32(t - position)
                         sh[p_at + r * chunk + a_token] = logit
             cuda.syncthreads()
             # B: per row, the chunk's max, the rescale of what came before, weights and their sum.
@@ -271,12 +272,12 @@ def tile_for(rows: int) -> int:
 
 
 def kernel_factory(causal_slip: int = 0):
-    """(tile, dtype, kv_dtype, with_logit_options, count_loads) -> (python body, jitted kernel), each
+    """(tile, dtype, kv_dtype, flags, count_loads) -> (python body, jitted kernel), each
     made once: numba.multi's kernels (causal_slip 0) or a negative control's."""
     @functools.lru_cache(maxsize=None)
-    def kernel_for(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False,
+    def kernel_for(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flags: int = 0,
                    count_loads: bool = False):
-        body = make_body(tile, dtype, kv_dtype, with_logit_options, count_loads, causal_slip)
+        body = make_body(tile, dtype, kv_dtype, flags, count_loads, causal_slip)
         return body, cuda.jit(body)
     return kernel_for
 
@@ -379,7 +380,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     signature = reports.decode_signature(q, kv, reports.array(types.int32, 2), types.int64, types.int64,
                                         reports.array(types.int32, 1), reports.out_array(q))
     tile = tile_for(tile_tokens * group)
-    body, _ = kernel_for(tile, q, kv, logit_options)
+    body, _ = kernel_for(tile, q, kv, options.report_flags(logit_options))
     kernel = dict(name="multi", **reports.kernel_resources(body, signature, arch))
     return reports.report([kernel], threads, size,
                          note=f"group {group}, {tile_tokens} query tokens per tile (register tile {tile}), "

@@ -48,10 +48,10 @@ def report_dtypes(dtype, kv_dtype=None) -> tuple[str, str]:
 
 
 def decode_signature(dtype, kv_dtype, *extra):
-    """(query, key_cache, value_cache, block_tables, context_lens, scale, *options, *extra)."""
+    """(query, key_cache, value_cache, block_tables, context_lens, scale, options (OptionArgs), *extra)."""
     q, kv = element_type(dtype), element_type(kv_dtype)
     return ((array(q, 3), array(kv, 4), array(kv, 4), array(int32, 2), array(int32, 1), float32)
-            + option_types() + tuple(extra))
+            + (option_types(),) + tuple(extra))
 
 
 def out_array(dtype, ndim=3):

@@ -12,8 +12,8 @@ default 512 (the block size when it exceeds 512). Partitions start at each seque
 read: token 0, or its sliding window's start (so blocks before a window are never looked up nor
 read). The grid covers the most partitions any sequence needs; a sequence's empty ones write
 max=-inf, sum=0, output 0.
-Precisions and options as numba.naive (codecs.py, options.py): one partition kernel per (query dtype, cache
-dtype, soft-cap/ALiBi on) and one merge per output dtype; options are runtime arguments (v_scale applied by the merge).
+Precisions and options as numba.naive (codecs.py, options.py): one partition kernel per (query dtype,
+cache dtype, option flags) and one merge per output dtype (v_scale applied by the merge).
 Verdict: matches the reference on every problem the suites draw, the same to 1e-6 for P = 4..512
 (simulator only; never run on a GPU). Compiled for sm_90 (fp16): partition kernel 69 registers
 (43.8% theoretical occupancy), merge 56. Design-level expectation, not a measurement: numba.block's
@@ -39,14 +39,15 @@ DEFAULT_PARTITION_SIZE = 512
 MAX_PARTITION_SIZE = 8192  # float32 logits of one partition in 32 KB of shared memory
 
 
-def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-    adjust = options.logit_options(with_logit_options)
+def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0):
+    adjust = options.logit_hook(flags)
+    use_alibi = bool(flags & options.OPT_ALIBI)
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[kv_dtype]
     score_tokens, exponentiate, weigh_values = token_range.make(load_kv, adjust)
 
     def partition_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                       v_scale, window_left, softcap, alibi, use_alibi, partition_size,
+                       opts, partition_size,
                        part_max, part_sum, part_out):
         """Grid (num_seqs, num_heads, max_partitions); dynamic shared: float32 logits[partition_size].
 
@@ -54,6 +55,7 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
         start, or 0). part_max/part_sum [num_seqs, num_heads, max_partitions], part_out [..., head_dim]
         (normalized; v_scale is the merge's).
         """
+        window_left, soft_cap = opts.window_left, opts.soft_cap
         seq = cuda.blockIdx.x
         head = cuda.blockIdx.y
         part = cuda.blockIdx.z
@@ -72,7 +74,7 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
                 part_sum[seq, head, part] = ZERO
             return
         end = min(start + partition_size, context_len)
-        slope = alibi[head] if use_alibi else ZERO
+        slope = opts.alibi_slopes[head] if use_alibi else ZERO
         q = cuda.shared.array(MAX_HEAD_DIM, float32)
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         logits = cuda.shared.array(0, float32)
@@ -81,8 +83,8 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
             q[d] = load_q(query[seq, head, d]) * scale
         cuda.syncthreads()
 
-        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, softcap, slope,
-                                 use_alibi, logits, tid, threads)
+        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, soft_cap, slope,
+                                 logits, tid, threads)
         top = block_max(local_max, scratch)
         local_sum = exponentiate(logits, end - start, top, tid, threads)
         total = block_sum(local_sum, scratch)  # its barrier publishes the weights
@@ -123,9 +125,9 @@ def make_merge_body(dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def partition_kernel_for(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-    """(python body, jitted kernel) for (query dtype, cache dtype, soft-cap/ALiBi on), made once."""
-    body = make_partition_body(dtype, kv_dtype, with_logit_options)
+def partition_kernel_for(dtype: str, kv_dtype: str, flags: int = 0):
+    """(python body, jitted kernel) for (query dtype, cache dtype, option flags), made once."""
+    body = make_partition_body(dtype, kv_dtype, flags)
     return body, cuda.jit(body)
 
 
@@ -180,7 +182,7 @@ class SplitLaunch:
         args = options.decode_args(p)
         self.partition = launch.Launch(partition_kernel, shape, threads, 4 * partition_size,
                                        args + (partition_size,) + self.partials, None, name="numba.split partition")
-        v_scale = args[6]
+        v_scale = args[6].v_scale
         self.merge = launch.Launch(merge_kernel, shape[:2], merge_threads, 0, self.partials + (v_scale, self.out),
                                    None, name="numba.split merge")
 
@@ -212,7 +214,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     size = default_partition_size(block_size)
     threads = launch.launch_threads(size, simulated=False)
     merge_threads = launch.launch_threads(head_dim, simulated=False)
-    partition_body, _ = partition_kernel_for(q, kv, logit_options)
+    partition_body, _ = partition_kernel_for(q, kv, options.report_flags(logit_options))
     merge_body, _ = merge_kernel_for(q)
     kernels = [
         dict(name="partition", threads_per_block=threads, dynamic_shared_bytes=4 * size,

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import numpy as np
 
 import reference
 
 from .compare import Comparison, compare
-from ..problem.dtypes import FP8_MAX_FINITE
+from ..problem.option_schema import Case, Context
+from ..problem.options import OPTIONS
 from ..problem.decode import DecodeProblem
 
 # Above this many (sequence, head, token) triples the token loop of reference.paged_attention takes
@@ -51,52 +53,50 @@ def edge_case_problems(head_dim: int = 64, dtype="float32", block_sizes=(1, 16, 
                                 context_lens=[64, 40, 64, 17], dtype=dtype, share_prefix=True))
 
 
-BRIEF_OPTION_CASES = ("window_start_k_block_plus_1", "softcap_bites_on_extreme_logits", "query_len_block_plus_1",
-                      "every_option_at_once")
-
-
 def option_edge_cases(limits, head_dim: int = 64, brief: bool = False):
     """Named fixed problems for the precisions and options a variant declares (Limits). Yields (name, problem).
 
-    Window starts at k*block_size and k*block_size + 1 with the blocks before them freed, a window of
-    the last token alone and one longer than the context; a soft-cap that bites on extreme logits;
-    ALiBi as in the paper and random; each fp8 cache over its whole range; everything at once.
-    brief: only BRIEF_OPTION_CASES and the fp8 caches (for the slow Numba simulator).
+    Each declared option's cases from its row of the option table (option_table.py: window starts at
+    k*block_size and k*block_size + 1 with the blocks before them freed, a soft-cap that bites on extreme
+    logits, ALiBi as in the paper and random, ...); each fp8 cache over its whole range; query lengths
+    past a block; every declared option at once. brief: only the cases marked brief, the caches and
+    those two (for the slow Numba simulator and the executor's compiles).
     """
     dtype = "bfloat16" if "bfloat16" in limits.dtypes else limits.dtypes[0]
     block_size = 8 if limits.block_sizes is None or 8 in limits.block_sizes else limits.block_sizes[0]
     base = dict(num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=head_dim, block_size=block_size, dtype=dtype)
     lens = [5 * block_size + 3, 3 * block_size]
-    cases = []
-    if "window" in limits.options:
-        last = lens[0] - 1
-        cases += [("window_start_k_block", dict(window_left=last - 2 * block_size)),
-                  ("window_start_k_block_plus_1", dict(window_left=last - 2 * block_size - 1)),
-                  ("window_last_token", dict(window_left=0)),
-                  ("window_longer_than_context", dict(window_left=10 * block_size))]
-    if "softcap" in limits.options:
-        cases.append(("softcap_bites_on_extreme_logits", dict(logits_soft_cap=5.0, extreme_logits=True)))
-    if "alibi" in limits.options:
-        cases += [("alibi_paper", dict(alibi_slopes="paper")), ("alibi_random", dict(alibi_slopes="random"))]
-    if "kv_scale" in limits.options:
-        cases.append(("kv_scales", dict(k_scale=0.5, v_scale=3.0)))
-    for kv_dtype in limits.kv_dtypes:
-        cases.append((f"cache_{kv_dtype}", dict(kv_dtype=kv_dtype)))
+    context = Context(num_heads=4, head_dim=head_dim, kv_format=dtype, block_size=block_size, context_lens=tuple(lens))
+    cases = [case for option in declared_options(limits, context) for case in option.cases(context)]
+    cases += [Case(f"cache_{kv_dtype}", dict(kv_dtype=kv_dtype), brief=True) for kv_dtype in limits.kv_dtypes]
     if limits.max_query_len != 1:
-        cases += [("query_len_block_plus_1", dict(query_lens=[block_size + 1, 1])),
-                  ("query_len_whole_context", dict(query_lens=lens))]
-    if set(limits.options) >= {"window", "softcap", "alibi", "kv_scale"}:
-        kv_dtype = limits.kv_dtypes[0] if limits.kv_dtypes else None
-        unit = 1 / FP8_MAX_FINITE[kv_dtype] if kv_dtype else 1.0  # fp8 values reach 448 / 57344: back to about 1
-        everything = dict(window_left=2 * block_size + 1, logits_soft_cap=30.0, alibi_slopes="paper",
-                          k_scale=0.75 * unit, v_scale=1.5 * unit, kv_dtype=kv_dtype)
+        cases += [Case("query_len_block_plus_1", dict(query_lens=[block_size + 1, 1]), brief=True),
+                  Case("query_len_whole_context", dict(query_lens=lens))]
+    kv_dtype = limits.kv_dtypes[0] if limits.kv_dtypes else None
+    at_once = replace(context, kv_format=kv_dtype or dtype)
+    together = [o for o in declared_options(limits, at_once) if o.together is not None]
+    if len(together) >= 2:
+        everything = dict(kv_dtype=kv_dtype)
+        for option in together:
+            everything.update(option.together(at_once))
         if limits.max_query_len != 1:
             everything["query_lens"] = [3, 2]
-        cases.append(("every_option_at_once", everything))
-    for seed, (label, kwargs) in enumerate(cases, start=2000):
-        if brief and label not in BRIEF_OPTION_CASES and not label.startswith("cache_"):
+        cases.append(Case("every_option_at_once", everything, brief=True))
+    for seed, case in enumerate(cases, start=2000):
+        if brief and not case.brief:
             continue
-        yield label, DecodeProblem.random(seed, context_lens=lens, **base, **kwargs)
+        yield case.label, DecodeProblem.random(seed, context_lens=lens, **base, **case.keywords)
+
+
+def declared_options(limits, context: Context) -> list:
+    """The rows of the option table whose feature `limits` declares and that apply to `context`, dropping
+    a row that an earlier one excludes (exclusive options are never on together)."""
+    chosen = []
+    for option in OPTIONS:
+        if option.feature in limits.options and option.applies(context) and not (
+                {o.feature for o in chosen} & set(option.excludes)):
+            chosen.append(option)
+    return chosen
 
 
 @dataclasses.dataclass

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..devices import backends
 from ..variant import registry
-from ..checking.check import check_problem, edge_case_problems, option_edge_cases
-from ..problem.dtypes import FP8_MAX_FINITE
+from ..checking.check import check_problem, declared_options, edge_case_problems, option_edge_cases
+from ..problem.option_schema import Context
 from ..problem.decode import DecodeProblem
 
 # flag -> (environment variable, value, what the output calls it)
@@ -81,16 +81,13 @@ def problems_for(variant, seed: int, num_random: int):
 
 
 def random_options(rng: np.random.Generator, limits, kv_dtype) -> dict:
-    """Each option the variant declares, switched on with probability 1/2 (DecodeProblem.random keywords)."""
-    unit = 1 / FP8_MAX_FINITE[kv_dtype] if kv_dtype else 1.0  # fp8 values reach 448 / 57344: back to about 1
-    drawn = {"kv_scale": dict(k_scale=0.5 * unit, v_scale=2.0 * unit),
-             "window": dict(window_left=int(rng.integers(0, 200))),
-             "softcap": dict(logits_soft_cap=float(rng.choice([5.0, 30.0]))),
-             "alibi": dict(alibi_slopes=str(rng.choice(["paper", "random"])))}
+    """Each option the variant declares, switched on with probability 1/2 and drawn by its row of the
+    option table (DecodeProblem.random keywords)."""
+    context = Context(kv_format=kv_dtype or limits.dtypes[0])
     options = {}
-    for feature in limits.options:
-        if rng.random() < 0.5:
-            options.update(drawn[feature])
+    for option in declared_options(limits, context):
+        if option.random is not None and rng.random() < 0.5:
+            options.update(option.random(rng, context))
     return options
 
 

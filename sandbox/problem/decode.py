@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 from . import dtypes
-from .options import PLAIN, AttentionOptions, alibi_paper_slopes
+from .option_schema import Context
+from .options import OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
 from .validate import first_read_tokens, validate_decode_inputs
 
 # Extreme logits: q is scaled so that scale * q.k has a standard deviation of about 40,
@@ -49,7 +50,7 @@ class DecodeProblem:
     block_tables  [num_seqs, max_blocks_per_seq] int32 (-1 past a sequence's last block, and for
                   blocks wholly before a sliding window)
     context_lens  [num_seqs] int32
-    options       AttentionOptions: k_scale/v_scale, window_left, logits_soft_cap, alibi_slopes
+    options       AttentionOptions: the option table's fields (option_table.py)
     query_start   None (decode: one query token per sequence) or int32 [num_seqs + 1]
     """
 
@@ -177,9 +178,8 @@ class DecodeProblem:
     def random(cls, seed: int, num_seqs: int = 4, num_heads: int = 8, num_kv_heads: int = 2, head_dim: int = 64,
                block_size: int = 16, context_lens=None, max_context_len: int = 256, dtype="float32",
                share_prefix: bool = True, full_capacity: bool = True, extreme_logits: bool = False,
-               spare_blocks: int | None = None, nan_fill: bool = True, kv_dtype=None, k_scale=None, v_scale=None,
-               window_left: int = -1, logits_soft_cap: float = 0.0, alibi_slopes=None,
-               free_outside_window: bool = True, query_lens=None) -> "DecodeProblem":
+               spare_blocks: int | None = None, nan_fill: bool = True, kv_dtype=None, query_lens=None,
+               **options) -> "DecodeProblem":
         """A seeded random problem with the traps real serving produces.
 
         Physical blocks are shuffled (never in increasing order); with share_prefix, later
@@ -188,12 +188,15 @@ class DecodeProblem:
         query token reads (the tail of each last block, spare blocks, blocks before a window) is NaN.
 
         kv_dtype: None (the query's) or an fp8 format, whose values are drawn over the format's
-        whole finite range, subnormals included; k_scale/v_scale None means 1.0, or 1/max_finite
-        for fp8 (dequantized values then lie in [-1, 1]). alibi_slopes: None, "paper" (the ALiBi
-        paper's geometric slopes), "random", or a list of floats. free_outside_window: blocks
-        wholly before a window are freed (-1 in the table). query_lens: None (decode), an int q
-        (each sequence gets min(q, L) query tokens) or a list of per-sequence lengths.
+        whole finite range, subnormals included. query_lens: None (decode), an int q (each sequence
+        gets min(q, L) query tokens) or a list of per-sequence lengths. options: the option table's
+        keywords (options.PROBLEM_KEYWORDS; docs/options.md): k_scale/v_scale None means 1.0, or
+        1/max_finite for fp8 (dequantized values then lie in [-1, 1]); window_left, with
+        free_outside_window (blocks wholly before a window are freed: -1 in the table);
+        logits_soft_cap; alibi_slopes None, "paper" (the ALiBi paper's geometric slopes), "random",
+        or a list of floats.
         """
+        _check_option_keywords("random", options)
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
@@ -258,17 +261,13 @@ class DecodeProblem:
                       full_capacity=full_capacity, extreme_logits=extreme_logits, spare_blocks=spare_blocks,
                       nan_fill=nan_fill)
         return cls._finish(rng, "random", recipe, tables, lens, q_lens, key_cache, value_cache, dtype, kv_dtype,
-                           k_scale=k_scale, v_scale=v_scale, window_left=window_left, logits_soft_cap=logits_soft_cap,
-                           alibi_slopes=alibi_slopes, free_outside_window=free_outside_window, query_lens=query_lens,
-                           extreme_logits=extreme_logits, nan_fill=nan_fill)
+                           options, query_lens=query_lens, extreme_logits=extreme_logits, nan_fill=nan_fill)
 
     @classmethod
     def shared(cls, seed: int, num_groups: int = 2, group_size: int = 3, prefix_len: int = 40, suffix_lens=None,
                max_suffix_len: int = 20, how: str = "fork", num_heads: int = 8, num_kv_heads: int = 2,
                head_dim: int = 64, block_size: int = 16, dtype="float32", extreme_logits: bool = False,
-               nan_fill: bool = True, kv_dtype=None, k_scale=None, v_scale=None, window_left: int = -1,
-               logits_soft_cap: float = 0.0, alibi_slopes=None, free_outside_window: bool = True,
-               query_lens=None) -> "DecodeProblem":
+               nan_fill: bool = True, kv_dtype=None, query_lens=None, **options) -> "DecodeProblem":
         """Groups of sequences sharing a prompt, with the block tables sandbox.paging.BlockManager produces.
 
         Each of num_groups groups has a prompt of prefix_len tokens and group_size sequences that
@@ -282,6 +281,7 @@ class DecodeProblem:
         """
         from ..paging import BlockManager
 
+        _check_option_keywords("shared", options)
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
@@ -334,28 +334,27 @@ class DecodeProblem:
                       head_dim=head_dim, block_size=block_size, dtype=dtype.name, extreme_logits=extreme_logits,
                       nan_fill=nan_fill)
         return cls._finish(rng, "shared", recipe, tables, lens, _query_lengths(query_lens, lens), key_cache,
-                           value_cache, dtype, kv_dtype, k_scale=k_scale, v_scale=v_scale, window_left=window_left,
-                           logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes,
-                           free_outside_window=free_outside_window, query_lens=query_lens,
-                           extreme_logits=extreme_logits, nan_fill=nan_fill)
+                           value_cache, dtype, kv_dtype, options, query_lens=query_lens, extreme_logits=extreme_logits,
+                           nan_fill=nan_fill)
 
     @classmethod
     def _finish(cls, rng, constructor: str, recipe: dict, tables, lens, q_lens, key_cache, value_cache, dtype,
-                kv_dtype, *, k_scale, v_scale, window_left, logits_soft_cap, alibi_slopes, free_outside_window,
-                query_lens, extreme_logits, nan_fill) -> "DecodeProblem":
-        """What random() and shared() share once tables and cache values exist: the options, freeing the
-        blocks before a window, NaN in every unread slot, the query, and the recipe that rebuilds it."""
+                kv_dtype, option_keywords: dict, *, query_lens, extreme_logits, nan_fill) -> "DecodeProblem":
+        """What random() and shared() share once tables and cache values exist: the options (each row of the
+        table builds its fields from its keywords), freeing the blocks before a window, NaN in every unread
+        slot, the query, and the recipe that rebuilds it."""
         num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
         num_heads = recipe["num_heads"]
         fp8 = dtypes.is_fp8(key_cache.dtype)
-        default_scale = 1.0 / dtypes.FP8_MAX_FINITE[key_cache.dtype.name] if fp8 else 1.0
-        slopes = _alibi_slopes(rng, alibi_slopes, num_heads)
-        options = AttentionOptions(k_scale=default_scale if k_scale is None else float(k_scale),
-                                   v_scale=default_scale if v_scale is None else float(v_scale),
-                                   window_left=int(window_left), logits_soft_cap=float(logits_soft_cap),
-                                   alibi_slopes=slopes).validate(num_heads)
+        keywords = dict(PROBLEM_KEYWORDS, **option_keywords)
+        context = Context(num_heads=num_heads, head_dim=head_dim, kv_format=key_cache.dtype.name,
+                          cache_slots=(num_blocks, block_size, num_kv_heads), block_size=block_size)
+        values = {}
+        for option in OPTIONS:
+            values.update(option.build({k: keywords[k] for k in option.keywords}, context, rng))
+        options = AttentionOptions(**values).validate(context)
         first_read = first_read_tokens(lens, q_lens, options.window_left)
-        if free_outside_window:
+        if keywords["free_outside_window"]:
             for s in range(len(lens)):  # the allocator freed every block wholly before the window
                 tables[s, : int(first_read[s] // block_size)] = -1
         if nan_fill or fp8:
@@ -370,17 +369,21 @@ class DecodeProblem:
         query_start = None
         if query_lens is not None:
             query_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-        extras = dict(kv_dtype=None if kv_dtype is None else key_cache.dtype.name, k_scale=k_scale, v_scale=v_scale,
-                      window_left=window_left, logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes,
-                      free_outside_window=free_outside_window, query_lens=query_lens)
-        defaults = dict(kv_dtype=None, k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=0.0,
-                        alibi_slopes=None, free_outside_window=True, query_lens=None)
+        extras = dict(kv_dtype=None if kv_dtype is None else key_cache.dtype.name, query_lens=query_lens, **keywords)
+        defaults = dict(PROBLEM_KEYWORDS, kv_dtype=None, query_lens=None)
         recipe = dict(recipe, **{k: v for k, v in extras.items() if v != defaults[k]})  # short repr for plain problems
         if not fp8:
             key_cache, value_cache = key_cache.astype(dtype), value_cache.astype(dtype)
         return cls(query=query.astype(dtype), key_cache=key_cache, value_cache=value_cache,
                    block_tables=tables, context_lens=lens.astype(np.int32), scale=None, options=options,
                    query_start=query_start, seed=recipe["seed"], recipe=dict(recipe, _constructor=constructor)).validate()
+
+
+def _check_option_keywords(constructor: str, options: dict) -> None:
+    unknown = sorted(set(options) - set(PROBLEM_KEYWORDS))
+    if unknown:
+        raise TypeError(f"DecodeProblem.{constructor}() got an unexpected keyword argument {unknown[0]!r}; "
+                        f"option keywords: {', '.join(PROBLEM_KEYWORDS)}")
 
 
 def _query_lengths(query_lens, context_lens: np.ndarray) -> np.ndarray:
@@ -405,18 +408,6 @@ def _fp8_spanning(rng: np.random.Generator, shape, fp8_dtype: np.dtype) -> np.nd
     finite = np.isfinite(values.astype(np.float32))
     codes[~finite] &= 0x80  # NaN/inf codes become (signed) zero
     return codes.view(fp8_dtype)
-
-
-def _alibi_slopes(rng: np.random.Generator, slopes, num_heads: int) -> np.ndarray | None:
-    if slopes is None:
-        return None
-    if isinstance(slopes, str):
-        if slopes == "paper":
-            return alibi_paper_slopes(num_heads)
-        if slopes == "random":
-            return rng.uniform(-1.0, 1.0, size=num_heads).astype(np.float32)
-        raise ValueError(f"alibi_slopes must be None, 'paper', 'random' or a list of floats, got {slopes!r}")
-    return np.asarray(slopes, dtype=np.float32)
 
 
 def _read_slots(tables: np.ndarray, lens: np.ndarray, first_read: np.ndarray, num_blocks: int,

@@ -48,6 +48,12 @@ def short(dt) -> str:
     return SHORT_NAMES.get(np.dtype(dt).name, np.dtype(dt).name)
 
 
+def default_kv_scale(kv_format) -> float:
+    """The per-tensor scale a problem gets by default beside a cache of `kv_format` (a dtype name or None):
+    1 / max finite for fp8, so that dequantized values span about [-1, 1]; 1.0 otherwise."""
+    return 1.0 / FP8_MAX_FINITE[kv_format] if kv_format in FP8_MAX_FINITE else 1.0
+
+
 def quantize_fp8(x: np.ndarray, fp8_dtype, scale: float = 1.0) -> np.ndarray:
     """fp8(clip(x / scale, -max_finite, max_finite)), rounded to nearest even; NaN stays NaN.
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from hypothesis import assume, note
 from hypothesis import strategies as st
 
-from .dtypes import FP8_MAX_FINITE
-from .options import FEATURES
+from .option_schema import Context
+from .options import OPTIONS
 from .decode import DecodeProblem
 from ..variant.limits import DTYPES, POW2_BLOCK_SIZES
 
@@ -41,24 +41,6 @@ def context_lengths(draw, block_size: int, num_seqs: int, max_tokens: int):
 
     kinds = st.sampled_from(["one", "k_block", "k_block_plus_1", "any"])
     return [one(draw(kinds)) for _ in range(num_seqs)]
-
-
-@st.composite
-def window_lefts(draw, context_len: int, block_size: int) -> int:
-    """-1 (off), or a window whose start (L-1-W) sits at k*bs or k*bs+1 of a sequence, 0, or longer than it."""
-    kind = draw(st.sampled_from(["off", "off", "edge", "edge_plus_1", "last_token", "longer", "any"]))
-    last = context_len - 1
-    if kind == "off":
-        return -1
-    if kind == "last_token":
-        return 0
-    if kind == "longer":
-        return last + draw(st.integers(0, 3 * block_size))
-    if kind == "any":
-        return draw(st.integers(0, max(last, 0)))
-    k = draw(st.integers(0, last // block_size))
-    start = k * block_size + (1 if kind == "edge_plus_1" else 0)
-    return max(0, last - start)
 
 
 @st.composite
@@ -86,7 +68,7 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
     """A DecodeProblem small enough for the simulator/executor yet reaching every edge case above.
 
     kv_dtypes: fp8 formats that may be drawn for the cache (besides the query's dtype); options:
-    the FEATURES that may be switched on; max_query_len: 1 (decode), an int, or None (any), with
+    the FEATURES that may be switched on (each drawn by its row of the option table); max_query_len: 1 (decode), an int, or None (any), with
     at most max_query_tokens query tokens in all. max_tokens bounds each context length (block
     size 256 still gets 256 and 257 tokens when >= 257). max_multiply_adds (None: no bound) rejects
     the rare draw whose DecodeProblem.multiply_adds() exceeds it (the Numba simulator pays 5-20 us per
@@ -104,20 +86,8 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
     if q_lens is not None and sum(q_lens) > max_query_tokens:
         q_lens = [max(1, q * max_query_tokens // sum(q_lens)) for q in q_lens]
     extreme = allow_extreme and draw(st.booleans())
-    kw = {}
-    on = {f for f in FEATURES if f in options and draw(st.booleans())}
-    if "kv_scale" in on:
-        kw.update(k_scale=draw(st.sampled_from([0.25, 0.5, 2.0])), v_scale=draw(st.sampled_from([0.5, 3.0])))
-        if kv_dtype is not None:  # fp8 values reach 448 / 57344: keep dequantized magnitudes sane
-            unit = FP8_MAX_FINITE[kv_dtype]
-            kw.update(k_scale=kw["k_scale"] / unit, v_scale=kw["v_scale"] / unit)
-    if "window" in on:
-        kw.update(window_left=draw(window_lefts(lens[0], block_size)),
-                  free_outside_window=draw(st.booleans()))
-    if "softcap" in on:
-        kw.update(logits_soft_cap=draw(st.sampled_from([1.0, 5.0, 30.0])))
-    if "alibi" in on:
-        kw.update(alibi_slopes=draw(st.sampled_from(["paper", "random"])))
+    kw = draw_options(draw, options, Context(num_heads=num_heads, block_size=block_size, context_lens=tuple(lens),
+                                             kv_format=kv_dtype or dtype))
     common = dict(seed=draw(st.integers(0, 2**31 - 1)), num_heads=num_heads, num_kv_heads=num_kv_heads,
                   head_dim=draw(st.sampled_from(head_dims)), block_size=block_size, dtype=dtype, kv_dtype=kv_dtype,
                   extreme_logits=extreme, **kw)
@@ -138,6 +108,19 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
         assume(problem.multiply_adds() <= max_multiply_adds)
     note(problem.describe())
     return problem
+
+
+def draw_options(draw, features, context: Context) -> dict:
+    """DecodeProblem keywords: each row of the option table whose feature is in `features` (and that applies
+    to the problem, and is not excluded by one already on) switched on with probability 1/2, drawn its way."""
+    keywords, on = {}, set()
+    for option in OPTIONS:
+        if (option.feature not in features or option.draw is None or not option.applies(context)
+                or on & set(option.excludes) or not draw(st.booleans())):
+            continue
+        on.add(option.feature)
+        keywords.update(option.draw(draw, st, context))
+    return keywords
 
 
 def problems_for(limits, **shapes):

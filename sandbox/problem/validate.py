@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .dtypes import FP8_DTYPES, QUERY_DTYPES
+from .option_schema import Context
 from .options import PLAIN, AttentionOptions
 
 SUPPORTED_DTYPES = QUERY_DTYPES
@@ -109,7 +110,8 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
         _require(isinstance(scale, (int, float, np.floating, np.integer)) and math.isfinite(float(scale)) and float(scale) != 0.0,
                  f"scale must be a finite non-zero number, got {scale!r}")
     _require(isinstance(options, AttentionOptions), f"options must be an AttentionOptions, got {type(options).__name__}")
-    options.validate(num_heads)
+    options.validate(Context(num_heads=num_heads, head_dim=head_dim, kv_format=key_cache.dtype.name,
+                             cache_slots=(num_blocks, block_size, num_kv_heads)))
 
     first_block = first_read_tokens(context_lens, query_lens, options.window_left) // block_size
     end_block = (context_lens.astype(np.int64) + block_size - 1) // block_size
