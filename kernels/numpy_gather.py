@@ -1,23 +1,30 @@
 """numpy.gather: what a user writes first. Gather K/V through the block table with fancy indexing, float32 softmax.
 
 Idea: pad every sequence to the table's capacity, gather [num_seqs, capacity, kv_heads, head_dim]
-in one indexing step, mask what a query row may not see (padding, the future of a multi-token
-query, tokens before a sliding window) to -inf, softmax in float32, then one batched matmul.
-Limits: any block size, head dim and GQA ratio; float32, float16 and bfloat16 queries, fp8 caches
-(all computed in float32); every option; several query tokens per sequence; CPU only.
+in one indexing step, mask what a query row may not
+see (padding, the future of a multi-token query, tokens before a sliding window) to -inf, softmax in
+float32 with the sinks in its denominator, then one batched matmul.
+Limits: any block size, head dim and GQA ratio; float32, float16 and bfloat16 queries; fp8 caches
+(all computed in float32); every option (sinks and the log-sum-exp too); several query tokens per
+sequence; CPU only. It is the contract layer's own check:
+it implements every feature the option table defines.
 Verdict: the CPU baseline. Memory is O(num_seqs x capacity), so very long tables cost copies.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import FULL_SUPPORT, Limits
+from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
+from sandbox.problem.options import FEATURES
+from sandbox.variant import Limits
 
-LIMITS = Limits(block_sizes=None, head_dims=None, backends=("cpu",), max_query_len=None, **FULL_SUPPORT)
+LIMITS = Limits(block_sizes=None, head_dims=None, dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES, options=FEATURES,
+                backends=("cpu",), max_query_len=None)
 
 
-def paged_attention_gather(problem) -> np.ndarray:
-    """float32 [num_query_tokens, num_heads, head_dim] for a DecodeProblem (see sandbox/problem/decode.py)."""
+def paged_attention_gather(problem):
+    """float32 [num_query_tokens, num_heads, head_dim] for a DecodeProblem (see sandbox/problem/decode.py);
+    with return_lse, (out, lse float32 [num_query_tokens, num_heads])."""
     p, opts = problem, problem.options
     num_heads, head_dim = p.num_heads, p.head_dim
     group = num_heads // p.num_kv_heads
@@ -54,11 +61,22 @@ def paged_attention_gather(problem) -> np.ndarray:
         distance = (tokens[None, :] - positions[:, None]).astype(np.float32)                     # [rows, capacity]
         logits = logits + slopes[None, :, :, None] * distance[:, None, None, :]
     logits = np.where(visible[:, None, None, :], logits, -np.inf)
-    logits -= logits.max(axis=-1, keepdims=True)
-    weights = np.exp(logits)
-    weights /= weights.sum(axis=-1, keepdims=True)
-    out = np.einsum("rkgt,rtkd->rkgd", weights, values[seq_of_row])
-    return out.reshape(-1, num_heads, head_dim)
+    top = logits.max(axis=-1)                                                                # [rows, kv, group]
+    weights = np.exp(logits - top[..., None])
+    total = weights.sum(axis=-1)
+    if opts.sinks is not None:  # m = max(top, sink): rescale the tokens' weights, add the sink's
+        sinks = np.broadcast_to(opts.sinks.reshape(p.num_kv_heads, group), top.shape)
+        m = np.maximum(top, sinks)
+        shrink = np.exp(top - m)
+        weights *= shrink[..., None]
+        denominator = total * shrink + np.exp(sinks - m)
+    else:
+        denominator = total
+    out = np.einsum("rkgt,rtkd->rkgd", weights / denominator[..., None], values[seq_of_row])
+    out = out.reshape(-1, num_heads, head_dim)
+    if opts.return_lse:
+        return out, (top + np.log(total)).reshape(-1, num_heads).astype(np.float32)
+    return out
 
 
 class _Prepared:
@@ -69,7 +87,10 @@ class _Prepared:
     def launch(self) -> None:
         self.out = paged_attention_gather(self.problem)
 
-    def result(self) -> np.ndarray:
+    def result(self):
+        if self.problem.options.return_lse:
+            out, lse = self.out
+            return out.astype(self.problem.dtype), lse
         return self.out.astype(self.problem.dtype)
 
 

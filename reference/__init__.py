@@ -3,10 +3,13 @@
 Every kernel in the sandbox is held to ``paged_attention`` (``paged_decode`` is its decode case). Read it top to
 bottom: it is the definition of paged attention used throughout the project. ``gathered_attention`` is its
 vectorized twin (the same float64 math per sequence and KV head, tested equal to it), for problems too large
-for the loop; ``sequence_attention`` is that twin for one sequence's contiguous tokens.
+for the loop; ``sequence_attention`` is that twin for one sequence's contiguous tokens. ``merge_states`` merges
+two partial results by their log-sum-exps; ``write_cache`` stores new tokens in every cache format.
 """
-from .paged_attention import dense_decode, paged_attention, paged_decode, write_cache
+from .cache_write import write_cache
+from .merge import merge_states, sink_factor
+from .paged_attention import dense_decode, paged_attention, paged_decode
 from .vectorized import gather_tokens, gathered_attention, sequence_attention
 
 __all__ = ["paged_decode", "paged_attention", "dense_decode", "write_cache", "gathered_attention",
-           "sequence_attention", "gather_tokens"]
+           "sequence_attention", "gather_tokens", "merge_states", "sink_factor"]

@@ -24,7 +24,7 @@ from sandbox.variant import registry
 from sandbox.checking.check import check_problem, expected_output
 from sandbox.checking.compare import assert_close
 from sandbox.problem import DecodeProblem
-from sandbox.variant import FULL_SUPPORT
+from sandbox.variant import KERNEL_SUPPORT
 
 ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 SPLIT_KV = ("cupy.v2", "cupy.gqa", "cupy.rows", "cupy.dense")
@@ -70,7 +70,7 @@ def test_every_variant_declares_full_support_and_keeps_its_shapes():
     for name, module in ATTENTION.items():
         limits = module.LIMITS
         assert (limits.dtypes, limits.kv_dtypes, limits.options) == (
-            FULL_SUPPORT["dtypes"], FULL_SUPPORT["kv_dtypes"], FULL_SUPPORT["options"]), name
+            KERNEL_SUPPORT["dtypes"], KERNEL_SUPPORT["kv_dtypes"], KERNEL_SUPPORT["options"]), name
         assert limits.block_sizes == common.POW2_BLOCK_SIZES and limits.head_dims == common.HEAD_DIMS, name
     for name in CONTROLS:
         assert registry.get(name).limits == v1.LIMITS

@@ -31,6 +31,11 @@ SMALL = "2x24x4/2x32xfp16"
 
 # ---------------------------------------------------------------- shape strings and the command line
 
+def test_option_words_read_back_in_table_order():
+    assert parse_option_tokens("sinks,alibi,window=8").text == "window=8,alibi,sinks"
+    assert parse_option_tokens("") == shapes.NO_OPTIONS and not shapes.NO_OPTIONS
+
+
 @pytest.mark.parametrize("text, fields", [
     ("64x4096x32/8x128xbf16", dict(dtype="bfloat16", kv_dtype="bfloat16")),
     ("64x4096x32/8x128xbf16:e4m3", dict(dtype="bfloat16", kv_dtype="float8_e4m3fn")),
@@ -40,6 +45,8 @@ SMALL = "2x24x4/2x32xfp16"
     ("64x2048x32/8x128xfp16 shared=8", dict(group_size=8, prefix_len=2048, query_len=1)),
     ("2x64x4/2x64xfp16:e4m3 q=2 shared=2 window=16,softcap=30,alibi,kscale=0.5,vscale=2",
      dict(query_len=2, group_size=2, options="window=16,softcap=30,alibi,kscale=0.5,vscale=2")),
+    ("2x64x4/2x64xfp16 window=8,sinks", dict(options="window=8,sinks")),
+    ("2x64x4/2x64xfp16 shared=2 sinks=-1.5", dict(group_size=2, options="sinks=-1.5")),
 ])
 def test_shape_strings_name_dtypes_cache_query_tokens_sharing_and_options(text, fields):
     shape = shapes.parse_shape(text)
@@ -92,6 +99,7 @@ def test_default_presets_race_bf16_fp8_multi_query_and_shared_prompts():
     (("--options", "tile=4"), "unknown option 'tile'"),
     (("--options", "alibi=3"), "alibi takes no value"),
     (("--options", "window=4,window=5"), "window given twice"),
+    (("--options", "sinks=abc"), "sinks takes a finite number (every head's sink), or no value, got sinks=abc"),
     (("--query-lens", "1,0"), "--query-lens '1,0': query tokens per sequence must be whole numbers >= 1"),
     (("--shared-prefix", "0"), "--shared-prefix must be >= 1"),
     (("--shared-prefix", "64", "--group-size", "1"), "--group-size must be >= 2"),
@@ -108,7 +116,8 @@ def test_bad_options_are_one_line_exit_2_before_a_run_folder(tmp_path, capsys, a
 # ---------------------------------------------------------------- the paged problems
 
 @pytest.mark.parametrize("text", ["3x50x4/2x16xbf16:e4m3 window=20", "3x50x4/2x16xfp16:e5m2 q=3 softcap=5,alibi",
-                                  "2x50x4/2x16xfp32 q=4 window=6,kscale=0.5,vscale=2"])
+                                  "2x50x4/2x16xfp32 q=4 window=6,kscale=0.5,vscale=2,sinks",
+                                  "3x50x4/2x16xbf16:e4m3 sinks=1.5"])
 @pytest.mark.parametrize("block_size", [1, 16])
 def test_precision_and_option_shapes_page_the_same_tokens_and_free_blocks_before_the_window(text, block_size):
     shape = shapes.parse_shape(text)

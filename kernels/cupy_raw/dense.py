@@ -6,7 +6,7 @@ twin of the best CUDA C design (TWIN: cupy.rows; K/V read once per GQA group, sp
 busy, bytes in flight independent of the block size), so paged-vs-dense isolates the cost of the
 block table. gqa.cu and dense.cu share pa::attend, so the twin does the same arithmetic in the same order.
 Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
-query's dtype or fp8 e4m3fn/e5m2, every option: FULL_SUPPORT; any GQA ratio). With a window only the
+query's dtype or fp8 e4m3fn/e5m2, every option: KERNEL_SUPPORT; any GQA ratio). With a window only the
 window's tokens are gathered (the slots before it stay NaN and are never read).
 Template: dense_attention<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0>, as gqa's (OPTS = 0:
 the plain kernel, unchanged machine code); launch_partition() as gqa.

@@ -5,7 +5,7 @@ time), 16-byte vector loads, warp shuffles for the dot products and reductions, 
 shared memory; float32 accumulation (body: pa::attend in common.cuh).
 Limits: block sizes 1..256 (powers of two); head dims 32, 64, 80, 96, 128, 256; queries in float32,
 float16 or bfloat16; caches of the query's dtype or fp8 (e4m3fn, e5m2: 16 values per 16-byte load,
-dequantized in pairs to float); every option (FULL_SUPPORT): k_scale (folded into the softmax scale),
+dequantized in pairs to float); every option (KERNEL_SUPPORT): k_scale (folded into the softmax scale),
 v_scale, soft-cap, ALiBi, sliding window (only the window's blocks are looked up and loaded). Max
 tokens read per sequence = (48 KiB - static shared) / 4 bytes, about 12k at head dim 128 (checked in
 prepare: use cupy.v2 beyond it; a window bounds it).
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
 from . import common
 
 PATH = common.KERNEL_DIR / "v1.cu"
 NAME = "cupy.v1"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
 REPORT_CONTEXT = 4096   # compile_report's dynamic shared memory is for this context length
 
 

@@ -23,14 +23,14 @@ import functools
 
 from numba import cuda, float32
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
 from . import codecs, device, launch, options, reports, token_range
 from .device import MAX_HEAD_DIM, ZERO
 from .options import first_token
 from .reductions import REDUCE_SCRATCH, block_max, block_sum
 
-LIMITS = Limits(head_dims=device.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
 MAX_CONTEXT_LEN = 8192
 
 

@@ -27,13 +27,13 @@ import math
 
 from numba import cuda, float32
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
 from . import codecs, device, launch, options, reports
 from .device import NEG_INF, ZERO
 from .options import first_token
 
-LIMITS = Limits(head_dims=device.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
 GROUP_TILE = 8  # query heads whose dot products / accumulators one thread keeps in registers
 SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 

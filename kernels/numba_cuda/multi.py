@@ -62,12 +62,12 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
 from . import codecs, device, launch, options, reports
 from .device import NEG_INF, ZERO
 
-LIMITS = Limits(head_dims=device.HEAD_DIMS, max_query_len=None, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, max_query_len=None, **KERNEL_SUPPORT)
 NAME = "numba.multi"
 ROW_TILE = 8       # rows (query token, head) whose dot products / accumulators a thread keeps in registers
 TARGET_ROWS = 16   # rows per block the tile of query tokens aims at (tile_tokens = TARGET_ROWS // group)

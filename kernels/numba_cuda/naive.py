@@ -24,13 +24,13 @@ import math
 
 from numba import cuda, float32
 
-from sandbox.variant import FULL_SUPPORT, Limits
+from sandbox.variant import KERNEL_SUPPORT, Limits
 
 from . import codecs, device, launch, options, reports
 from .device import MAX_HEAD_DIM, NEG_INF, ZERO
 from .options import first_token
 
-LIMITS = Limits(head_dims=device.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
 
 
 @cuda.jit(device=True, inline="always")

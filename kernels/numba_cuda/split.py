@@ -27,14 +27,14 @@ import math
 
 from numba import cuda, float32, types
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
 from . import codecs, device, launch, options, reports, token_range
 from .device import MAX_HEAD_DIM, NEG_INF, ZERO
 from .options import first_token
 from .reductions import REDUCE_SCRATCH, block_max, block_sum
 
-LIMITS = Limits(head_dims=device.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
 DEFAULT_PARTITION_SIZE = 512
 MAX_PARTITION_SIZE = 8192  # float32 logits of one partition in 32 KB of shared memory
 

@@ -18,8 +18,9 @@ from ..problem.decode import DecodeProblem
 REFERENCE_LOOP_LIMIT = 200_000
 
 
-def expected_output(problem: DecodeProblem) -> np.ndarray:
-    """The truth for `problem`: reference.paged_attention, or its vectorized twin for large problems."""
+def expected_output(problem: DecodeProblem):
+    """The truth for `problem`: reference.paged_attention, or its vectorized twin for large problems
+    (float64; with return_lse, (out, lse))."""
     work = int(problem.context_lens.astype(np.int64) @ problem.query_lens) * problem.num_heads
     truth = reference.paged_attention if work <= REFERENCE_LOOP_LIMIT else reference.gathered_attention
     return truth(*problem.arrays(), **problem.kwargs())
@@ -112,11 +113,25 @@ class CheckResult:
 
 
 def check_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> CheckResult:
-    """Run `name` on `problem` and compare with the truth; errors are captured, not raised."""
+    """Run `name` on `problem` and compare with the truth (out, and the lse when the problem asks for it,
+    held to float32's tolerance); errors are captured, not raised."""
     from ..variant.runner import run_problem
 
     try:
         got = run_problem(name, problem, backend)
     except Exception as exc:  # a crash is a failed check, reported with its message
         return CheckResult(name, problem.describe(), None, f"{type(exc).__name__}: {exc}")
-    return CheckResult(name, problem.describe(), compare(got, expected_output(problem), problem.dtype))
+    expected = expected_output(problem)
+    if not problem.options.return_lse:
+        return CheckResult(name, problem.describe(), compare(got, expected, problem.dtype))
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return CheckResult(name, problem.describe(), None,
+                           f"return_lse: {name} returned {type(got).__name__}, expected a pair (out, lse)")
+    return CheckResult(name, problem.describe(), combined(compare(got[0], expected[0], problem.dtype),
+                                                          compare(got[1], expected[1], "float32")))
+
+
+def combined(out: Comparison, lse: Comparison) -> Comparison:
+    """One verdict for (out, lse): both must pass; the report names each."""
+    return Comparison(out.ok and lse.ok, max(out.max_abs_err, lse.max_abs_err), out.num_bad + lse.num_bad,
+                      out.total + lse.total, f"out: {out.report}\nlse: {lse.report}")

@@ -351,7 +351,7 @@ class DecodeProblem:
                           cache_slots=(num_blocks, block_size, num_kv_heads), block_size=block_size)
         values = {}
         for option in OPTIONS:
-            values.update(option.build({k: keywords[k] for k in option.keywords}, context, rng))
+            values.update(option.build(keywords, context, rng))
         options = AttentionOptions(**values).validate(context)
         first_read = first_read_tokens(lens, q_lens, options.window_left)
         if keywords["free_outside_window"]:

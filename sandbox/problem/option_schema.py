@@ -17,7 +17,8 @@ class Context:
 
     num_heads, head_dim: the query's; kv_format: the cache's format (the query's dtype name, an fp8 name
     or "nvfp4"); cache_slots: (num_blocks, block_size, num_kv_heads) of the cache; block_size and
-    context_lens: what the draws aim their edge cases at.
+    context_lens: what the draws aim their edge cases at; kv_formats: the cache formats a variant
+    declares besides the query's dtype (check's cases).
     """
 
     num_heads: int | None = None
@@ -26,6 +27,7 @@ class Context:
     cache_slots: tuple[int, int, int] | None = None
     block_size: int | None = None
     context_lens: tuple[int, ...] = ()
+    kv_formats: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +105,8 @@ class Option:
         AttentionOptions.features; in_use(options) says whether a problem uses it.
     fields: its AttentionOptions attributes; validate(options, context): checks across fields and shapes.
     keywords: DecodeProblem.random/shared keywords with their defaults; build(keywords, context, rng) ->
-        field values (rng: the problem's generator, None where nothing is drawn).
+        field values, from every row's keywords (defaults filled: exclusive options see each other) and
+        rng, the problem's generator (None where nothing is drawn).
     draw(draw, st, context) / random(rng, context) -> keywords: the hypothesis strategy's draw and
         check's random draw; cases(context) -> [Case]: check's fixed edge cases; together(context) ->
         keywords: its share of check's "every option at once"; applies(context): whether it can be drawn

@@ -5,6 +5,9 @@ For query head h at position p (decode: p = L - 1) and token t (docs/design.md h
     softcap    s_t = cap * tanh(s_t / cap), after the softmax scale        (Gemma 2)
     alibi      s_t += alibi_slopes[h] * (t - p)                            (BLOOM, MPT)
     kv_scale   k_t = float(key_cache[t]) * k_scale, v_t = float(value_cache[t]) * v_scale
+    sinks      out = sum_t e^(s_t - m) v_t / (sum_t e^(s_t - m) + e^(sinks[h] - m)),
+               m = max(max_t s_t, sinks[h])                               (gpt-oss)
+    lse        return_lse: also lse = log sum_t exp(s_t) (natural log, tokens only)
 
 The columns are option_schema.Option's. Each layer reads the rows: AttentionOptions (options.py), the
 problem and its validation, sandbox.run, the hypothesis strategy, check, the sweep's --options
@@ -262,5 +265,78 @@ KV_SCALE = Option(
 )
 
 
+# ---------------------------------------------------------------- sinks: learned attention sinks
+
+def _random_sinks(rng, num_heads: int) -> np.ndarray:
+    """Uniform in [-4, 4): from negligible beside a long context to dominant beside a short one."""
+    return rng.uniform(-4.0, 4.0, size=num_heads).astype(np.float32)
+
+
+def _sinks_token(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(f"sinks takes a finite number (every head's sink), or no value, got sinks={text}")
+    return value
+
+
+def _sinks_keywords(value, context: Context) -> dict:
+    """`sinks`: sinks spread over [-2, 2] across the heads; `sinks=X`: X for every head."""
+    heads = context.num_heads
+    sinks = np.linspace(-2.0, 2.0, heads) if value is True else np.full(heads, value)
+    return dict(sinks=[float(x) for x in sinks])
+
+
+SINKS = Option(
+    feature="sinks",
+    description="learned sinks (gpt-oss): one logit per query head, in the softmax's units (not scaled), added "
+                "to the denominator only: out = sum_t e^(s_t - m) v_t / (sum_t e^(s_t - m) + e^(sink_h - m))",
+    fields=(Field("sinks", None, head_vector("sinks", "one logit per query head"),
+                  "None or float32 [num_heads]: each head's sink logit"),),
+    in_use=lambda o: o.sinks is not None,
+    keywords=dict(sinks=None),
+    build=lambda kw, c, rng: dict(sinks=head_values("sinks", kw["sinks"], c, rng, _random_sinks)),
+    describe=lambda o: "sinks",
+    example=dict(sinks="random"),
+    draw=lambda draw, st, c: dict(sinks="random"),
+    random=lambda rng, c: dict(sinks="random"),
+    cases=lambda c: [Case("sinks_random", dict(sinks="random"), brief=True),
+                     Case("sinks_dominant", dict(sinks=[12.0] * c.num_heads)),
+                     Case("sinks_on_extreme_logits", dict(sinks="random", extreme_logits=True))],
+    together=lambda c: dict(sinks="random"),
+    tokens=(Token("sinks", None, _sinks_token, _sinks_keywords,
+                  lambda value: "sinks" if value is True else f"sinks={value:g}"),),
+)
+
+
+# ---------------------------------------------------------------- lse: the log-sum-exp as an output
+
+def _check_bool(name: str):
+    def check(value, context: Context) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+    return check
+
+
+LSE = Option(
+    feature="lse",
+    description="return_lse: the call returns (out, lse), lse float32 [num_query_tokens, num_heads] = "
+                "log sum_t exp(s_t), natural log, over the tokens only (no sink); no token: -inf and out 0",
+    fields=(Field("return_lse", False, _check_bool("return_lse"), "bool: also return the log-sum-exp", real),),
+    in_use=lambda o: o.return_lse,
+    keywords=dict(return_lse=False),
+    build=lambda kw, c, rng: dict(return_lse=kw["return_lse"]),
+    describe=lambda o: "lse",
+    example=dict(return_lse=True),
+    draw=lambda draw, st, c: dict(return_lse=True),
+    random=lambda rng, c: dict(return_lse=True),
+    cases=lambda c: [Case("lse_on_extreme_logits", dict(return_lse=True, extreme_logits=True), brief=True)],
+    together=lambda c: dict(return_lse=True),
+)
+
+
+
 # The table. Its order is the kernels' argument order (kernel_args, row by row).
-OPTIONS: tuple[Option, ...] = (WINDOW, SOFTCAP, ALIBI, KV_SCALE)
+OPTIONS: tuple[Option, ...] = (WINDOW, SOFTCAP, ALIBI, KV_SCALE, SINKS, LSE)

@@ -43,7 +43,7 @@ class OptionTokens:
         keywords = dict(PROBLEM_KEYWORDS, **self.problem_keywords(context))
         values: dict = {}
         for option in OPTIONS:
-            values.update(option.build({k: keywords[k] for k in option.keywords}, context, None))
+            values.update(option.build(keywords, context, None))
         return AttentionOptions(**values).validate(context)
 
 

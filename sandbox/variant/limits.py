@@ -5,7 +5,8 @@ A variant is one module with:
     prepare(problem, backend) -> Prepared           untimed: layout conversion, upload, compile
 and Prepared has:
     launch() -> None                                the only timed part (asynchronous on a GPU)
-    result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes)
+    result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes); with
+                problem.options.return_lse (feature "lse"): (out, lse float32 [num_query_tokens, num_heads])
 Optional:
     compile_report(block_size, head_dim, dtype, arch) -> dict   static resources (see sandbox.analysis.resources)
     Prepared.launch_parts() -> [(name, callable), ...]          each kernel launch of launch(), alone
@@ -40,8 +41,11 @@ class Unsupported(ValueError):
     `unsupported`; any other exception from a variant is an `error`.
     """
 DTYPES = ("float32", "float16")
-# What a variant that speaks every precision and option declares (Limits(**FULL_SUPPORT)).
-FULL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES, options=FEATURES)
+# What the Numba and CUDA C kernels implement (Limits(**KERNEL_SUPPORT)): every query dtype, both fp8 caches
+# with per-tensor scales, and the options that change the logits or scale K/V. A kernel that implements more
+# of the option table (sinks, lse, kv_scales, the nvfp4 cache) names it in its own Limits.
+KERNEL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES, options=("window", "softcap", "alibi", "kv_scale"))
+assert set(KERNEL_SUPPORT["options"]) <= set(FEATURES), "KERNEL_SUPPORT names a feature the option table lacks"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +54,8 @@ class Limits:
 
     dtypes: query (and output) dtypes; the cache may always have the query's dtype.
     kv_dtypes: fp8 cache formats accepted besides that (with any of `dtypes`).
-    options: the AttentionOptions features accepted ("kv_scale", "window", "softcap", "alibi").
+    options: the option table's features accepted (sandbox.problem.options.FEATURES: "window", "softcap",
+        "alibi", "kv_scale", "sinks", "lse", ...).
     max_query_len: query tokens per sequence (1: decode only; None: any, with query_start).
     """
 

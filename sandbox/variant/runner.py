@@ -25,8 +25,9 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto"):
     return variant.prepare(problem, resolved), resolved
 
 
-def run_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> np.ndarray:
-    """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype."""
+def run_problem(name: str, problem: DecodeProblem, backend: str = "auto"):
+    """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype; with
+    problem.options.return_lse, (out, lse float32 [num_query_tokens, num_heads])."""
     problem.validate()
     variant = registry.get(name)
     resolved = backends.resolve(backend, variant.family)
@@ -36,16 +37,18 @@ def run_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> np.
         return call_in_numba_mode(resolved == "cpu", "sandbox.variant.runner:run_problem", name, problem, resolved)
     prepared = variant.prepare(problem, resolved)
     prepared.launch()
-    return np.asarray(prepared.result())
+    result = prepared.result()
+    return tuple(np.asarray(x) for x in result) if isinstance(result, tuple) else np.asarray(result)
 
 
 def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
-        backend="auto", **options) -> np.ndarray:
+        backend="auto", **options):
     """The public entry point: run variant `name` on host NumPy inputs.
 
     Returns [num_seqs, num_heads, head_dim] (decode) or [total_q, num_heads, head_dim] (with
-    query_start) in the query's dtype. `options` are the option table's fields (AttentionOptions;
-    docs/options.md lists them), each off by default. Inputs may be strided views: the variant
+    query_start) in the query's dtype; with return_lse=True, (out, lse) with lse float32 [num_query_tokens,
+    num_heads]. `options` are the option table's fields (AttentionOptions; docs/options.md lists them),
+    each off by default. Inputs may be strided views: the variant
     receives C-contiguous copies. NaN or inf in a query row propagates to that row's output (the
     logits of that head are NaN); everything else is validated before any launch.
     """
