@@ -100,6 +100,10 @@ REACH = [
     ("a group forked from one prompt (copy-on-write)", lambda p: p.recipe.get("how") == "fork" and p.recipe["group_size"] > 1),
     ("a group sharing a cached prefix", lambda p: p.recipe.get("how") == "prefix" and p.recipe["group_size"] > 1),
     ("a query as long as its context", lambda p: p.max_query_len > 1 and bool((p.query_lens == p.context_lens).any())),
+    ("a block size that is not a power of two", lambda p: p.block_size & (p.block_size - 1) != 0),
+    ("a block of 528 or more tokens", lambda p: p.block_size >= 528),
+    ("a non-power-of-two block size with a context of k*bs + 1", lambda p: p.block_size & (p.block_size - 1) != 0
+     and bool((p.context_lens % p.block_size == 1).any() & (p.context_lens > p.block_size).any())),
 ]
 
 
@@ -186,6 +190,8 @@ def _valid():
     (lambda a: a.update(block_tables=a["block_tables"][:1]), "block_tables has 1 rows, expected num_seqs = 2"),
     (lambda a: a.update(query=list(a["query"])), "query must be a NumPy array"),
     (lambda a: a.update(scale=float("nan")), "scale must be a finite non-zero number"),
+    (lambda a: a.update(key_cache=np.zeros((3, 5000, 2, 8), np.float32), value_cache=np.zeros((3, 5000, 2, 8), np.float32)),
+     r"key_cache block_size \(shape\[1\]\) must be in \[1, 4096\], got 5000"),
 ])
 def test_validation_names_the_argument_and_the_bound(mutate, message):
     p = _valid()
@@ -195,6 +201,13 @@ def test_validation_names_the_argument_and_the_bound(mutate, message):
     mutate(args)
     with pytest.raises(ValueError, match=message):
         validate_decode_inputs(**args)
+
+
+@pytest.mark.parametrize("block_size", [0, 4097, 2.0, True])
+def test_random_and_shared_refuse_a_block_size_outside_1_to_4096(block_size):
+    for constructor in (DecodeProblem.random, DecodeProblem.shared):
+        with pytest.raises(ValueError, match=rf"block_size must be an integer in \[1, 4096\], got {block_size!r}"):
+            constructor(0, block_size=block_size)
 
 
 def test_unused_table_entries_may_be_minus_one():

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import Phase, given, settings
 
 from sandbox.variant import registry
-from sandbox.checking.check import check_problem, edge_case_problems, option_edge_cases
+from sandbox.checking.check import check_problem, edge_block_sizes, edge_case_problems, option_edge_cases
 from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
 from sandbox.problem import options
 from sandbox.problem.options import FEATURES
@@ -83,7 +83,7 @@ def test_variant_matches_reference_on_edge_cases(name):
     variant = registry.get(name)
     limits = variant.limits
     head_dim = 64 if limits.head_dims is None or 64 in limits.head_dims else limits.head_dims[0]
-    block_sizes = tuple(b for b in (1, 16, 256) if limits.block_sizes is None or b in limits.block_sizes)
+    block_sizes = edge_block_sizes(limits)
     simulated = variant.family in SIMULATED_FAMILIES
     for dtype in limits.dtypes[:1] if simulated else limits.dtypes:
         for label, problem in edge_case_problems(head_dim, dtype, block_sizes):

@@ -26,6 +26,14 @@ def expected_output(problem: DecodeProblem):
     return truth(*problem.arrays(), **problem.kwargs())
 
 
+def edge_block_sizes(limits) -> tuple[int, ...]:
+    """The block sizes of the fixed edge cases a variant runs: 1, 16, 256 where declared, and 61 (not a
+    power of two) for a variant that takes any block size."""
+    if limits.block_sizes is None:
+        return (1, 16, 61, 256)
+    return tuple(b for b in (1, 16, 256) if b in limits.block_sizes)
+
+
 def edge_case_problems(head_dim: int = 64, dtype="float32", block_sizes=(1, 16, 256), max_tokens=600):
     """Named fixed problems that hunt the known traps (STYLE.md 7). Yields (name, problem)."""
     seed = 1000

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..devices import backends
 from ..variant import registry
-from ..checking.check import check_problem, declared_options, edge_case_problems, option_edge_cases
+from ..variant.limits import ANY_BLOCK_SIZES
+from ..checking.check import check_problem, declared_options, edge_block_sizes, edge_case_problems, option_edge_cases
 from ..problem.option_schema import Context
 from ..problem.decode import DecodeProblem
 
@@ -59,7 +60,7 @@ def problems_for(variant, seed: int, num_random: int):
     """Edge cases and random problems inside the variant's declared limits: [(label, problem)]."""
     limits = variant.limits
     head_dim = 64 if limits.head_dims is None or 64 in limits.head_dims else limits.head_dims[0]
-    block_sizes = tuple(b for b in (1, 16, 256) if limits.block_sizes is None or b in limits.block_sizes)
+    block_sizes = edge_block_sizes(limits)
     out = []
     for dtype in limits.dtypes:
         out += [(f"{label}/{dtype}", p) for label, p in edge_case_problems(head_dim, dtype, block_sizes)]
@@ -67,7 +68,7 @@ def problems_for(variant, seed: int, num_random: int):
     rng = np.random.default_rng(seed)
     kv_choices = (None,) + tuple(limits.kv_dtypes)
     for i in range(num_random):
-        pool = limits.block_sizes or (1, 2, 4, 8, 16, 32, 64, 128, 256)
+        pool = limits.block_sizes or ANY_BLOCK_SIZES
         kv_dtype = kv_choices[(i // len(limits.dtypes)) % len(kv_choices)]
         options = random_options(rng, limits, kv_dtype)
         if limits.max_query_len != 1 and i % 2:

@@ -9,7 +9,7 @@ import numpy as np
 from . import dtypes
 from .option_schema import Context
 from .options import OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
-from .validate import first_read_tokens, validate_decode_inputs
+from .validate import check_block_size, first_read_tokens, validate_decode_inputs
 
 # Extreme logits: q is scaled so that scale * q.k has a standard deviation of about 40,
 # so logits reach +-120: exp() without subtracting the max overflows in float32 (88.7).
@@ -180,7 +180,7 @@ class DecodeProblem:
                share_prefix: bool = True, full_capacity: bool = True, extreme_logits: bool = False,
                spare_blocks: int | None = None, nan_fill: bool = True, kv_dtype=None, query_lens=None,
                **options) -> "DecodeProblem":
-        """A seeded random problem with the traps real serving produces.
+        """A seeded random problem with the traps real serving produces (block_size: any integer in 1..4096).
 
         Physical blocks are shuffled (never in increasing order); with share_prefix, later
         sequences may point their first full blocks at an earlier sequence's blocks; with
@@ -197,6 +197,7 @@ class DecodeProblem:
         or a list of floats.
         """
         _check_option_keywords("random", options)
+        block_size = check_block_size(block_size)
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
@@ -282,6 +283,7 @@ class DecodeProblem:
         from ..paging import BlockManager
 
         _check_option_keywords("shared", options)
+        block_size = check_block_size(block_size)
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)

@@ -1,7 +1,8 @@
 """The hypothesis strategy for problems that every kernel test reuses.
 
 It reaches: context length 1, k*block_size and k*block_size + 1; GQA ratios 1, 2, 4, 8; every
-power-of-two block size 1..256; float32, float16 and bfloat16 queries; caches of the query's
+power-of-two block size 1..256 and as often sizes that are not (3, 19, 61, 69, 528, 2112, ...), within
+what a variant declares; float32, float16 and bfloat16 queries; caches of the query's
 dtype or fp8 (e4m3fn, e5m2; values over the whole finite range, subnormals included); shuffled
 and shared blocks, NaN in every unused slot, extreme logits, one sequence at full table
 capacity; groups sharing a prompt as sandbox.paging.BlockManager makes them (fork with
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from .option_schema import Context
 from .options import OPTIONS
 from .decode import DecodeProblem
-from ..variant.limits import DTYPES, POW2_BLOCK_SIZES
+from ..variant.limits import ANY_BLOCK_SIZES, DTYPES
 
 
 @st.composite
@@ -60,8 +61,15 @@ def query_lengths(draw, context_lens: list[int], block_size: int, max_query_len:
     return [one(n) for n in context_lens]
 
 
+def block_size_draws(block_sizes):
+    """A strategy over `block_sizes` that draws its powers of two and its other sizes equally often."""
+    pow2 = [b for b in block_sizes if b & (b - 1) == 0]
+    other = [b for b in block_sizes if b & (b - 1)]
+    return st.one_of(*(st.sampled_from(group) for group in (pow2, other) if group))
+
+
 @st.composite
-def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128), dtypes=DTYPES,
+def decode_problems(draw, block_sizes=ANY_BLOCK_SIZES, head_dims=(32, 64, 128), dtypes=DTYPES,
                     gqa_ratios=(1, 2, 4, 8), max_num_seqs: int = 3, max_kv_heads: int = 2, max_tokens: int = 520,
                     allow_extreme: bool = True, kv_dtypes=(), options=(), max_query_len: int | None = 1,
                     max_query_tokens: int = 64, max_multiply_adds: int | None = None) -> DecodeProblem:
@@ -74,7 +82,7 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
     the rare draw whose DecodeProblem.multiply_adds() exceeds it (the Numba simulator pays 5-20 us per
     multiply-add: one 16-head draw over 3 full contexts would cost a minute).
     """
-    block_size = draw(st.sampled_from(block_sizes))
+    block_size = draw(block_size_draws(block_sizes))
     num_seqs = draw(st.integers(1, max_num_seqs))
     num_kv_heads = draw(st.integers(1, max_kv_heads))
     ratio = draw(st.sampled_from(gqa_ratios))
@@ -124,8 +132,8 @@ def draw_options(draw, features, context: Context) -> dict:
 
 
 def problems_for(limits, **shapes):
-    """decode_problems restricted to what `limits` (a variant's Limits) declares."""
-    block_sizes = tuple(b for b in POW2_BLOCK_SIZES if limits.block_sizes is None or b in limits.block_sizes)
+    """decode_problems restricted to what `limits` (a variant's Limits) declares (block_sizes None: any)."""
+    block_sizes = ANY_BLOCK_SIZES if limits.block_sizes is None else tuple(limits.block_sizes)
     if limits.head_dims is not None and "head_dims" in shapes:
         shapes["head_dims"] = tuple(d for d in shapes["head_dims"] if d in limits.head_dims) or limits.head_dims[:1]
     return decode_problems(block_sizes=block_sizes, dtypes=limits.dtypes, kv_dtypes=limits.kv_dtypes,

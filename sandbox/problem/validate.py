@@ -11,6 +11,18 @@ from .options import PLAIN, AttentionOptions
 
 SUPPORTED_DTYPES = QUERY_DTYPES
 CACHE_DTYPES = QUERY_DTYPES + FP8_DTYPES
+# Tokens per cache block: any integer in 1..MAX_BLOCK_SIZE is a valid problem (hybrid models in vLLM use
+# blocks of 528, 2112 and 4192 tokens; FlashMLA's tests 2, 61, 69, 576). A variant that needs powers of
+# two declares them in its Limits.
+MAX_BLOCK_SIZE = 4096
+
+
+def check_block_size(block_size, name: str = "block_size") -> int:
+    """block_size as an int; ValueError naming it unless it is an integer in [1, MAX_BLOCK_SIZE]."""
+    ok = isinstance(block_size, (int, np.integer)) and not isinstance(block_size, bool)
+    if not ok or not 1 <= block_size <= MAX_BLOCK_SIZE:
+        raise ValueError(f"{name} must be an integer in [1, {MAX_BLOCK_SIZE}], got {block_size!r}")
+    return int(block_size)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -86,6 +98,8 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     _require(num_heads >= 1 and head_dim >= 1, f"query must have num_heads >= 1 and head_dim >= 1, got shape {query.shape}")
     _require(num_blocks >= 1 and block_size >= 1 and num_kv_heads >= 1,
              f"key_cache must have num_blocks, block_size, num_kv_heads >= 1, got shape {key_cache.shape}")
+    _require(block_size <= MAX_BLOCK_SIZE,
+             f"key_cache block_size (shape[1]) must be in [1, {MAX_BLOCK_SIZE}], got {block_size}")
     _require(cache_head_dim == head_dim, f"key_cache head_dim {cache_head_dim} must equal query head_dim {head_dim}")
     _require(num_heads % num_kv_heads == 0,
              f"num_heads ({num_heads}, from query) must be a multiple of num_kv_heads ({num_kv_heads}, from key_cache)")

@@ -32,6 +32,11 @@ from ..problem.dtypes import FP8_DTYPES, QUERY_DTYPES
 from ..problem.options import FEATURES
 
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# What the strategy and check draw for a variant that takes any block size (Limits.block_sizes None): the
+# powers of two and as many sizes that are not (FlashAttention 3 takes 1, 2, 3 or 19; FlashMLA's tests use
+# 2, 61, 69; hybrid models in vLLM use blocks of 528 and 2112 tokens). Any size in 1..4096 is valid.
+OTHER_BLOCK_SIZES = (3, 5, 19, 61, 69, 100, 528, 2112)
+ANY_BLOCK_SIZES = POW2_BLOCK_SIZES + OTHER_BLOCK_SIZES
 
 
 class Unsupported(ValueError):
@@ -59,7 +64,7 @@ class Limits:
     max_query_len: query tokens per sequence (1: decode only; None: any, with query_start).
     """
 
-    block_sizes: tuple[int, ...] | None = POW2_BLOCK_SIZES
+    block_sizes: tuple[int, ...] | None = POW2_BLOCK_SIZES  # None: any block size in 1..4096
     head_dims: tuple[int, ...] | None = None
     dtypes: tuple[str, ...] = DTYPES
     backends: tuple[str, ...] = ("gpu", "cpu")
