@@ -5,7 +5,8 @@ from hypothesis import Phase, example, find, given, settings
 from hypothesis import strategies as st
 
 from sandbox.checking.compare import TOLERANCES, compare
-from sandbox.problem.options import AttentionOptions
+from sandbox.problem.dtypes import KV_FORMATS, QUERY_DTYPES
+from sandbox.problem.options import FEATURES, AttentionOptions
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import decode_problems
 from sandbox.problem.validate import validate_decode_inputs
@@ -69,8 +70,7 @@ def test_strategy_reaches(what, predicate):
     find(decode_problems(), predicate, settings=settings(max_examples=2000, database=None, derandomize=True))
 
 
-FULL = decode_problems(dtypes=("float32", "float16", "bfloat16"), kv_dtypes=("float8_e4m3fn", "float8_e5m2"),
-                       options=("kv_scale", "window", "softcap", "alibi"), max_query_len=None)
+FULL = decode_problems(dtypes=QUERY_DTYPES, kv_dtypes=KV_FORMATS, options=FEATURES, max_query_len=None)
 
 
 def _window_start_at(p, offset):
@@ -86,7 +86,13 @@ REACH = [
     ("e4m3 cache with a float16 query", lambda p: p.kv_dtype.name == "float8_e4m3fn" and p.dtype.name == "float16"),
     ("e5m2 cache with a bfloat16 query", lambda p: p.kv_dtype.name == "float8_e5m2" and p.dtype.name == "bfloat16"),
     ("every option off", lambda p: p.options.features == ()),
-    ("every option on", lambda p: set(p.options.features) == {"kv_scale", "window", "softcap", "alibi"}),
+    ("every option on (per-tensor scales)", lambda p: set(p.options.features) == set(FEATURES) - {"kv_scales"}),
+    ("per-token scales with two other options", lambda p: "kv_scales" in p.options.features and len(p.options.features) >= 3),
+    ("sinks on extreme logits", lambda p: "sinks" in p.options.features and p.recipe["extreme_logits"]),
+    ("lse with several query tokens", lambda p: p.options.return_lse and p.max_query_len > 1),
+    ("per-token scales beside an e5m2 cache", lambda p: p.kv_format == "float8_e5m2" and "kv_scales" in p.options.features),
+    ("an nvfp4 cache with a bfloat16 query", lambda p: p.kv_format == "nvfp4" and p.dtype.name == "bfloat16"),
+    ("an nvfp4 cache shared by a forked group", lambda p: p.kv_format == "nvfp4" and p.recipe.get("how") == "fork"),
     ("window starting at k*block_size", lambda p: _window_start_at(p, 0)),
     ("window starting at k*block_size + 1", lambda p: p.block_size > 1 and _window_start_at(p, 1)),
     ("window longer than the context", lambda p: p.options.window_left >= int(p.context_lens.max())),

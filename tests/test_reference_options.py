@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import reference
-from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
+from sandbox.problem.dtypes import KV_FORMATS, QUERY_DTYPES
 from sandbox.problem.option_table import alibi_paper_slopes
 from sandbox.problem.options import FEATURES
 from sandbox.problem import DecodeProblem
@@ -15,7 +15,7 @@ from sandbox.problem.strategies import decode_problems
 
 # Every option of the table and every cache format, drawn the way the variants' property tests draw them.
 everything = decode_problems(head_dims=(16, 32), max_tokens=120, max_num_seqs=3, dtypes=QUERY_DTYPES,
-                             kv_dtypes=FP8_DTYPES, options=FEATURES, max_query_len=None)
+                             kv_dtypes=KV_FORMATS, options=FEATURES, max_query_len=None)
 
 
 def ref(p, **overrides):

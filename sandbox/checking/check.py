@@ -75,7 +75,8 @@ def option_edge_cases(limits, head_dim: int = 64, brief: bool = False):
     block_size = 8 if limits.block_sizes is None or 8 in limits.block_sizes else limits.block_sizes[0]
     base = dict(num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=head_dim, block_size=block_size, dtype=dtype)
     lens = [5 * block_size + 3, 3 * block_size]
-    context = Context(num_heads=4, head_dim=head_dim, kv_format=dtype, block_size=block_size, context_lens=tuple(lens))
+    context = Context(num_heads=4, head_dim=head_dim, kv_format=dtype, block_size=block_size, context_lens=tuple(lens),
+                      kv_formats=tuple(limits.kv_dtypes))
     cases = [case for option in declared_options(limits, context) for case in option.cases(context)]
     cases += [Case(f"cache_{kv_dtype}", dict(kv_dtype=kv_dtype), brief=True) for kv_dtype in limits.kv_dtypes]
     if limits.max_query_len != 1:

@@ -93,8 +93,8 @@ def random_options(rng: np.random.Generator, limits, kv_dtype) -> dict:
 
 
 def error_key(problem) -> str:
-    """'bfloat16' or 'float16:float8_e4m3fn': what the worst error is reported per."""
-    kv = "" if problem.kv_dtype == problem.dtype else f":{problem.kv_dtype.name}"
+    """'bfloat16', 'float16:float8_e4m3fn' or 'bfloat16:nvfp4': what the worst error is reported per."""
+    kv = "" if problem.kv_dtype == problem.dtype else f":{problem.kv_format}"
     return f"{problem.dtype.name}{kv}"
 
 

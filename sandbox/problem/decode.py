@@ -8,7 +8,7 @@ import numpy as np
 
 from . import dtypes
 from .option_schema import Context
-from .options import OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
+from .options import FIELDS, OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
 from .validate import check_block_size, first_read_tokens, validate_decode_inputs
 
 # Extreme logits: q is scaled so that scale * q.k has a standard deviation of about 40,
@@ -105,8 +105,13 @@ class DecodeProblem:
 
     @property
     def kv_dtype(self) -> np.dtype:
-        """The cache's dtype: the query's, or an fp8 format."""
+        """The cache's dtype: the query's, an fp8 format, or uint8 (NVFP4's packed codes)."""
         return self.key_cache.dtype
+
+    @property
+    def kv_format(self) -> str:
+        """The cache's format (what Limits.kv_dtypes names): the dtype's name, or "nvfp4"."""
+        return dtypes.kv_format(self.key_cache.dtype)
 
     @property
     def query_lens(self) -> np.ndarray:
@@ -136,9 +141,15 @@ class DecodeProblem:
         return dict(self.options.kwargs(), query_start=self.query_start)
 
     def bytes_moved(self) -> int:
-        """Bytes a step really needs: K/V of the tokens read (each once), query, output, table entries read."""
+        """Bytes a step really needs: K/V of the tokens read (each once, as stored: NVFP4's packed codes), the
+        arrays beside the cache for those slots (per-token scales, NVFP4 block scales), query, output and the
+        table entries read."""
         tokens_read = self.context_lens.astype(np.int64) - self.first_read_tokens()
-        kv = 2 * int(tokens_read.sum()) * self.num_kv_heads * self.head_dim * self.kv_dtype.itemsize
+        row_bytes = self.key_cache.shape[3] * self.kv_dtype.itemsize  # one (token, KV head) row of K or of V
+        slots = self.num_blocks * self.block_size * self.num_kv_heads
+        beside = sum(getattr(self.options, f.name).nbytes // slots for f in FIELDS
+                     if f.per_slot and getattr(self.options, f.name) is not None)
+        kv = int(tokens_read.sum()) * self.num_kv_heads * (2 * row_bytes + beside)
         q_and_out = 2 * self.query.size * self.query.dtype.itemsize
         first_block = self.first_read_tokens() // self.block_size
         end_block = (self.context_lens.astype(np.int64) + self.block_size - 1) // self.block_size
@@ -155,7 +166,7 @@ class DecodeProblem:
     def describe(self) -> str:
         lens = self.context_lens.tolist()
         shown = lens if len(lens) <= 8 else lens[:8] + ["..."]
-        kv = "" if self.kv_dtype == self.dtype else f", kv_dtype={self.kv_dtype.name}"
+        kv = "" if self.kv_dtype == self.dtype else f", kv_dtype={self.kv_format}"
         opts = "" if self.options is PLAIN or self.options.describe() == "plain" else f", {self.options.describe()}"
         q = "" if self.query_start is None else f", query_lens={self.query_lens.tolist()[:8]}"
         return (f"DecodeProblem(seed={self.seed}, seqs={self.num_seqs}, heads={self.num_heads}/{self.num_kv_heads}, "
@@ -187,8 +198,8 @@ class DecodeProblem:
         full_capacity (and drawn lengths), one sequence fills its whole table; every slot no
         query token reads (the tail of each last block, spare blocks, blocks before a window) is NaN.
 
-        kv_dtype: None (the query's) or an fp8 format, whose values are drawn over the format's
-        whole finite range, subnormals included. query_lens: None (decode), an int q (each sequence
+        kv_dtype: None (the query's), an fp8 format, whose values are drawn over the format's whole
+        finite range, subnormals included, or "nvfp4" (random e2m1 codes; head_dim a multiple of 16). query_lens: None (decode), an int q (each sequence
         gets min(q, L) query tokens) or a list of per-sequence lengths. options: the option table's
         keywords (options.PROBLEM_KEYWORDS; docs/options.md): k_scale/v_scale None means 1.0, or
         1/max_finite for fp8 (dequantized values then lie in [-1, 1]); window_left, with
@@ -201,6 +212,7 @@ class DecodeProblem:
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
+        _check_nvfp4_head_dim(kv_dt, head_dim)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
         if context_lens is None:
@@ -244,11 +256,15 @@ class DecodeProblem:
         for (s, i), (s0, i0) in shared_from.items():
             tables[s, i] = tables[s0, i0]
 
-        cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        block_shape = (needed, block_size, num_kv_heads, head_dim)
+        cache_shape = (num_blocks, block_size, num_kv_heads, _stored_dim(kv_dt, head_dim))
+        block_shape = (needed,) + cache_shape[1:]
         key_cache = np.zeros(cache_shape, dtype=np.float32)
         value_cache = np.zeros(cache_shape, dtype=np.float32)
-        if dtypes.is_fp8(kv_dt):
+        if dtypes.kv_format(kv_dt) == dtypes.NVFP4:  # two e2m1 codes per byte, every code drawn
+            key_cache, value_cache = key_cache.astype(np.uint8), value_cache.astype(np.uint8)
+            key_cache[physical] = rng.integers(0, 256, size=block_shape, dtype=np.uint8)
+            value_cache[physical] = rng.integers(0, 256, size=block_shape, dtype=np.uint8)
+        elif dtypes.is_fp8(kv_dt):
             key_cache, value_cache = key_cache.astype(kv_dt), value_cache.astype(kv_dt)
             key_cache[physical] = _fp8_spanning(rng, block_shape, kv_dt)
             value_cache[physical] = _fp8_spanning(rng, block_shape, kv_dt)
@@ -287,6 +303,7 @@ class DecodeProblem:
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
+        _check_nvfp4_head_dim(kv_dt, head_dim)
         if how not in ("fork", "prefix"):
             raise ValueError(f"how must be 'fork' or 'prefix', got {how!r}")
         if num_heads % num_kv_heads:
@@ -323,13 +340,19 @@ class DecodeProblem:
         for s in range(num_seqs):
             table = manager.block_table(s)
             tables[s, : len(table)] = relabel[table]
-        cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        draw = (lambda: _fp8_spanning(rng, cache_shape, kv_dt)) if dtypes.is_fp8(kv_dt) else (lambda: _uniform(rng, cache_shape))
+        cache_shape = (num_blocks, block_size, num_kv_heads, _stored_dim(kv_dt, head_dim))
+        if dtypes.kv_format(kv_dt) == dtypes.NVFP4:
+            draw = lambda: rng.integers(0, 256, size=cache_shape, dtype=np.uint8)  # noqa: E731
+        elif dtypes.is_fp8(kv_dt):
+            draw = lambda: _fp8_spanning(rng, cache_shape, kv_dt)  # noqa: E731
+        else:
+            draw = lambda: _uniform(rng, cache_shape)  # noqa: E731
         key_cache, value_cache = draw(), draw()
         shared_tokens = prefix_len % block_size  # what a copy-on-write destination inherits from its source
-        for src, dst in copies:
+        copies = [(int(relabel[src]), int(relabel[dst]), shared_tokens) for src, dst in copies]
+        for src, dst, tokens in copies:
             for cache in (key_cache, value_cache):
-                cache[relabel[dst], :shared_tokens] = cache[relabel[src], :shared_tokens]
+                cache[dst, :tokens] = cache[src, :tokens]
         recipe = dict(seed=seed, num_groups=num_groups, group_size=group_size, prefix_len=prefix_len,
                       suffix_lens=None if suffix_lens is None else [int(n) for n in suffix_lens],
                       max_suffix_len=max_suffix_len, how=how, num_heads=num_heads, num_kv_heads=num_kv_heads,
@@ -337,33 +360,42 @@ class DecodeProblem:
                       nan_fill=nan_fill)
         return cls._finish(rng, "shared", recipe, tables, lens, _query_lengths(query_lens, lens), key_cache,
                            value_cache, dtype, kv_dtype, options, query_lens=query_lens, extreme_logits=extreme_logits,
-                           nan_fill=nan_fill)
+                           nan_fill=nan_fill, copies=copies)
 
     @classmethod
     def _finish(cls, rng, constructor: str, recipe: dict, tables, lens, q_lens, key_cache, value_cache, dtype,
-                kv_dtype, option_keywords: dict, *, query_lens, extreme_logits, nan_fill) -> "DecodeProblem":
+                kv_dtype, option_keywords: dict, *, query_lens, extreme_logits, nan_fill, copies=()) -> "DecodeProblem":
         """What random() and shared() share once tables and cache values exist: the options (each row of the
-        table builds its fields from its keywords), freeing the blocks before a window, NaN in every unread
-        slot, the query, and the recipe that rebuilds it."""
-        num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
-        num_heads = recipe["num_heads"]
-        fp8 = dtypes.is_fp8(key_cache.dtype)
+        table builds its fields from the keywords; arrays beside the cache follow its copy-on-write copies
+        (src, dst, tokens)), freeing the blocks before a window, NaN in every unread slot (NVFP4's codes
+        cannot hold NaN: its block scales do), the query, and the recipe that rebuilds it."""
+        num_blocks, block_size, num_kv_heads, stored_dim = key_cache.shape
+        num_heads, head_dim = recipe["num_heads"], recipe["head_dim"]
+        kv_format = dtypes.kv_format(key_cache.dtype)
+        quantized = dtypes.is_quantized(kv_format)
         keywords = dict(PROBLEM_KEYWORDS, **option_keywords)
-        context = Context(num_heads=num_heads, head_dim=head_dim, kv_format=key_cache.dtype.name,
+        context = Context(num_heads=num_heads, head_dim=head_dim, kv_format=kv_format,
                           cache_slots=(num_blocks, block_size, num_kv_heads), block_size=block_size)
         values = {}
         for option in OPTIONS:
             values.update(option.build(keywords, context, rng))
-        options = AttentionOptions(**values).validate(context)
-        first_read = first_read_tokens(lens, q_lens, options.window_left)
+        beside = [values[f.name] for f in FIELDS if f.per_slot and values.get(f.name) is not None]
+        for src, dst, tokens in copies:
+            for array in beside:
+                array[dst, :tokens] = array[src, :tokens]
+        first_read = first_read_tokens(lens, q_lens, values["window_left"])
         if keywords["free_outside_window"]:
             for s in range(len(lens)):  # the allocator freed every block wholly before the window
                 tables[s, : int(first_read[s] // block_size)] = -1
-        if nan_fill or fp8:
+        if nan_fill or quantized:
             fill = np.nan if nan_fill else 0.0
             unread = ~_read_slots(tables, lens, first_read, num_blocks, block_size)
-            key_cache.reshape(-1, num_kv_heads, head_dim)[unread] = fill
-            value_cache.reshape(-1, num_kv_heads, head_dim)[unread] = fill
+            if kv_format != dtypes.NVFP4 or not nan_fill:
+                key_cache.reshape(-1, num_kv_heads, stored_dim)[unread] = fill
+                value_cache.reshape(-1, num_kv_heads, stored_dim)[unread] = fill
+            for array in beside:
+                array.reshape(num_blocks * block_size, -1)[unread] = fill
+        options = AttentionOptions(**values).validate(context)
 
         query = rng.uniform(-1, 1, size=(int(q_lens.sum()), num_heads, head_dim))
         if extreme_logits:
@@ -371,14 +403,25 @@ class DecodeProblem:
         query_start = None
         if query_lens is not None:
             query_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-        extras = dict(kv_dtype=None if kv_dtype is None else key_cache.dtype.name, query_lens=query_lens, **keywords)
+        extras = dict(kv_dtype=None if kv_dtype is None else kv_format, query_lens=query_lens, **keywords)
         defaults = dict(PROBLEM_KEYWORDS, kv_dtype=None, query_lens=None)
         recipe = dict(recipe, **{k: v for k, v in extras.items() if v != defaults[k]})  # short repr for plain problems
-        if not fp8:
+        if not quantized:
             key_cache, value_cache = key_cache.astype(dtype), value_cache.astype(dtype)
         return cls(query=query.astype(dtype), key_cache=key_cache, value_cache=value_cache,
                    block_tables=tables, context_lens=lens.astype(np.int32), scale=None, options=options,
                    query_start=query_start, seed=recipe["seed"], recipe=dict(recipe, _constructor=constructor)).validate()
+
+
+def _stored_dim(cache_dtype: np.dtype, head_dim: int) -> int:
+    """The cache's last axis: head_dim, or head_dim // 2 bytes of packed e2m1 codes for NVFP4."""
+    return head_dim // 2 if dtypes.kv_format(cache_dtype) == dtypes.NVFP4 else head_dim
+
+
+def _check_nvfp4_head_dim(cache_dtype: np.dtype, head_dim: int) -> None:
+    if dtypes.kv_format(cache_dtype) == dtypes.NVFP4 and head_dim % 16:
+        raise ValueError(f"an NVFP4 cache needs head_dim to be a multiple of 16 (one e4m3 scale per 16 values), "
+                         f"got {head_dim}")
 
 
 def _check_option_keywords(constructor: str, options: dict) -> None:

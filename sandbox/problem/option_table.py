@@ -5,9 +5,12 @@ For query head h at position p (decode: p = L - 1) and token t (docs/design.md h
     softcap    s_t = cap * tanh(s_t / cap), after the softmax scale        (Gemma 2)
     alibi      s_t += alibi_slopes[h] * (t - p)                            (BLOOM, MPT)
     kv_scale   k_t = float(key_cache[t]) * k_scale, v_t = float(value_cache[t]) * v_scale
+    kv_scales  fp8 per token and KV head: k_t = float(key_cache[t]) * k_scales[slot of t, kv head]
+    nvfp4      k_t = e2m1(key_cache[t]) * k_block_scales[slot of t, kv head, i // 16] * k_scale
     sinks      out = sum_t e^(s_t - m) v_t / (sum_t e^(s_t - m) + e^(sinks[h] - m)),
                m = max(max_t s_t, sinks[h])                               (gpt-oss)
     lse        return_lse: also lse = log sum_t exp(s_t) (natural log, tokens only)
+(nvfp4 is a cache format: a variant declares it in Limits.kv_dtypes; its row holds the block scales.)
 
 The columns are option_schema.Option's. Each layer reads the rows: AttentionOptions (options.py), the
 problem and its validation, sandbox.run, the hypothesis strategy, check, the sweep's --options
@@ -21,10 +24,11 @@ import numbers
 
 import numpy as np
 
-from .dtypes import default_kv_scale
+from .dtypes import FP8_DTYPES, NVFP4, default_kv_scale
 from .option_schema import Case, Context, Field, KernelArg, Option, Token
 
 INT32_MAX = 2**31 - 1
+NVFP4_GROUP = 16  # values per e4m3 block scale of an NVFP4 cache
 
 
 # ---------------------------------------------------------------- shared checks and conversions
@@ -231,8 +235,9 @@ ALIBI = Option(
 # ---------------------------------------------------------------- kv_scale: per-tensor dequantization scales
 
 def _kv_scale_build(kw: dict, context: Context, rng) -> dict:
-    """None means 1.0, or 1 / max finite beside a quantized cache (values then span about [-1, 1])."""
-    default = default_kv_scale(context.kv_format)
+    """None means 1.0, or 1 / max finite beside a quantized cache with no per-token scales (values then span
+    about [-1, 1]; per-token scales carry that factor themselves)."""
+    default = 1.0 if kw["per_token_scales"] else default_kv_scale(context.kv_format)
     return dict(k_scale=default if kw["k_scale"] is None else float(kw["k_scale"]),
                 v_scale=default if kw["v_scale"] is None else float(kw["v_scale"]))
 
@@ -258,6 +263,7 @@ KV_SCALE = Option(
     together=lambda c: dict(k_scale=0.75 * default_kv_scale(c.kv_format), v_scale=1.5 * default_kv_scale(c.kv_format)),
     tokens=(Token("kscale", "X", positive_number_token("kscale"), lambda x, c: dict(k_scale=x), lambda x: f"kscale={x:g}"),
             Token("vscale", "X", positive_number_token("vscale"), lambda x, c: dict(v_scale=x), lambda x: f"vscale={x:g}")),
+    excludes=("kv_scales",),
     flag=("OPT_VSCALE", 8),
     flag_in_use=lambda o: o.v_scale != 1.0,  # k_scale needs no code: it is folded into the softmax scale
     kernel_args=(KernelArg("v_scale", "float", lambda o: np.float32(o.v_scale)),),
@@ -338,5 +344,128 @@ LSE = Option(
 
 
 
+# ---------------------------------------------------------------- kv_scales: fp8 scales per token and KV head
+
+def slot_array(name: str, dtype: str, what: str, trailing=lambda context: ()):
+    """Check of an optional array [num_blocks, block_size, num_kv_heads, *trailing] beside the cache."""
+    def check(value, context: Context) -> None:
+        if value is None:
+            return
+        shape = None if context.cache_slots is None else tuple(context.cache_slots) + tuple(trailing(context))
+        if not isinstance(value, np.ndarray) or value.dtype.name != dtype:
+            got = value.dtype.name if isinstance(value, np.ndarray) else type(value).__name__
+            raise ValueError(f"{name} must be a {dtype} NumPy array ({what}), got {got}")
+        if shape is not None and value.shape != shape:
+            raise ValueError(f"{name} must have shape {shape} = [num_blocks, block_size, num_kv_heads"
+                             f"{', head_dim // 16' if trailing(context) else ''}] (from key_cache), got {value.shape}")
+    return check
+
+
+def _kv_scales_validate(o, context: Context) -> None:
+    if (o.k_scales is None) != (o.v_scales is None):
+        raise ValueError("k_scales and v_scales go together: give both or neither")
+    if o.k_scales is None:
+        return
+    if context.kv_format is not None and context.kv_format not in FP8_DTYPES:
+        raise ValueError(f"k_scales/v_scales (per-token scales) need an fp8 cache ({', '.join(FP8_DTYPES)}), "
+                         f"got key_cache.dtype {context.kv_format}")
+    for name in ("k_scale", "v_scale"):
+        if getattr(o, name) != 1.0:
+            raise ValueError(f"{name} and {name}s are exclusive: with per-token scales {name} must be 1.0, "
+                             f"got {getattr(o, name)!r}")
+
+
+def _kv_scales_build(kw: dict, context: Context, rng) -> dict:
+    """per_token_scales: each (slot, KV head) gets 2^u / max finite, u uniform in [-2, 2) (fp8 caches only)."""
+    if not kw["per_token_scales"]:
+        return dict(k_scales=None, v_scales=None)
+    if context.kv_format not in FP8_DTYPES or rng is None:
+        raise ValueError(f"per_token_scales needs an fp8 cache (kv_dtype one of {', '.join(FP8_DTYPES)}), "
+                         f"got {context.kv_format}")
+    unit = default_kv_scale(context.kv_format)
+    draw = lambda: (unit * 2.0 ** rng.uniform(-2.0, 2.0, size=context.cache_slots)).astype(np.float32)  # noqa: E731
+    return dict(k_scales=draw(), v_scales=draw())
+
+
+KV_SCALES = Option(
+    feature="kv_scales",
+    description="fp8 scales per token and KV head: k_t = key * k_scales[slot, kv head] (vLLM's per-token-head "
+                "quantization); exclusive with k_scale / v_scale != 1",
+    fields=(Field("k_scales", None, slot_array("k_scales", "float32", "[num_blocks, block_size, num_kv_heads]"),
+                  "None or float32 [num_blocks, block_size, num_kv_heads]: K's scale per slot and KV head",
+                  per_slot=True),
+            Field("v_scales", None, slot_array("v_scales", "float32", "[num_blocks, block_size, num_kv_heads]"),
+                  "None or float32 [num_blocks, block_size, num_kv_heads]: V's scale per slot and KV head",
+                  per_slot=True)),
+    in_use=lambda o: o.k_scales is not None,
+    keywords=dict(per_token_scales=False),
+    build=_kv_scales_build,
+    describe=lambda o: "per-token scales",
+    example=dict(per_token_scales=True, kv_dtype="float8_e4m3fn"),
+    validate=_kv_scales_validate,
+    draw=lambda draw, st, c: dict(per_token_scales=True),
+    random=lambda rng, c: dict(per_token_scales=True),
+    cases=lambda c: [Case(f"per_token_scales_{kv}", dict(per_token_scales=True, kv_dtype=kv), brief=True)
+                     for kv in c.kv_formats if kv in FP8_DTYPES],
+    together=lambda c: dict(per_token_scales=True),
+    applies=lambda c: c.kv_format in FP8_DTYPES,
+    excludes=("kv_scale",),
+)
+
+
+# ---------------------------------------------------------------- nvfp4: the block scales of an NVFP4 cache
+
+def _nvfp4_validate(o, context: Context) -> None:
+    nvfp4 = context.kv_format == NVFP4
+    if (o.k_block_scales is None) != (o.v_block_scales is None):
+        raise ValueError("k_block_scales and v_block_scales go together: give both or neither")
+    if context.kv_format is None:
+        return
+    if nvfp4 and o.k_block_scales is None:
+        raise ValueError("an NVFP4 cache (uint8 key_cache/value_cache) needs k_block_scales and v_block_scales "
+                         "(float8_e4m3fn [num_blocks, block_size, num_kv_heads, head_dim // 16])")
+    if not nvfp4 and o.k_block_scales is not None:
+        raise ValueError(f"k_block_scales/v_block_scales belong to an NVFP4 cache (uint8), got key_cache.dtype "
+                         f"{context.kv_format}")
+    if nvfp4 and context.head_dim is not None and context.head_dim % NVFP4_GROUP:
+        raise ValueError(f"an NVFP4 cache needs head_dim to be a multiple of {NVFP4_GROUP} (one e4m3 scale per "
+                         f"{NVFP4_GROUP} values), got {context.head_dim}")
+
+
+def _nvfp4_build(kw: dict, context: Context, rng) -> dict:
+    """Beside an NVFP4 cache: block scales drawn over every positive finite e4m3 code, subnormals included."""
+    if context.kv_format != NVFP4:
+        return dict(k_block_scales=None, v_block_scales=None)
+    shape = tuple(context.cache_slots) + (context.head_dim // NVFP4_GROUP,)
+    draw = lambda: rng.integers(0, 0x7F, size=shape, dtype=np.uint8).view("float8_e4m3fn")  # noqa: E731 (0x7F: NaN)
+    return dict(k_block_scales=draw(), v_block_scales=draw())
+
+
+def _block_scales_shape(context: Context) -> tuple:
+    return (context.head_dim // NVFP4_GROUP,) if context.head_dim is not None else ()
+
+
+NVFP4_SCALES = Option(
+    feature=NVFP4,
+    description="NVFP4 caches: uint8 [..., head_dim // 2] of e2m1 codes (element 2i in the low nibble) with "
+                "float8_e4m3fn block scales per 16 values; value = e2m1 * block scale * k_scale (per tensor)",
+    fields=(Field("k_block_scales", None, slot_array("k_block_scales", "float8_e4m3fn", "one scale per 16 values",
+                                                     _block_scales_shape),
+                  "None or float8_e4m3fn [num_blocks, block_size, num_kv_heads, head_dim // 16]: K's block scales",
+                  per_slot=True),
+            Field("v_block_scales", None, slot_array("v_block_scales", "float8_e4m3fn", "one scale per 16 values",
+                                                     _block_scales_shape),
+                  "None or float8_e4m3fn [num_blocks, block_size, num_kv_heads, head_dim // 16]: V's block scales",
+                  per_slot=True)),
+    in_use=lambda o: o.k_block_scales is not None,
+    keywords={},
+    build=_nvfp4_build,
+    describe=lambda o: "nvfp4",
+    example=dict(kv_dtype=NVFP4),
+    validate=_nvfp4_validate,
+    declared_in="kv_dtypes",
+)
+
+
 # The table. Its order is the kernels' argument order (kernel_args, row by row).
-OPTIONS: tuple[Option, ...] = (WINDOW, SOFTCAP, ALIBI, KV_SCALE, SINKS, LSE)
+OPTIONS: tuple[Option, ...] = (WINDOW, SOFTCAP, ALIBI, KV_SCALE, SINKS, LSE, KV_SCALES, NVFP4_SCALES)

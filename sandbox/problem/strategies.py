@@ -18,6 +18,7 @@ from __future__ import annotations
 from hypothesis import assume, note
 from hypothesis import strategies as st
 
+from .dtypes import NVFP4
 from .option_schema import Context
 from .options import OPTIONS
 from .decode import DecodeProblem
@@ -75,7 +76,8 @@ def decode_problems(draw, block_sizes=ANY_BLOCK_SIZES, head_dims=(32, 64, 128), 
                     max_query_tokens: int = 64, max_multiply_adds: int | None = None) -> DecodeProblem:
     """A DecodeProblem small enough for the simulator/executor yet reaching every edge case above.
 
-    kv_dtypes: fp8 formats that may be drawn for the cache (besides the query's dtype); options:
+    kv_dtypes: cache formats that may be drawn (besides the query's dtype: fp8, and nvfp4 where the
+    head dim is a multiple of 16); options:
     the FEATURES that may be switched on (each drawn by its row of the option table); max_query_len: 1 (decode), an int, or None (any), with
     at most max_query_tokens query tokens in all. max_tokens bounds each context length (block
     size 256 still gets 256 and 257 tokens when >= 257). max_multiply_adds (None: no bound) rejects
@@ -89,7 +91,9 @@ def decode_problems(draw, block_sizes=ANY_BLOCK_SIZES, head_dims=(32, 64, 128), 
     num_heads = num_kv_heads * ratio
     lens = draw(context_lengths(block_size, num_seqs, max_tokens))
     dtype = draw(st.sampled_from(dtypes))
-    kv_dtype = draw(st.sampled_from((None,) + tuple(kv_dtypes))) if kv_dtypes else None
+    head_dim = draw(st.sampled_from(head_dims))
+    kv_choices = [k for k in kv_dtypes if k != NVFP4 or head_dim % 16 == 0]  # NVFP4: one scale per 16 values
+    kv_dtype = draw(st.sampled_from([None] + kv_choices)) if kv_choices else None
     q_lens = draw(query_lengths(lens, block_size, max_query_len))
     if q_lens is not None and sum(q_lens) > max_query_tokens:
         q_lens = [max(1, q * max_query_tokens // sum(q_lens)) for q in q_lens]
@@ -97,7 +101,7 @@ def decode_problems(draw, block_sizes=ANY_BLOCK_SIZES, head_dims=(32, 64, 128), 
     kw = draw_options(draw, options, Context(num_heads=num_heads, block_size=block_size, context_lens=tuple(lens),
                                              kv_format=kv_dtype or dtype))
     common = dict(seed=draw(st.integers(0, 2**31 - 1)), num_heads=num_heads, num_kv_heads=num_kv_heads,
-                  head_dim=draw(st.sampled_from(head_dims)), block_size=block_size, dtype=dtype, kv_dtype=kv_dtype,
+                  head_dim=head_dim, block_size=block_size, dtype=dtype, kv_dtype=kv_dtype,
                   extreme_logits=extreme, **kw)
     if draw(st.integers(0, 3)) == 0:  # sharing as the allocator makes it: fork (copy-on-write) or prefix caching
         groups = draw(st.integers(1, 2))

@@ -58,7 +58,8 @@ class Limits:
     """Declared support. None means "any".
 
     dtypes: query (and output) dtypes; the cache may always have the query's dtype.
-    kv_dtypes: fp8 cache formats accepted besides that (with any of `dtypes`).
+    kv_dtypes: cache formats accepted besides that (with any of `dtypes`): fp8 dtype names and "nvfp4"
+        (sandbox.problem.dtypes.KV_FORMATS).
     options: the option table's features accepted (sandbox.problem.options.FEATURES: "window", "softcap",
         "alibi", "kv_scale", "sinks", "lse", ...).
     max_query_len: query tokens per sequence (1: decode only; None: any, with query_start).
@@ -83,7 +84,7 @@ class Limits:
             refuse("head_dim", problem.head_dim, self.head_dims)
         if np.dtype(problem.dtype).name not in self.dtypes:
             refuse("dtype", np.dtype(problem.dtype).name, self.dtypes)
-        kv = np.dtype(problem.kv_dtype).name
+        kv = problem.kv_format
         if kv != np.dtype(problem.dtype).name and kv not in self.kv_dtypes:
             refuse("kv_dtype", kv, ("the query's dtype",) + self.kv_dtypes)
         for feature in problem.options.features:
