@@ -28,7 +28,11 @@ from sandbox.analysis.occupancy import occupancy
 from sandbox.problem import DecodeProblem
 from sandbox.variant import POW2_BLOCK_SIZES, Unsupported
 
+from declared import declares, require, within
+
 NUMBA = registry.variants("numba")
+# The ones with a compile report (an optional part of a variant): what the compile tests walk.
+REPORTED = [n for n in NUMBA if hasattr(registry.get(n).module, "compile_report")]
 
 
 def _expected(problem):
@@ -44,12 +48,15 @@ def _check(name, problem):
 
 @pytest.mark.parametrize("name", NUMBA)
 def test_every_block_size_with_context_traps(name):
-    """Each power-of-two block size with lengths 1, k*bs and k*bs+1 in one problem (GQA 2, 2 KV heads)."""
+    """Each power-of-two block size with lengths 1, k*bs and k*bs+1 in one problem (GQA 2, 2 KV heads), the
+    ones the variant declares."""
+    problems = []
     for i, block_size in enumerate(POW2_BLOCK_SIZES):
         k = 2 if block_size <= 16 else 1
-        problem = DecodeProblem.random(100 + i, num_seqs=3, num_heads=4, num_kv_heads=2, head_dim=32,
-                                       block_size=block_size, context_lens=[1, k * block_size, k * block_size + 1],
-                                       dtype=("float32", "float16")[i % 2], extreme_logits=bool(i % 3 == 0))
+        problems.append(DecodeProblem.random(100 + i, num_seqs=3, num_heads=4, num_kv_heads=2, head_dim=32,
+                                             block_size=block_size, context_lens=[1, k * block_size, k * block_size + 1],
+                                             dtype=("float32", "float16")[i % 2], extreme_logits=bool(i % 3 == 0)))
+    for problem in within(name, problems):
         _check(name, problem)
 
 
@@ -58,6 +65,7 @@ def test_every_block_size_with_context_traps(name):
 def test_declared_head_dims_beyond_the_random_suite(name, head_dim):
     problem = DecodeProblem.random(7, num_seqs=2, num_heads=2, num_kv_heads=1, head_dim=head_dim, block_size=8,
                                    context_lens=[9, 20], dtype="float16")
+    require(name, problem)
     _check(name, problem)
 
 
@@ -238,6 +246,7 @@ def test_variants_with_racing_allocations_and_nan_poisoned_memory(monkeypatch, n
 
     problem = DecodeProblem.random(11, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, block_size=16,
                                    context_lens=[40])
+    require(name, problem)
     prepared, _ = runner.prepare(name, problem, "cpu")
     _slow_poisoned_allocations(monkeypatch)
     prepared.launch()
@@ -262,6 +271,7 @@ def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):
         monkeypatch.setattr(module, "block_sum", reductions.shuffle_block_sum)
     problem = DecodeProblem.random(8, num_seqs=2, num_heads=4, num_kv_heads=1, head_dim=64, block_size=16,
                                    context_lens=[1, 200], dtype="float16")
+    require(name, problem)
     _check(name, problem)
 
 
@@ -271,7 +281,7 @@ def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):
 def test_every_numba_kernel_compiles_for_real_gpus(arch, dtype):
     """compile_ptx + nvJitLink in a real-mode child: resources parsed, no float64 math, shuffles in the
     block reductions (the GPU path of the helper is the one compiled); the same in the machine code."""
-    names = NUMBA + registry.cache_writers("numba")
+    names = [n for n in REPORTED if declares(n, dtype, 16, 128)] + registry.cache_writers("numba")
     rows = resources.collect(names, block_sizes=(16,), head_dim=128, dtype=dtype, arch=arch, images=True)
     census = {(r["variant"], r["kernel"]): r for r in sass.census_rows(rows)}
     assert len(census) == sum(len(r["kernels"]) for r in rows)
@@ -491,6 +501,7 @@ def test_window_never_touches_the_blocks_before_it(name):
     problem = DecodeProblem.random(31, num_seqs=4, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4,
                                    context_lens=[37, 30, 23, 9], window_left=12, dtype="bfloat16", kv_dtype="e4m3",
                                    alibi_slopes="paper", share_prefix=False)
+    require(name, problem)
     first = problem.first_read_tokens()
     assert first.tolist() == [24, 17, 10, 0]  # k*bs, k*bs + 1, mid-block, no block before the window
     for s in range(problem.num_seqs):
@@ -561,6 +572,7 @@ def test_each_option_matches_the_reference(name, case):
     shape = dict(num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=32, block_size=8, max_context_len=45)
     shape.update(OPTION_CASES[case])
     problem = DecodeProblem.random(50 + len(case), **shape)
+    require(name, problem)
     _check(name, problem)
 
 
@@ -585,7 +597,7 @@ def test_numba_kernels_compile_for_bf16_queries_and_e4m3_caches_at_sm_90():
     spills, no generic LD/ST in the machine code, shuffles in block/split."""
     from sandbox.devices.other_mode import call_in_numba_mode
 
-    names = NUMBA + registry.cache_writers("numba")
+    names = [n for n in REPORTED if declares(n, "bfloat16", 16, 128, "float8_e4m3fn")] + registry.cache_writers("numba")
     by_name = call_in_numba_mode(False, "kernels.numba_cuda.reports:compile_reports", names, 16, 128,
                                  "bfloat16", "sm_90", "float8_e4m3fn", True)
     assert list(by_name) == names
