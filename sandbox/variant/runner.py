@@ -9,48 +9,52 @@ from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem
 
 
-def prepare(name: str, problem: DecodeProblem, backend: str = "auto"):
-    """Validate and prepare `name` on `problem` (untimed). Returns (prepared, resolved backend).
+def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
+    """Validate and prepare `name` on `problem` (untimed) with the tunables in `config` (None: the
+    defaults; see sandbox.variant.tunables). Returns (prepared, resolved backend).
 
     Raises ValueError before any launch if the inputs are invalid or the variant does not support them.
     A numba variant whose mode differs from this process's cannot be prepared here: use run().
     """
     problem.validate()
-    variant = registry.get(name)
+    variant = registry.get(name, problem="decode")
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
         raise ValueError(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
                          "use sandbox.run, which runs it in a child process")
-    return variant.prepare(problem, resolved), resolved
+    return variant.prepare(problem, resolved, config), resolved
 
 
-def run_problem(name: str, problem: DecodeProblem, backend: str = "auto"):
+def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
     """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype; with
     problem.options.return_lse, (out, lse float32 [num_query_tokens, num_heads])."""
     problem.validate()
-    variant = registry.get(name)
+    variant = registry.get(name, problem="decode")
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
+    variant.configuration(config)  # an undeclared tunable is refused here, in this process
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
         from ..devices.other_mode import call_in_numba_mode
-        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.runner:run_problem", name, problem, resolved)
-    prepared = variant.prepare(problem, resolved)
+        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.runner:run_problem", name, problem, resolved,
+                                  config)
+    prepared = variant.prepare(problem, resolved, config)
     prepared.launch()
     result = prepared.result()
     return tuple(np.asarray(x) for x in result) if isinstance(result, tuple) else np.asarray(result)
 
 
 def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
-        backend="auto", **options):
+        backend="auto", config=None, **options):
     """The public entry point: run variant `name` on host NumPy inputs.
 
     Returns [num_seqs, num_heads, head_dim] (decode) or [total_q, num_heads, head_dim] (with
     query_start) in the query's dtype; with return_lse=True, (out, lse) with lse float32 [num_query_tokens,
     num_heads]. `options` are the option table's fields (AttentionOptions; docs/options.md lists them),
-    each off by default. Inputs may be strided views: the variant
-    receives C-contiguous copies. NaN or inf in a query row propagates to that row's output (the
-    logits of that head are NaN); everything else is validated before any launch.
+    each off by default. Inputs may be strided views: the variant receives C-contiguous copies. NaN or
+    inf in a query row propagates to that row's output (the logits of that head are NaN); everything
+    else is validated before any launch. config: the variant's tunables for this run ({"threads": 64};
+    sandbox.tunables(name) lists them), None for its defaults.
     """
     def contiguous(x):
         return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x
@@ -58,4 +62,4 @@ def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=N
     attention = AttentionOptions.from_kwargs(**{k: contiguous(v) for k, v in options.items()})
     problem = DecodeProblem(*(contiguous(x) for x in (query, key_cache, value_cache, block_tables, context_lens)),
                             scale, options=attention, query_start=contiguous(query_start))
-    return run_problem(name, problem, backend)
+    return run_problem(name, problem, backend, config)
