@@ -1,23 +1,42 @@
 """numpy.gather: what a user writes first. Gather K/V through the block table with fancy indexing, float32 softmax.
 
 Idea: pad every sequence to the table's capacity, gather [num_seqs, capacity, kv_heads, head_dim]
-in one indexing step, mask what a query row may not see (padding, the future of a multi-token
-query, tokens before a sliding window) to -inf, softmax in float32, then one batched matmul.
-Limits: any block size, head dim and GQA ratio; float32, float16 and bfloat16 queries, fp8 caches
-(all computed in float32); every option; several query tokens per sequence; CPU only.
+in one indexing step (per-token scales and NVFP4 block scales with it), mask what a query row may not
+see (padding, the future of a multi-token query, tokens before a sliding window) to -inf, softmax in
+float32 with the sinks in its denominator, then one batched matmul.
+Limits: any block size, head dim and GQA ratio; float32, float16 and bfloat16 queries; fp8 caches
+(per tensor or per token and head) and NVFP4 caches (all computed in float32); every option (the
+log-sum-exp too); several query tokens per sequence; CPU only. It is the contract layer's own check:
+it implements every feature the option table defines.
 Verdict: the CPU baseline. Memory is O(num_seqs x capacity), so very long tables cost copies.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import FULL_SUPPORT, Limits
+from reference.formats import dequantize_nvfp4
+from sandbox.problem.dtypes import KV_FORMATS, QUERY_DTYPES
+from sandbox.problem.options import FEATURES
+from sandbox.variant import Limits
 
-LIMITS = Limits(block_sizes=None, head_dims=None, backends=("cpu",), max_query_len=None, **FULL_SUPPORT)
+LIMITS = Limits(block_sizes=None, head_dims=None, dtypes=QUERY_DTYPES, kv_dtypes=KV_FORMATS, options=FEATURES,
+                backends=("cpu",), max_query_len=None)
 
 
-def paged_attention_gather(problem) -> np.ndarray:
-    """float32 [num_query_tokens, num_heads, head_dim] for a DecodeProblem (see sandbox/problem/decode.py)."""
+def _gather_kv(cache, blocks, offsets, tensor_scale, token_scales, block_scales) -> np.ndarray:
+    """float32 [seqs, capacity, kv_heads, head_dim] of the slots (blocks, offsets), dequantized."""
+    if block_scales is not None:
+        x = dequantize_nvfp4(cache[blocks, offsets], block_scales[blocks, offsets], tensor_scale).astype(np.float32)
+    else:
+        x = cache[blocks, offsets].astype(np.float32) * np.float32(tensor_scale)
+    if token_scales is not None:
+        x *= token_scales[blocks, offsets][..., None]
+    return x
+
+
+def paged_attention_gather(problem):
+    """float32 [num_query_tokens, num_heads, head_dim] for a DecodeProblem (see sandbox/problem/decode.py);
+    with return_lse, (out, lse float32 [num_query_tokens, num_heads])."""
     p, opts = problem, problem.options
     num_heads, head_dim = p.num_heads, p.head_dim
     group = num_heads // p.num_kv_heads
@@ -34,8 +53,8 @@ def paged_attention_gather(problem) -> np.ndarray:
     # Unread table entries may be -1: point them at block 0 and let the mask drop them.
     blocks = np.where(needed, p.block_tables[:, tokens // p.block_size], 0)
     offsets = np.broadcast_to(tokens % p.block_size, blocks.shape)
-    keys = p.key_cache[blocks, offsets].astype(np.float32) * np.float32(opts.k_scale)    # [seqs, capacity, kv, d]
-    values = p.value_cache[blocks, offsets].astype(np.float32) * np.float32(opts.v_scale)
+    keys = _gather_kv(p.key_cache, blocks, offsets, opts.k_scale, opts.k_scales, opts.k_block_scales)
+    values = _gather_kv(p.value_cache, blocks, offsets, opts.v_scale, opts.v_scales, opts.v_block_scales)
     # NaN in padding would poison the matmuls (0 * NaN = NaN): zero it, the mask does the rest.
     keys[~needed] = 0.0
     values[~needed] = 0.0
@@ -54,11 +73,22 @@ def paged_attention_gather(problem) -> np.ndarray:
         distance = (tokens[None, :] - positions[:, None]).astype(np.float32)                     # [rows, capacity]
         logits = logits + slopes[None, :, :, None] * distance[:, None, None, :]
     logits = np.where(visible[:, None, None, :], logits, -np.inf)
-    logits -= logits.max(axis=-1, keepdims=True)
-    weights = np.exp(logits)
-    weights /= weights.sum(axis=-1, keepdims=True)
-    out = np.einsum("rkgt,rtkd->rkgd", weights, values[seq_of_row])
-    return out.reshape(-1, num_heads, head_dim)
+    top = logits.max(axis=-1)                                                                # [rows, kv, group]
+    weights = np.exp(logits - top[..., None])
+    total = weights.sum(axis=-1)
+    if opts.sinks is not None:  # m = max(top, sink): rescale the tokens' weights, add the sink's
+        sinks = np.broadcast_to(opts.sinks.reshape(p.num_kv_heads, group), top.shape)
+        m = np.maximum(top, sinks)
+        shrink = np.exp(top - m)
+        weights *= shrink[..., None]
+        denominator = total * shrink + np.exp(sinks - m)
+    else:
+        denominator = total
+    out = np.einsum("rkgt,rtkd->rkgd", weights / denominator[..., None], values[seq_of_row])
+    out = out.reshape(-1, num_heads, head_dim)
+    if opts.return_lse:
+        return out, (top + np.log(total)).reshape(-1, num_heads).astype(np.float32)
+    return out
 
 
 class _Prepared:
@@ -69,7 +99,10 @@ class _Prepared:
     def launch(self) -> None:
         self.out = paged_attention_gather(self.problem)
 
-    def result(self) -> np.ndarray:
+    def result(self):
+        if self.problem.options.return_lse:
+            out, lse = self.out
+            return out.astype(self.problem.dtype), lse
         return self.out.astype(self.problem.dtype)
 
 

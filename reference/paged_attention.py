@@ -3,7 +3,8 @@
 Layout (the project's canonical one, see docs/design.md):
     query         [num_seqs, num_heads, head_dim]   (decode), or [total_q, num_heads, head_dim] with query_start
     key_cache     [num_blocks, block_size, num_kv_heads, head_dim]   query's dtype, or fp8
-    value_cache   [num_blocks, block_size, num_kv_heads, head_dim]
+                  [num_blocks, block_size, num_kv_heads, head_dim // 2] uint8: NVFP4 (reference/formats.py)
+    value_cache   the same as key_cache
     block_tables  [num_seqs, max_blocks_per_seq] int32
     context_lens  [num_seqs] int32
     query_start   None, or int32 [num_seqs + 1]: sequence s owns query rows query_start[s]:query_start[s+1]
@@ -16,11 +17,18 @@ import math
 
 import numpy as np
 
+from .formats import dequantize_nvfp4
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max()
-    weights = np.exp(shifted)
-    return weights / weights.sum()
+
+def _softmax(logits: np.ndarray, sink: float | None = None) -> tuple[np.ndarray, float]:
+    """(weights, lse): exp(s_t - m) / (sum_t exp(s_t - m) + exp(sink - m)) with m = max(max_t s_t, sink), and
+    lse = log sum_t exp(s_t) over the tokens alone (-inf when there are none; the weights are then empty)."""
+    top = logits.max() if len(logits) else -math.inf
+    lse = top + math.log(np.exp(logits - top).sum()) if len(logits) else -math.inf
+    m = top if sink is None else max(top, sink)
+    weights = np.exp(logits - m)
+    denominator = weights.sum() + (0.0 if sink is None else math.exp(sink - m))
+    return weights / denominator, lse
 
 
 def dense_decode(query: np.ndarray, keys: np.ndarray, values: np.ndarray, scale: float | None = None) -> np.ndarray:
@@ -39,17 +47,36 @@ def dense_decode(query: np.ndarray, keys: np.ndarray, values: np.ndarray, scale:
         q = query[h].astype(np.float64)
         k = keys[:, kv_head, :].astype(np.float64)
         v = values[:, kv_head, :].astype(np.float64)
-        weights = _softmax(scale * (k @ q))
+        weights, _ = _softmax(scale * (k @ q))
         out[h] = weights @ v
     return out
 
 
+def _row(cache, block_scales, tensor_scale, token_scales, block, offset, kv_head) -> np.ndarray:
+    """One token's K (or V) row of one KV head, dequantized: float64 [head_dim]."""
+    if block_scales is not None:  # NVFP4: e2m1 * block scale * tensor scale
+        x = dequantize_nvfp4(cache[block, offset, kv_head], block_scales[block, offset, kv_head], tensor_scale)
+    else:
+        x = cache[block, offset, kv_head].astype(np.float64) * tensor_scale
+    if token_scales is not None:  # fp8 with one scale per (token, KV head)
+        x = x * float(token_scales[block, offset, kv_head])
+    return x
+
+
 def paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
-                    k_scale=1.0, v_scale=1.0, window_left=-1, logits_soft_cap=0.0, alibi_slopes=None) -> np.ndarray:
+                    window_left=-1, logits_soft_cap=0.0, alibi_slopes=None, k_scale=1.0, v_scale=1.0, sinks=None,
+                    return_lse=False, k_scales=None, v_scales=None, k_block_scales=None, v_block_scales=None):
     """Attention of every query token over its sequence's paged K/V, one token at a time.
 
-    Returns float64 [num_query_tokens, num_heads, head_dim]. Tokens after a query token's
-    position, before its window, and slots past context_lens[s] are never read.
+    The options (docs/design.md, sandbox/problem/option_table.py):
+        k_t = K[t] * k_scale (* k_scales[slot of t, kv head] per token; NVFP4: e2m1 * k_block_scales * k_scale)
+        s_t = scale * q . k_t;  soft-cap: s_t = cap * tanh(s_t / cap);  ALiBi: s_t += slope[h] * (t - p)
+        only tokens max(0, p - window_left) <= t <= p (window_left -1: 0 <= t <= p)
+        out = sum_t exp(s_t - m) v_t / (sum_t exp(s_t - m) + exp(sink_h - m)), m = max(max_t s_t, sink_h)
+              (without sinks: the plain softmax); v_t like k_t with the v_ scales.
+    Returns float64 [num_query_tokens, num_heads, head_dim]; with return_lse, (out, lse) where lse float64
+    [num_query_tokens, num_heads] = log sum_t exp(s_t) over the tokens only (natural log, no sink).
+    Tokens after a query token's position, before its window, and slots past context_lens[s] are never read.
     """
     num_seqs = len(context_lens)
     num_heads, head_dim = query.shape[1], query.shape[2]
@@ -59,6 +86,7 @@ def paged_attention(query, key_cache, value_cache, block_tables, context_lens, s
     if query_start is None:
         query_start = np.arange(num_seqs + 1)  # decode: one query token per sequence
     out = np.empty((query.shape[0], num_heads, head_dim), dtype=np.float64)
+    lse = np.empty((query.shape[0], num_heads), dtype=np.float64)
     for s in range(num_seqs):
         context_len = int(context_lens[s])
         first_row, end_row = int(query_start[s]), int(query_start[s + 1])
@@ -72,56 +100,26 @@ def paged_attention(query, key_cache, value_cache, block_tables, context_lens, s
                 logits = np.empty(len(tokens), dtype=np.float64)
                 for i, t in enumerate(tokens):
                     block = block_tables[s, t // block_size]
-                    k = key_cache[block, t % block_size, kv_head].astype(np.float64) * k_scale
+                    k = _row(key_cache, k_block_scales, k_scale, k_scales, block, t % block_size, kv_head)
                     logit = scale * np.dot(q, k)
                     if logits_soft_cap > 0:
                         logit = logits_soft_cap * math.tanh(logit / logits_soft_cap)
                     if alibi_slopes is not None:
                         logit += float(alibi_slopes[h]) * (t - position)
                     logits[i] = logit
-                weights = _softmax(logits)
+                weights, lse[row, h] = _softmax(logits, None if sinks is None else float(sinks[h]))
                 acc = np.zeros(head_dim, dtype=np.float64)
                 for i, t in enumerate(tokens):
                     block = block_tables[s, t // block_size]
-                    acc += weights[i] * (value_cache[block, t % block_size, kv_head].astype(np.float64) * v_scale)
+                    acc += weights[i] * _row(value_cache, v_block_scales, v_scale, v_scales, block, t % block_size,
+                                             kv_head)
                 out[row, h] = acc
-    return out
+    return (out, lse) if return_lse else out
 
 
-def paged_decode(query, key_cache, value_cache, block_tables, context_lens, scale=None, *, k_scale=1.0, v_scale=1.0,
-                 window_left=-1, logits_soft_cap=0.0, alibi_slopes=None, query_start=None) -> np.ndarray:
+def paged_decode(query, key_cache, value_cache, block_tables, context_lens, scale=None, **options):
     """Decode attention (one query token per sequence, unless query_start says otherwise): paged_attention.
 
-    Returns float64 [num_seqs, num_heads, head_dim] for decode.
+    Returns float64 [num_seqs, num_heads, head_dim] for decode (with return_lse, (out, lse)).
     """
-    return paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale, query_start=query_start,
-                           k_scale=k_scale, v_scale=v_scale, window_left=window_left,
-                           logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes)
-
-
-def _fp8_max_finite(dtype: np.dtype) -> float | None:
-    return {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}.get(dtype.name)
-
-
-def _store(cache: np.ndarray, index, x: np.ndarray, scale: float) -> None:
-    """cache[index] = x, or fp8(clip(x / scale, -max, max)) for an fp8 cache (RNE; NaN stays NaN)."""
-    limit = _fp8_max_finite(cache.dtype)
-    if limit is None:
-        cache[index] = x
-    else:
-        cache[index] = np.clip(x.astype(np.float32) / np.float32(scale), -limit, limit).astype(cache.dtype)
-
-
-def write_cache(key_cache, value_cache, key, value, slot_mapping, k_scale=1.0, v_scale=1.0) -> None:
-    """Store new tokens' K/V in place: token i goes to slot slot_mapping[i]; slot < 0 is skipped.
-
-    key/value [num_tokens, num_kv_heads, head_dim]; slot = block * block_size + offset. A cache of
-    the inputs' dtype stores them as they are; an fp8 cache stores fp8(clip(x / scale, +-max_finite)).
-    """
-    block_size = key_cache.shape[1]
-    for i, slot in enumerate(slot_mapping):
-        slot = int(slot)
-        if slot < 0:
-            continue
-        _store(key_cache, (slot // block_size, slot % block_size), key[i], k_scale)
-        _store(value_cache, (slot // block_size, slot % block_size), value[i], v_scale)
+    return paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale, **options)

@@ -27,6 +27,8 @@ from sandbox.cpucuda import last_poison, modes
 from sandbox.problem import DecodeProblem
 from sandbox.variant.runner import run_problem
 
+from declared import within
+
 ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 WRONG = {"wrong.cupy.ignores_table": cupy_ignores_table, "wrong.cupy.off_by_one": cupy_off_by_one}
 SPLIT_KV = {"cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
@@ -175,8 +177,8 @@ def test_cuda_c_variant_under_each_executor_mode(name, mode):
     races on the first problem (block size 1, a partly used GQA tile, float32); whether the comparison
     catches them is tests/test_variants.py's job (some controls are wrong only with options)."""
     wrong = name.startswith("wrong.")
-    problems = _problems() if not wrong else _problems()[:1]
-    for problem in problems:
+    problems = within(name, _problems())
+    for problem in problems if not wrong else problems[:1]:
         with modes(**CPU_MODES[mode]):
             result = check_problem(name, problem, "cpu")
         assert result.error is None, f"{name} in mode {mode} on {problem}: {result.error}"
@@ -187,7 +189,7 @@ def test_cuda_c_variant_under_each_executor_mode(name, mode):
 @pytest.mark.parametrize("name", [n for n in CUDA_C if not n.startswith("wrong.")])
 def test_reversed_thread_order_gives_identical_results(name):
     """Threads (and blocks) in reverse order: a missing barrier would change the result."""
-    for problem in _problems():
+    for problem in within(name, _problems()):
         forward = run_problem(name, problem, "cpu")
         with modes(order="reverse"):
             backward = run_problem(name, problem, "cpu")

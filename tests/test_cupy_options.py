@@ -1,4 +1,4 @@
-"""The CUDA C family's precisions and attention options (issue #11): bfloat16 queries, fp8 caches, k/v scales,
+"""The CUDA C family's precisions and attention options: bfloat16 queries, fp8 caches, k/v scales,
 soft-cap, ALiBi and sliding windows on cupy.v1/v2/gqa/rows/dense; windows that skip (and never look up) the
 blocks before them; fp8 cache writes; the negative controls for the options; GPU builds of one instantiation;
 #line numbers after `#pragma once`; launch_partition of the split-KV variants.
@@ -24,7 +24,7 @@ from sandbox.variant import registry
 from sandbox.checking.check import check_problem, expected_output
 from sandbox.checking.compare import assert_close
 from sandbox.problem import DecodeProblem
-from sandbox.variant import FULL_SUPPORT
+from sandbox.variant import KERNEL_SUPPORT
 
 ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 SPLIT_KV = ("cupy.v2", "cupy.gqa", "cupy.rows", "cupy.dense")
@@ -70,14 +70,14 @@ def test_every_variant_declares_full_support_and_keeps_its_shapes():
     for name, module in ATTENTION.items():
         limits = module.LIMITS
         assert (limits.dtypes, limits.kv_dtypes, limits.options) == (
-            FULL_SUPPORT["dtypes"], FULL_SUPPORT["kv_dtypes"], FULL_SUPPORT["options"]), name
+            KERNEL_SUPPORT["dtypes"], KERNEL_SUPPORT["kv_dtypes"], KERNEL_SUPPORT["options"]), name
         assert limits.block_sizes == common.POW2_BLOCK_SIZES and limits.head_dims == common.HEAD_DIMS, name
     for name in CONTROLS:
         assert registry.get(name).limits == v1.LIMITS
 
 
 def test_kernel_names_keep_the_plain_instantiation():
-    """The plain case (cache of the query's dtype, no option) is named as before options existed."""
+    """The plain case (cache of the query's dtype, no option) is named by the template's defaults alone."""
     assert v1.kernel_name(16, 128, "float16") == "paged_attention_v1<16, 128, __half>"
     assert v2.kernel_name(1, 64, "bfloat16", "float8_e4m3fn", 5) == \
         "paged_attention_v2<1, 64, __nv_bfloat16, __nv_fp8_e4m3, 5>"
@@ -94,7 +94,7 @@ def test_option_flags_follow_the_options_in_use():
     assert common.option_flags(plain) == 0 and common.kernel_scale(plain) == np.float32(0.5 / 8)
     p = DecodeProblem.random(1, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=64, block_size=BLOCK,
                              context_lens=[9], window_left=3, alibi_slopes="paper", v_scale=2.0)
-    assert common.option_flags(p) == common.OPT_WINDOW | common.OPT_ALIBI | common.OPT_VSCALE
+    assert common.option_flags(p) == common.OPT["OPT_WINDOW"] | common.OPT["OPT_ALIBI"] | common.OPT["OPT_VSCALE"]
 
 
 # ---- options and precisions against the reference ------------------------------------------------------------
@@ -307,11 +307,15 @@ def test_precisions_and_options_compile_for_gpu_targets(arch):
 
 def test_inlined_source_maps_every_line_to_its_file_and_number():
     """Walk load_source's output as the preprocessor does (#line directives): every line must be the line its
-    mapping names, in common.cuh after `#pragma once` too (the pragma leaves a blank line)."""
+    mapping names, in common.cuh after `#pragma once` too (the pragma leaves a blank line); only the option
+    prelude comes before the first mapping."""
     root = common.KERNEL_DIR.parent.parent
+    prelude = common.option_prelude()  # generated from the option table, before the first #line
     for path in (v1.PATH, registry.get("wrong.cupy.alibi_flipped").module.PATH):
         file, number, checked = None, 0, 0
-        for line in common.load_source(path).splitlines():
+        source = common.load_source(path)
+        assert source.startswith(prelude) and source[len(prelude):].startswith("#line 1 ")
+        for line in source[len(prelude):].splitlines():
             m = re.match(r'#line (\d+) "([^"]+)"$', line)
             if m:
                 number, file = int(m.group(1)), m.group(2)

@@ -15,8 +15,8 @@ import pytest
 from numba import cuda, float32  # after conftest imported sandbox: simulator exactly when no GPU
 
 import reference
-from kernels.numba_cuda import common
-from kernels.numba_cuda.common import REDUCE_SCRATCH, block_max, block_sum
+from kernels.numba_cuda import codecs, launch, options, reductions, reports, simulator
+from kernels.numba_cuda.reductions import REDUCE_SCRATCH, block_max, block_sum
 from sandbox.problem import dtypes
 from sandbox.variant import registry
 from sandbox.analysis import resources, sass
@@ -28,7 +28,11 @@ from sandbox.analysis.occupancy import occupancy
 from sandbox.problem import DecodeProblem
 from sandbox.variant import POW2_BLOCK_SIZES, Unsupported
 
+from declared import declares, require, within
+
 NUMBA = registry.variants("numba")
+# The ones with a compile report (an optional part of a variant): what the compile tests walk.
+REPORTED = [n for n in NUMBA if hasattr(registry.get(n).module, "compile_report")]
 
 
 def _expected(problem):
@@ -44,12 +48,15 @@ def _check(name, problem):
 
 @pytest.mark.parametrize("name", NUMBA)
 def test_every_block_size_with_context_traps(name):
-    """Each power-of-two block size with lengths 1, k*bs and k*bs+1 in one problem (GQA 2, 2 KV heads)."""
+    """Each power-of-two block size with lengths 1, k*bs and k*bs+1 in one problem (GQA 2, 2 KV heads), the
+    ones the variant declares."""
+    problems = []
     for i, block_size in enumerate(POW2_BLOCK_SIZES):
         k = 2 if block_size <= 16 else 1
-        problem = DecodeProblem.random(100 + i, num_seqs=3, num_heads=4, num_kv_heads=2, head_dim=32,
-                                       block_size=block_size, context_lens=[1, k * block_size, k * block_size + 1],
-                                       dtype=("float32", "float16")[i % 2], extreme_logits=bool(i % 3 == 0))
+        problems.append(DecodeProblem.random(100 + i, num_seqs=3, num_heads=4, num_kv_heads=2, head_dim=32,
+                                             block_size=block_size, context_lens=[1, k * block_size, k * block_size + 1],
+                                             dtype=("float32", "float16")[i % 2], extreme_logits=bool(i % 3 == 0)))
+    for problem in within(name, problems):
         _check(name, problem)
 
 
@@ -58,6 +65,7 @@ def test_every_block_size_with_context_traps(name):
 def test_declared_head_dims_beyond_the_random_suite(name, head_dim):
     problem = DecodeProblem.random(7, num_seqs=2, num_heads=2, num_kv_heads=1, head_dim=head_dim, block_size=8,
                                    context_lens=[9, 20], dtype="float16")
+    require(name, problem)
     _check(name, problem)
 
 
@@ -120,9 +128,7 @@ def test_gqa_refuses_a_group_beyond_its_shared_memory_before_launch():
 @pytest.mark.parametrize("threads, group, head_dim", [(64, 3, 32), (128, 12, 32), (32, 8, 80)])
 def test_gqa_with_more_threads_than_head_dim(monkeypatch, threads, group, head_dim):
     """The GPU's 128 threads split V accumulation into token slices; the simulator's default 16 never does."""
-    from kernels.numba_cuda import common
-
-    monkeypatch.setattr(common, "SIM_MAX_THREADS", threads)
+    monkeypatch.setattr(launch, "SIM_MAX_THREADS", threads)
     problem = DecodeProblem.random(group, num_seqs=2, num_heads=2 * group, num_kv_heads=2, head_dim=head_dim,
                                    block_size=16, context_lens=[1, 150], dtype="float16")
     _check("numba.gqa", problem)
@@ -138,8 +144,8 @@ def reduce_body(values, out):
 def shuffle_reduce_body(values, out):
     scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    out[i, 0] = common.shuffle_block_max(values[i], scratch)
-    out[i, 1] = common.shuffle_block_sum(values[i], scratch)
+    out[i, 0] = reductions.shuffle_block_max(values[i], scratch)
+    out[i, 1] = reductions.shuffle_block_sum(values[i], scratch)
 
 
 def _emulated_shfl_xor_sync(fake_cuda, mask, value, lane_mask):
@@ -160,7 +166,7 @@ def _reduce_and_check(kernel, threads, blocks=3):
     values = rng.standard_normal(blocks * threads).astype(np.float32)
     values[0] = -np.inf  # a thread without tokens contributes -inf to the max
     out = np.zeros((blocks * threads, 2), np.float32)
-    with common.simulator_switching():
+    with simulator.simulator_switching():
         kernel[blocks, threads](values, out)
     for b in range(blocks):
         chunk = values[b * threads:(b + 1) * threads]
@@ -221,11 +227,11 @@ def neighbour_body(out):
 def test_every_thread_of_a_block_gets_the_same_static_shared_array(monkeypatch):
     """numba 0.68's simulator allocated a static shared array with an unlocked check-then-store, so
     under GIL switches two threads of a launch's first block could get different arrays (NaN from
-    numba.split at (seq 0, head 0) once in a sweep). common serialises it; this forces the race."""
+    numba.split at (seq 0, head 0) once in a sweep). kernels/numba_cuda/simulator.py serialises it; this forces the race."""
     kernel = cuda.jit(neighbour_body)
     out = np.full((2, 16), -1.0, np.float32)
     slow = _slow_poisoned_allocations(monkeypatch)
-    with common.simulator_switching():
+    with simulator.simulator_switching():
         kernel[2, 16](out)
     assert slow[0] == 1  # one allocation per shared array and launch, however the threads interleave
     np.testing.assert_array_equal(out, np.tile((np.arange(16) + 1) % 16, (2, 1)))
@@ -240,6 +246,7 @@ def test_variants_with_racing_allocations_and_nan_poisoned_memory(monkeypatch, n
 
     problem = DecodeProblem.random(11, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, block_size=16,
                                    context_lens=[40])
+    require(name, problem)
     prepared, _ = runner.prepare(name, problem, "cpu")
     _slow_poisoned_allocations(monkeypatch)
     prepared.launch()
@@ -257,13 +264,14 @@ def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):
     from kernels.numba_cuda import block, split
 
     monkeypatch.setattr(kernelapi.FakeCUDAModule, "shfl_xor_sync", _emulated_shfl_xor_sync, raising=False)
-    sizing = common.launch_threads
-    monkeypatch.setattr(common, "launch_threads", lambda work, simulated=None: sizing(work, simulated=False))
+    sizing = launch.launch_threads
+    monkeypatch.setattr(launch, "launch_threads", lambda work, simulated=None: sizing(work, simulated=False))
     for module in (block, split):
-        monkeypatch.setattr(module, "block_max", common.shuffle_block_max)
-        monkeypatch.setattr(module, "block_sum", common.shuffle_block_sum)
+        monkeypatch.setattr(module, "block_max", reductions.shuffle_block_max)
+        monkeypatch.setattr(module, "block_sum", reductions.shuffle_block_sum)
     problem = DecodeProblem.random(8, num_seqs=2, num_heads=4, num_kv_heads=1, head_dim=64, block_size=16,
                                    context_lens=[1, 200], dtype="float16")
+    require(name, problem)
     _check(name, problem)
 
 
@@ -273,7 +281,7 @@ def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):
 def test_every_numba_kernel_compiles_for_real_gpus(arch, dtype):
     """compile_ptx + nvJitLink in a real-mode child: resources parsed, no float64 math, shuffles in the
     block reductions (the GPU path of the helper is the one compiled); the same in the machine code."""
-    names = NUMBA + registry.cache_writers("numba")
+    names = [n for n in REPORTED if declares(n, dtype, 16, 128)] + registry.cache_writers("numba")
     rows = resources.collect(names, block_sizes=(16,), head_dim=128, dtype=dtype, arch=arch, images=True)
     census = {(r["variant"], r["kernel"]): r for r in sass.census_rows(rows)}
     assert len(census) == sum(len(r["kernels"]) for r in rows)
@@ -370,7 +378,7 @@ def _scaled_map_kernel(fn):
 
 
 def _run_map(kernel, *args):
-    with common.simulator_switching():
+    with simulator.simulator_switching():
         kernel[2, 8](*args)
     return args[-1]
 
@@ -385,7 +393,7 @@ def _assert_bits_equal(got, expected, inputs, what):
 
 def test_bf16_decoding_equals_ml_dtypes_for_every_code():
     codes = np.arange(2**16, dtype=np.uint16)
-    got = _run_map(_map_kernel(common.bf16_to_float32), codes, np.zeros(codes.size, np.float32))
+    got = _run_map(_map_kernel(codecs.bf16_to_float32), codes, np.zeros(codes.size, np.float32))
     expected = codes.view(ml_dtypes.bfloat16).astype(np.float32)
     _assert_bits_equal(got.view(np.uint32), expected.view(np.uint32), codes, "bfloat16 -> float32")
 
@@ -394,7 +402,7 @@ def test_bf16_decoding_equals_ml_dtypes_for_every_code():
 def test_fp8_decoding_equals_ml_dtypes_for_every_code(name):
     """All 256 codes bit for bit: subnormals, both zeros, max, inf (e5m2) and NaN (sign kept, quiet)."""
     codes = np.arange(256, dtype=np.uint8)
-    got = _run_map(_map_kernel(common.DECODE[name]), codes, np.zeros(256, np.float32))
+    got = _run_map(_map_kernel(codecs.DECODE[name]), codes, np.zeros(256, np.float32))
     expected = codes.view(name).astype(np.float32)
     _assert_bits_equal(got.view(np.uint32), expected.view(np.uint32), codes, f"{name} -> float32")
 
@@ -426,7 +434,7 @@ def test_bf16_encoding_rounds_to_nearest_even_like_ml_dtypes():
     picks = rng.choice(grid[np.isfinite(grid) & (grid > 0)], size=1500, replace=False)
     values = _rounding_traps(np.concatenate([picks, [grid[1], grid[2], np.float32(3.3895314e38)]]),
                              3.3895314e38, rng, 2000)
-    got = _run_map(_map_kernel(common.float32_to_bf16), values, np.zeros(values.size, np.uint16))
+    got = _run_map(_map_kernel(codecs.float32_to_bf16), values, np.zeros(values.size, np.uint16))
     with np.errstate(over="ignore", invalid="ignore"):
         expected = values.astype(ml_dtypes.bfloat16).view(np.uint16)
     _assert_bits_equal(got, expected, values, "float32 -> bfloat16")
@@ -435,14 +443,14 @@ def test_bf16_encoding_rounds_to_nearest_even_like_ml_dtypes():
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # x / scale past float32: inf, saturated
 @pytest.mark.parametrize("name", dtypes.FP8_DTYPES)
 def test_fp8_encoding_equals_quantize_fp8_on_every_tie_and_trap(name):
-    """common.ENCODE_FP8 is sandbox.problem.dtypes.quantize_fp8 (the write_cache contract) bit for bit: every
+    """codecs.ENCODE_FP8 is sandbox.problem.dtypes.quantize_fp8 (the write_cache contract) bit for bit: every
     fp8 value, every midpoint (ties to even), one float32 ulp either side, subnormals, saturation
     past the max and at inf, NaN with its sign, float32 denormals, random bit patterns; at scale 1
     (where the ties are exact) and at scales that are not powers of two."""
     rng = np.random.default_rng(len(name))
     grid = np.arange(256, dtype=np.uint8).view(name).astype(np.float32)
     values = _rounding_traps(grid, dtypes.FP8_MAX_FINITE[name], rng, 3000)
-    kernel = _scaled_map_kernel(common.ENCODE_FP8[name])
+    kernel = _scaled_map_kernel(codecs.ENCODE_FP8[name])
     for scale in (1.0, 0.37, 1 / dtypes.FP8_MAX_FINITE[name]):
         got = _run_map(kernel, values, np.float32(scale), np.zeros(values.size, np.uint8))
         with np.errstate(over="ignore", invalid="ignore"):
@@ -451,13 +459,13 @@ def test_fp8_encoding_equals_quantize_fp8_on_every_tie_and_trap(name):
 
 
 def test_compile_report_precision_arguments():
-    assert common.report_dtypes("bfloat16") == ("bfloat16", "bfloat16")
-    assert common.report_dtypes("float16:e4m3") == ("float16", "float8_e4m3fn")
-    assert common.report_dtypes("bf16", kv_dtype="float8_e5m2") == ("bfloat16", "float8_e5m2")
+    assert reports.report_dtypes("bfloat16") == ("bfloat16", "bfloat16")
+    assert reports.report_dtypes("float16:e4m3") == ("float16", "float8_e4m3fn")
+    assert reports.report_dtypes("bf16", kv_dtype="float8_e5m2") == ("bfloat16", "float8_e5m2")
     with pytest.raises(ValueError, match="the cache must have the query's dtype"):
-        common.report_dtypes("float16:bfloat16")
+        reports.report_dtypes("float16:bfloat16")
     with pytest.raises(ValueError, match="give the cache dtype once"):
-        common.report_dtypes("float16:e4m3", kv_dtype="e5m2")
+        reports.report_dtypes("float16:e4m3", kv_dtype="e5m2")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -493,6 +501,7 @@ def test_window_never_touches_the_blocks_before_it(name):
     problem = DecodeProblem.random(31, num_seqs=4, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4,
                                    context_lens=[37, 30, 23, 9], window_left=12, dtype="bfloat16", kv_dtype="e4m3",
                                    alibi_slopes="paper", share_prefix=False)
+    require(name, problem)
     first = problem.first_read_tokens()
     assert first.tolist() == [24, 17, 10, 0]  # k*bs, k*bs + 1, mid-block, no block before the window
     for s in range(problem.num_seqs):
@@ -534,7 +543,7 @@ def test_split_refuses_more_partitions_than_the_grid_takes_before_launch(monkeyp
     def never(*args, **kwargs):
         raise AssertionError("a kernel was launched")
 
-    monkeypatch.setattr(common.Launch, "launch", never)
+    monkeypatch.setattr(launch.Launch, "launch", never)
     with pytest.raises(Unsupported, match=r"kernel 'numba.split partition': grid.z = 65536 exceeds CUDA's limit of 65535"):
         run_problem("numba.split", problem)
     windowed = DecodeProblem.random(2, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=1,
@@ -563,6 +572,7 @@ def test_each_option_matches_the_reference(name, case):
     shape = dict(num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=32, block_size=8, max_context_len=45)
     shape.update(OPTION_CASES[case])
     problem = DecodeProblem.random(50 + len(case), **shape)
+    require(name, problem)
     _check(name, problem)
 
 
@@ -576,9 +586,9 @@ def test_options_off_builds_the_plain_kernel():
                                   k_scale=2.0, window_left=3)
     capped = DecodeProblem.random(1, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, max_context_len=8,
                                   logits_soft_cap=5.0)
-    assert common.kernel_key(plain) == common.kernel_key(scaled) == ("float32", "float32", False)
-    assert common.kernel_key(capped) == ("float32", "float32", True)
-    assert naive.kernel_for(*common.kernel_key(plain)) is not naive.kernel_for(*common.kernel_key(capped))
+    assert options.kernel_key(plain) == options.kernel_key(scaled) == ("float32", "float32", 0)
+    assert options.kernel_key(capped) == ("float32", "float32", options.OPT_SOFTCAP)
+    assert naive.kernel_for(*options.kernel_key(plain)) is not naive.kernel_for(*options.kernel_key(capped))
 
 
 def test_numba_kernels_compile_for_bf16_queries_and_e4m3_caches_at_sm_90():
@@ -587,12 +597,12 @@ def test_numba_kernels_compile_for_bf16_queries_and_e4m3_caches_at_sm_90():
     spills, no generic LD/ST in the machine code, shuffles in block/split."""
     from sandbox.devices.other_mode import call_in_numba_mode
 
-    names = NUMBA + registry.cache_writers("numba")
-    reports = call_in_numba_mode(False, "kernels.numba_cuda.common:compile_reports", names, 16, 128,
+    names = [n for n in REPORTED if declares(n, "bfloat16", 16, 128, "float8_e4m3fn")] + registry.cache_writers("numba")
+    by_name = call_in_numba_mode(False, "kernels.numba_cuda.reports:compile_reports", names, 16, 128,
                                  "bfloat16", "sm_90", "float8_e4m3fn", True)
-    assert list(reports) == names
+    assert list(by_name) == names
     rows = []
-    for name, report in reports.items():
+    for name, report in by_name.items():
         for kernel in report["kernels"]:
             assert 0 < kernel["registers"] <= 255, (name, kernel)
             assert kernel["fp64_instructions"] == 0, (name, kernel)

@@ -5,7 +5,8 @@ from hypothesis import Phase, example, find, given, settings
 from hypothesis import strategies as st
 
 from sandbox.checking.compare import TOLERANCES, compare
-from sandbox.problem.options import AttentionOptions
+from sandbox.problem.dtypes import KV_FORMATS, QUERY_DTYPES
+from sandbox.problem.options import FEATURES, AttentionOptions
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import decode_problems
 from sandbox.problem.validate import validate_decode_inputs
@@ -69,8 +70,7 @@ def test_strategy_reaches(what, predicate):
     find(decode_problems(), predicate, settings=settings(max_examples=2000, database=None, derandomize=True))
 
 
-FULL = decode_problems(dtypes=("float32", "float16", "bfloat16"), kv_dtypes=("float8_e4m3fn", "float8_e5m2"),
-                       options=("kv_scale", "window", "softcap", "alibi"), max_query_len=None)
+FULL = decode_problems(dtypes=QUERY_DTYPES, kv_dtypes=KV_FORMATS, options=FEATURES, max_query_len=None)
 
 
 def _window_start_at(p, offset):
@@ -86,7 +86,13 @@ REACH = [
     ("e4m3 cache with a float16 query", lambda p: p.kv_dtype.name == "float8_e4m3fn" and p.dtype.name == "float16"),
     ("e5m2 cache with a bfloat16 query", lambda p: p.kv_dtype.name == "float8_e5m2" and p.dtype.name == "bfloat16"),
     ("every option off", lambda p: p.options.features == ()),
-    ("every option on", lambda p: set(p.options.features) == {"kv_scale", "window", "softcap", "alibi"}),
+    ("every option on (per-tensor scales)", lambda p: set(p.options.features) == set(FEATURES) - {"kv_scales"}),
+    ("per-token scales with two other options", lambda p: "kv_scales" in p.options.features and len(p.options.features) >= 3),
+    ("sinks on extreme logits", lambda p: "sinks" in p.options.features and p.recipe["extreme_logits"]),
+    ("lse with several query tokens", lambda p: p.options.return_lse and p.max_query_len > 1),
+    ("per-token scales beside an e5m2 cache", lambda p: p.kv_format == "float8_e5m2" and "kv_scales" in p.options.features),
+    ("an nvfp4 cache with a bfloat16 query", lambda p: p.kv_format == "nvfp4" and p.dtype.name == "bfloat16"),
+    ("an nvfp4 cache shared by a forked group", lambda p: p.kv_format == "nvfp4" and p.recipe.get("how") == "fork"),
     ("window starting at k*block_size", lambda p: _window_start_at(p, 0)),
     ("window starting at k*block_size + 1", lambda p: p.block_size > 1 and _window_start_at(p, 1)),
     ("window longer than the context", lambda p: p.options.window_left >= int(p.context_lens.max())),
@@ -100,6 +106,10 @@ REACH = [
     ("a group forked from one prompt (copy-on-write)", lambda p: p.recipe.get("how") == "fork" and p.recipe["group_size"] > 1),
     ("a group sharing a cached prefix", lambda p: p.recipe.get("how") == "prefix" and p.recipe["group_size"] > 1),
     ("a query as long as its context", lambda p: p.max_query_len > 1 and bool((p.query_lens == p.context_lens).any())),
+    ("a block size that is not a power of two", lambda p: p.block_size & (p.block_size - 1) != 0),
+    ("a block of 528 or more tokens", lambda p: p.block_size >= 528),
+    ("a non-power-of-two block size with a context of k*bs + 1", lambda p: p.block_size & (p.block_size - 1) != 0
+     and bool((p.context_lens % p.block_size == 1).any() & (p.context_lens > p.block_size).any())),
 ]
 
 
@@ -186,6 +196,8 @@ def _valid():
     (lambda a: a.update(block_tables=a["block_tables"][:1]), "block_tables has 1 rows, expected num_seqs = 2"),
     (lambda a: a.update(query=list(a["query"])), "query must be a NumPy array"),
     (lambda a: a.update(scale=float("nan")), "scale must be a finite non-zero number"),
+    (lambda a: a.update(key_cache=np.zeros((3, 5000, 2, 8), np.float32), value_cache=np.zeros((3, 5000, 2, 8), np.float32)),
+     r"key_cache block_size \(shape\[1\]\) must be in \[1, 4096\], got 5000"),
 ])
 def test_validation_names_the_argument_and_the_bound(mutate, message):
     p = _valid()
@@ -195,6 +207,13 @@ def test_validation_names_the_argument_and_the_bound(mutate, message):
     mutate(args)
     with pytest.raises(ValueError, match=message):
         validate_decode_inputs(**args)
+
+
+@pytest.mark.parametrize("block_size", [0, 4097, 2.0, True])
+def test_random_and_shared_refuse_a_block_size_outside_1_to_4096(block_size):
+    for constructor in (DecodeProblem.random, DecodeProblem.shared):
+        with pytest.raises(ValueError, match=rf"block_size must be an integer in \[1, 4096\], got {block_size!r}"):
+            constructor(0, block_size=block_size)
 
 
 def test_unused_table_entries_may_be_minus_one():

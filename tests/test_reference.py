@@ -3,7 +3,6 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 import reference
-from sandbox.checking.check import gather_sequence, gathered_decode
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import decode_problems
 
@@ -15,8 +14,8 @@ def test_paged_equals_dense_on_gathered_kv(problem):
     out = reference.paged_decode(*problem.arrays())
     for s in range(problem.num_seqs):
         n = int(problem.context_lens[s])
-        keys = gather_sequence(problem.key_cache, problem.block_tables[s], n)
-        values = gather_sequence(problem.value_cache, problem.block_tables[s], n)
+        keys = reference.gather_tokens(problem.key_cache, problem.block_tables[s], n)
+        values = reference.gather_tokens(problem.value_cache, problem.block_tables[s], n)
         np.testing.assert_allclose(out[s], reference.dense_decode(problem.query[s], keys, values), rtol=1e-12, atol=1e-12)
 
 
@@ -63,8 +62,8 @@ def test_gqa_equals_repeating_each_kv_head_over_its_group(problem):
 
 
 @given(small_problems)
-def test_gathered_decode_equals_the_token_loop(problem):
-    np.testing.assert_allclose(gathered_decode(problem), reference.paged_decode(*problem.arrays()), rtol=1e-12, atol=1e-12)
+def test_gathered_twin_equals_the_token_loop(problem):
+    np.testing.assert_allclose(reference.gathered_attention(*problem.arrays(), **problem.kwargs()), reference.paged_decode(*problem.arrays()), rtol=1e-12, atol=1e-12)
 
 
 def test_write_cache_skips_negative_slots_and_writes_the_rest():

@@ -7,29 +7,39 @@ import pytest
 from hypothesis import given, strategies as st
 
 import reference
-from sandbox.checking.check import gathered_decode
-from sandbox.problem.options import alibi_paper_slopes
+from sandbox.problem.dtypes import KV_FORMATS, QUERY_DTYPES
+from sandbox.problem.option_table import alibi_paper_slopes
+from sandbox.problem.options import FEATURES
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import decode_problems
 
-everything = decode_problems(head_dims=(8, 16), max_tokens=120, max_num_seqs=3, dtypes=("float32", "float16", "bfloat16"),
-                             kv_dtypes=("float8_e4m3fn", "float8_e5m2"), options=("kv_scale", "window", "softcap", "alibi"),
-                             max_query_len=None)
+# Every option of the table and every cache format, drawn the way the variants' property tests draw them.
+everything = decode_problems(head_dims=(16, 32), max_tokens=120, max_num_seqs=3, dtypes=QUERY_DTYPES,
+                             kv_dtypes=KV_FORMATS, options=FEATURES, max_query_len=None)
 
 
 def ref(p, **overrides):
     return reference.paged_attention(*p.arrays(), **{**p.kwargs(), **overrides})
 
 
+def outputs(result) -> tuple:
+    """(out,) or (out, lse): what a call returned, as a tuple."""
+    return result if isinstance(result, tuple) else (result,)
+
+
 @given(everything)
 def test_gathered_twin_equals_the_token_loop_with_every_option(problem):
-    np.testing.assert_allclose(gathered_decode(problem), ref(problem), rtol=1e-10, atol=1e-12)
+    twin = outputs(reference.gathered_attention(*problem.arrays(), **problem.kwargs()))
+    loop = outputs(ref(problem))
+    assert len(twin) == len(loop) == 1 + problem.options.return_lse
+    for got, expected in zip(twin, loop):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
 
 
 @given(everything)
 def test_unread_slots_never_influence_the_output(problem):
-    """Freed blocks before a window, tails, spares: all NaN, and the output is finite."""
-    assert np.isfinite(ref(problem)).all()
+    """Freed blocks before a window, tails, spares: all NaN, and the output (and lse) is finite."""
+    assert all(np.isfinite(x).all() for x in outputs(ref(problem)))
 
 
 @given(st.integers(0, 2**31 - 1), st.sampled_from([1, 4, 16]))

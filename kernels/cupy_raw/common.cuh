@@ -21,7 +21,7 @@
 // Precisions: T is the query's and output's type (float, __half, __nv_bfloat16), KV the cache's (T,
 // or __nv_fp8_e4m3 / __nv_fp8_e5m2: 16 values per 16-byte vector, dequantized to float in pairs).
 // Options (AttentionOptions): the kernel's Opt type carries a compile-time bitmask (Options<FLAGS>,
-// OPT_* below) and the runtime values; with FLAGS = 0 the code is what it was before options existed.
+// pa::OPT_*) and the runtime values (pa::OptionArgs); with FLAGS = 0 no option code is compiled.
 // k_scale costs nothing here: the launcher folds it into `scale`. v_scale multiplies the output,
 // the soft-cap and ALiBi rewrite each logit after the scale (Opt::logit), and a window moves `start`.
 //
@@ -92,31 +92,30 @@ __device__ __forceinline__ void unpack(const Pack16<KV>& p, float (&f)[16 / size
 }
 
 // ---- options: which are compiled in (FLAGS), and their runtime values
-enum : int { OPT_WINDOW = 1, OPT_SOFTCAP = 2, OPT_ALIBI = 4, OPT_VSCALE = 8 };
+// pa::OPT_* (the bits), pa::OptionArgs (the option arguments, in the option table's order),
+// PA_OPTION_PARAMS (a kernel's option parameters) and PA_OPTION_ARGS (them gathered into an OptionArgs)
+// come from the option table (sandbox/problem/option_table.py): load_source puts them in front of the source.
 
 // The first token a decode query reads: the window's start with OPT_WINDOW in flags, else 0.
 __device__ __forceinline__ int first_token(int flags, int context_len, int window_left) {
   return (flags & OPT_WINDOW) != 0 && context_len - 1 - window_left > 0 ? context_len - 1 - window_left : 0;
 }
 
-// Options<FLAGS>: the runtime values of the options compiled in; fields of options not in FLAGS are
-// never read. A kernel builds one per block (for the query heads it serves) and hands it to attend;
-// negative controls derive from it to change one rule.
+// Options<FLAGS>: the option arguments (OptionArgs) plus what the kernels derive from them; fields of
+// options not in FLAGS are never read. A kernel builds one per block (for the query heads it serves) and
+// hands it to attend; an option enters the math through the hooks below (first_token, slope, logit),
+// and negative controls derive from it to change one rule.
 template <int FLAGS>
-struct Options {
+struct Options : OptionArgs {
   static constexpr int flags = FLAGS;
-  float v_scale;        // OPT_VSCALE: output *= v_scale (dequantized V = value * v_scale)
-  float soft_cap;       // OPT_SOFTCAP: logit = cap * tanh(logit / cap)
-  float inv_cap;
+  float inv_cap;        // OPT_SOFTCAP: 1 / soft_cap (logit = cap * tanh(logit / cap))
   const float* alibi;   // OPT_ALIBI: the served heads' slopes (alibi[g] for head g of the tile)
   int position;         // the query token's position (decode: context_len - 1); ALiBi adds slope * (t - position)
-  int window_left;      // OPT_WINDOW: only tokens t >= position - window_left
+  // OPT_WINDOW: only tokens t >= position - window_left; OPT_VSCALE: output *= v_scale (V = value * v_scale)
 
-  __device__ __forceinline__ Options(float v_scale_, float soft_cap_, const float* alibi_slopes, int first_head,
-                                     int window_left_, int context_len)
-      : v_scale(v_scale_), soft_cap(soft_cap_), inv_cap(0.f), alibi(nullptr), position(context_len - 1),
-        window_left(window_left_) {
-    if constexpr ((FLAGS & OPT_SOFTCAP) != 0) inv_cap = 1.f / soft_cap_;
+  __device__ __forceinline__ Options(const OptionArgs& args, int first_head, int context_len)
+      : OptionArgs(args), inv_cap(0.f), alibi(nullptr), position(context_len - 1) {
+    if constexpr ((FLAGS & OPT_SOFTCAP) != 0) inv_cap = 1.f / soft_cap;
     if constexpr ((FLAGS & OPT_ALIBI) != 0) alibi = alibi_slopes + first_head;
   }
 

@@ -5,7 +5,7 @@
     cpu_options(**options)                        context manager: executor options (tests: ASan, reverse order)
     compile_report(path, expression, arch, threads, dynamic_shared_bytes) -> dict
     option_flags(problem) -> int                  the pa::OPT_* bitmask a problem needs (template argument)
-    option_args(problem, backend) -> tuple        v_scale, soft_cap, alibi_slopes, window_left (kernel arguments)
+    option_args(problem, backend) -> tuple        the option table's kernel arguments, in table order
 
 Modules are cached in-process per (backend, source, name expressions, executor options); the CPU
 executor also caches its compiled .so files on disk. On the CPU executor a launcher may name a
@@ -15,7 +15,11 @@ compiled (NVRTC's cost is per instantiation, and a batch would cost every reques
 
 Precisions and options (see common.cuh): a kernel is a template over the query's type T, the
 cache's type C (T, or fp8) and OPTS, a bitmask of the options compiled in; OPTS = 0 (no option
-in use) is the plain kernel, unchanged machine code. k_scale is folded into the softmax scale.
+in use) is the plain kernel, whose option code is not compiled. The option table
+(sandbox/problem/option_table.py) is the one definition of the bits and of the option arguments:
+load_source puts option_prelude() in front of every .cu (pa::OPT_* constants, pa::OptionArgs,
+PA_OPTION_PARAMS for a kernel's parameter list, PA_OPTION_ARGS to gather them), so NVRTC's and the
+executor's caches, keyed on the code, see a change of the table. k_scale is folded into the softmax scale.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import re
 import numpy as np
 
 from sandbox.devices import backends
+from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS
 from sandbox.variant import Unsupported
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
@@ -39,8 +44,9 @@ NUM_WARPS = 4
 SHARED_LIMIT_BYTES = 48 * 1024
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
           "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
-# pa::OPT_* in common.cuh: the options compiled into a kernel (its OPTS template argument).
-OPT_WINDOW, OPT_SOFTCAP, OPT_ALIBI, OPT_VSCALE = 1, 2, 4, 8
+# pa::OPT_* (option_prelude): the options compiled into a kernel (its OPTS template argument), from the table.
+OPT = dict(KERNEL_FLAGS)
+OPT_WINDOW = OPT["OPT_WINDOW"]  # the reduce kernels' window (partitions start at the window's start)
 # The same-size unsigned type a GPU upload sees for the dtypes CuPy does not know (ml_dtypes').
 _RAW_VIEW = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -50,11 +56,33 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 _cpu_options: contextvars.ContextVar = contextvars.ContextVar("cupy_raw_cpu_options", default=())
 
 
+def option_prelude() -> str:
+    """The CUDA C the option table defines, put in front of every .cu by load_source:
+
+        namespace pa { enum : int { OPT_WINDOW = 1, ... };  struct OptionArgs { int window_left; ... }; }
+        #define PA_OPTION_PARAMS int window_left, ...        (a kernel's option parameters, in table order)
+        #define PA_OPTION_ARGS pa::OptionArgs{window_left, ...}  (those parameters gathered)
+    """
+    def param(arg):
+        restrict = " __restrict__" if arg.ctype.endswith("*") else ""
+        return f"{arg.ctype}{restrict} {arg.name}"
+
+    bits = ", ".join(f"{name} = {bit}" for name, bit in KERNEL_FLAGS)
+    members = " ".join(f"{arg.ctype} {arg.name};" for arg in KERNEL_ARGS)
+    return "\n".join([
+        "// Generated from the option table (sandbox/problem/option_table.py) by kernels/cupy_raw/common.py.",
+        f"namespace pa {{ enum : int {{ {bits} }}; struct OptionArgs {{ {members} }}; }}",
+        f"#define PA_OPTION_PARAMS {', '.join(param(a) for a in KERNEL_ARGS)}",
+        f"#define PA_OPTION_ARGS pa::OptionArgs{{{', '.join(a.name for a in KERNEL_ARGS)}}}",
+        ""])
+
+
 def load_source(path) -> str:
-    """Source of `path` with local `#include "file"` lines replaced by the file (once each, with #line).
+    """option_prelude(), then the source of `path` with local `#include "file"` lines replaced by the file
+    (once each, with #line).
 
     Inlining keeps `code` self-contained, so CuPy's and the executor's caches (keyed on the code)
-    see header edits.
+    see header and option-table edits.
     """
     seen: set = set()
     root = KERNEL_DIR.parent.parent
@@ -80,7 +108,7 @@ def load_source(path) -> str:
                 lines.append("" if line.strip() == "#pragma once" else line)
         return "\n".join(lines)
 
-    return expand(pathlib.Path(path)) + "\n"
+    return option_prelude() + expand(pathlib.Path(path)) + "\n"
 
 
 @contextlib.contextmanager
@@ -132,8 +160,8 @@ def ctype(dtype) -> str:
 def type_args(dtype, kv_dtype=None, flags: int = 0) -> str:
     """Template arguments for (query dtype, cache dtype, option flags): "__half", or "__half, __nv_fp8_e4m3, 5".
 
-    The plain case (cache of the query's dtype, no options) names the kernel as before options existed
-    (the template's defaults), so its name expression, caches and reports do not change.
+    The plain case (cache of the query's dtype, no options) names the kernel by the template's defaults
+    alone, so every plain instantiation has one name expression (one cache entry, one report).
     """
     kv = np.dtype(dtype) if kv_dtype is None else np.dtype(kv_dtype)
     if kv == np.dtype(dtype) and not flags:
@@ -142,25 +170,20 @@ def type_args(dtype, kv_dtype=None, flags: int = 0) -> str:
 
 
 def option_flags(problem) -> int:
-    """The pa::OPT_* bitmask `problem` needs: one bit per option in use (k_scale needs none: it is in the scale)."""
-    o = problem.options
-    return ((OPT_WINDOW if o.window_left >= 0 else 0) | (OPT_SOFTCAP if o.logits_soft_cap > 0 else 0)
-            | (OPT_ALIBI if o.alibi_slopes is not None else 0) | (OPT_VSCALE if o.v_scale != 1.0 else 0))
+    """The pa::OPT_* bitmask `problem` needs: the flag of every option in use (k_scale needs none: it is in the scale)."""
+    return problem.options.kernel_flags()
 
 
 def kernel_scale(problem) -> np.float32:
-    """The kernels' `scale` argument: softmax scale times k_scale (dequantized K = key * k_scale)."""
-    return np.float32(problem.softmax_scale * problem.options.k_scale)
+    """The kernels' `scale` argument: softmax scale times the table's scale factors (k_scale: K = key * k_scale)."""
+    return np.float32(problem.softmax_scale * problem.options.scale_factor())
 
 
 def option_args(problem, backend) -> tuple:
-    """(v_scale, soft_cap, alibi_slopes, window_left): the kernels' trailing arguments. Options not in use
-    pass neutral values (never read: their code is not compiled in); alibi_slopes is then a 1-float array."""
-    o = problem.options
-    slopes = o.alibi_slopes if o.alibi_slopes is not None else np.zeros(1, np.float32)
-    window = min(int(o.window_left), 2**31 - 1)
-    return (np.float32(o.v_scale), np.float32(o.logits_soft_cap),
-            backends.to_device(np.ascontiguousarray(slopes, dtype=np.float32), backend), np.int32(window))
+    """PA_OPTION_PARAMS' values: the option table's kernel arguments in table order, arrays on the backend.
+    Options not in use pass neutral values (never read: their code is not compiled in)."""
+    return tuple(backends.to_device(np.ascontiguousarray(v), backend) if isinstance(v, np.ndarray) else v
+                 for v in problem.options.kernel_values())
 
 
 def tokens_read(problem) -> np.ndarray:

@@ -2,7 +2,7 @@
 // [num_seqs, max_context, num_kv_heads, HEAD_DIM] with no block table: the no-paging baseline.
 // BLOCK_SIZE only sets the thread mapping of gqa (tokens a warp takes at once), so each paged block
 // size has its twin. Same grid, partitions, options, shared memory and reduce as gqa.
-// T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, as before options).
+// T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, no option code compiled in).
 #include "common.cuh"
 
 template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, bool ROW_MAPPED, typename C = T, int OPTS = 0>
@@ -15,7 +15,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                     const C* __restrict__ value_cache,
                     const int* __restrict__ context_lens, int max_context, int num_heads, int num_kv_heads,
                     float scale, int partition_size, int max_partitions,
-                    float v_scale, float soft_cap, const float* __restrict__ alibi_slopes, int window_left) {
+                    PA_OPTION_PARAMS) {
   extern __shared__ float smem[];
   const int seq = blockIdx.y, part = blockIdx.z;
   const int context_len = context_lens[seq];
@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
   if (start >= context_len) return;
   const int end = pa::imin(start + partition_size, context_len);
   const pa::HeadTile<TILE> tile(blockIdx.x, num_heads, num_kv_heads);
-  const pa::Options<OPTS> opt(v_scale, soft_cap, alibi_slopes, tile.head0, window_left, context_len);
+  const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_len);
   const pa::DenseKV<BLOCK_SIZE> kv{(long long)seq * max_context};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   const long long stat = ((long long)seq * num_heads + tile.head0) * max_partitions + part;

@@ -6,7 +6,7 @@ twin of the best CUDA C design (TWIN: cupy.rows; K/V read once per GQA group, sp
 busy, bytes in flight independent of the block size), so paged-vs-dense isolates the cost of the
 block table. gqa.cu and dense.cu share pa::attend, so the twin does the same arithmetic in the same order.
 Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
-query's dtype or fp8 e4m3fn/e5m2, every option: FULL_SUPPORT; any GQA ratio). With a window only the
+query's dtype or fp8 e4m3fn/e5m2, every option: KERNEL_SUPPORT; any GQA ratio). With a window only the
 window's tokens are gathered (the slots before it stay NaN and are never read).
 Template: dense_attention<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0>, as gqa's (OPTS = 0:
 the plain kernel, unchanged machine code); launch_partition() as gqa.
@@ -63,7 +63,7 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
         args = (*scratch, query, key_cache, value_cache, context_lens, np.int32(keys.shape[1]),
                 np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(partition),
                 np.int32(max_partitions), *options)
-        return args, (query, key_cache, value_cache, options[2], context_lens)
+        return args, (query, key_cache, value_cache, *options, context_lens)
 
     return gqa.prepare_split_kv(NAME, PATH, kernel_name, p, backend, partition_size, make_args)
 

@@ -5,7 +5,7 @@
 // pa::paged_attention_reduce. Dynamic shared memory: max(TILE * partition_size, 4 * TILE * HEAD_DIM) floats.
 // ROW_MAPPED = false: cupy.gqa (vLLM's block-mapped threads); true: cupy.rows (block-size-independent
 // token rows, batched loads; see common.cuh).
-// T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, as before options).
+// T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, no option code compiled in).
 #include "common.cuh"
 
 template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, bool ROW_MAPPED, typename C = T, int OPTS = 0>
@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                         const int* __restrict__ block_tables, const int* __restrict__ context_lens,
                         int max_blocks_per_seq, int num_heads, int num_kv_heads, float scale,
                         int partition_size, int max_partitions,
-                        float v_scale, float soft_cap, const float* __restrict__ alibi_slopes, int window_left) {
+                        PA_OPTION_PARAMS) {
   extern __shared__ float smem[];
   const int seq = blockIdx.y, part = blockIdx.z;
   const int context_len = context_lens[seq];
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
   if (start >= context_len) return;
   const int end = pa::imin(start + partition_size, context_len);
   const pa::HeadTile<TILE> tile(blockIdx.x, num_heads, num_kv_heads);
-  const pa::Options<OPTS> opt(v_scale, soft_cap, alibi_slopes, tile.head0, window_left, context_len);
+  const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_len);
   const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   const long long stat = ((long long)seq * num_heads + tile.head0) * max_partitions + part;

@@ -5,7 +5,7 @@ Idea: the group's queries sit in shared memory; each K vector loaded feeds TILE 
 V vector TILE accumulators (TILE = the group size rounded up to a power of two, at most 8; larger
 groups take ceil(group / 8) blocks per KV head). Split-KV partitions and reduce as in v2.
 Limits: as v2 (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
-query's dtype or fp8 e4m3fn/e5m2, every option: FULL_SUPPORT; any GQA ratio, no context bound). With a
+query's dtype or fp8 e4m3fn/e5m2, every option: KERNEL_SUPPORT; any GQA ratio, no context bound). With a
 window, partitions start at the window's start and blocks before it are never looked up.
 Template: paged_attention_gqa<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0> (query type,
 row mapping, cache type, pa::OPT_* bitmask; OPTS = 0 is the plain kernel, unchanged machine code).
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import FULL_SUPPORT, Limits
+from sandbox.variant import KERNEL_SUPPORT, Limits
 
 from . import common
 
 PATH = common.KERNEL_DIR / "gqa.cu"
 NAME = "cupy.gqa"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
 MAX_TILE = 8
 REPORT_GROUP = 4
 
@@ -100,7 +100,7 @@ def prepare_paged(name, kernel_name_for, problem, backend: str, partition_size: 
         args = (*scratch, query, key_cache, value_cache, block_tables, context_lens, np.int32(p.max_blocks_per_seq),
                 np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(partition),
                 np.int32(max_partitions), *options)
-        return args, (*uploaded[:-1], options[2], uploaded[-1])
+        return args, (*uploaded[:-1], *options, uploaded[-1])
 
     return prepare_split_kv(name, PATH, kernel_name_for, p, backend, partition_size, make_args)
 

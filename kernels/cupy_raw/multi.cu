@@ -22,11 +22,11 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                           const int* __restrict__ tiles, const int* __restrict__ tile_rows,
                           const int* __restrict__ row_slots, int tile_tokens, int num_heads, int num_kv_heads,
                           int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
-                          float v_scale, float soft_cap, const float* __restrict__ alibi_slopes, int window_left) {
+                          PA_OPTION_PARAMS) {
   mq::tile_attention<HEAD_DIM, T, C, OPTS, mq::Causal>(
       out, tmp_out, max_out, sum_out, query, key_cache, value_cache, block_tables, max_blocks_per_seq, tiles,
       tile_rows, row_slots, tile_tokens, num_heads, num_kv_heads, head_chunk, block_shift, scale, partition_size,
-      max_slots, v_scale, soft_cap, alibi_slopes, window_left);
+      max_slots, PA_OPTION_ARGS);
 }
 
 template <int HEAD_DIM, typename T>

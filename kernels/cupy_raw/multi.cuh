@@ -96,7 +96,7 @@ __device__ __forceinline__ void tile_attention(
     const int* __restrict__ block_tables, int max_blocks_per_seq, const int* __restrict__ tiles,
     const int* __restrict__ tile_rows, const int* __restrict__ row_slots, int tile_tokens, int num_heads,
     int num_kv_heads, int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
-    float v_scale, float soft_cap, const float* __restrict__ alibi_slopes, int window_left) {
+    const pa::OptionArgs& options) {
   using S = Shape<HEAD_DIM>;
   constexpr int ROWS = S::ROWS, CHUNK = S::CHUNK, KS = S::KS, PS = S::PS;
   constexpr int VEC = 16 / sizeof(C);            // cache values per 16-byte vector
@@ -131,7 +131,7 @@ __device__ __forceinline__ void tile_attention(
   const int head0 = kv_head * group + chunk_index * head_chunk;
   const int heads_here = pa::imin(head_chunk, group - chunk_index * head_chunk);
   const int rows_here = ntok * heads_here;  // row r = token (r / heads_here), head head0 + r % heads_here
-  const pa::Options<OPTS> opt(v_scale, soft_cap, alibi_slopes, 0, window_left, 1);
+  const pa::Options<OPTS> opt(options, 0, 1);
 
   for (int r = tid; r < ROWS; r += NUM_THREADS) {
     if (r < rows_here) {
@@ -140,7 +140,7 @@ __device__ __forceinline__ void tile_attention(
       row_qrow[r] = row[0];
       row_pos[r] = row[1];
       row_slot[r] = row[2] + part;
-      row_lo[r] = pa::first_token(OPTS, row[1] + 1, window_left);
+      row_lo[r] = pa::first_token(OPTS, row[1] + 1, options.window_left);
       row_head[r] = head;
       row_slope[r] = opt.slope(head);
     }

@@ -13,7 +13,7 @@ is cut into partitions of 512 tokens; a row with several partial results is merg
 (paged_attention_merge), a row with one is written directly. Blocks wholly before the range are never
 looked up or loaded (their table entries may be -1), nor tokens after the last position.
 Limits: block sizes 1..256 (powers of two), head dims 32..256, float32/float16/bfloat16 queries,
-caches of the query's dtype or fp8 e4m3fn/e5m2, every option (FULL_SUPPORT), any query length
+caches of the query's dtype or fp8 e4m3fn/e5m2, every option (KERNEL_SUPPORT), any query length
 (query_start) and decode. Output [total_q, num_heads, head_dim] in the query's dtype.
 Template: paged_attention_multi<HEAD_DIM, T, C = T, OPTS = 0>: OPTS = 0 is the plain kernel.
 prepare() returns a MultiPrepared: launch(), launch_parts() (tile kernel, merge when any row has
@@ -29,13 +29,13 @@ import dataclasses
 
 import numpy as np
 
-from sandbox.variant import FULL_SUPPORT, Limits
+from sandbox.variant import KERNEL_SUPPORT, Limits
 
 from . import common
 
 PATH = common.KERNEL_DIR / "multi.cu"
 NAME = "cupy.multi"
-LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
 DEFAULT_PARTITION = 512
 KERNEL = "paged_attention_multi"
 
@@ -219,7 +219,7 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
         merge_args = (out, *scratch, slots_d, np.int32(p.num_heads), np.int32(max_slots))
         launches.append((merge_kernel, (p.query.shape[0], p.num_heads), (common.NUM_THREADS,), merge_args,
                          4 * max_slots))
-    keep = (query, key_cache, value_cache, block_tables, tiles_d, rows_d, slots_d, options[2], *scratch)
+    keep = (query, key_cache, value_cache, block_tables, tiles_d, rows_d, slots_d, *options, *scratch)
     return prepared_class(launches, out, keep, p.dtype, p, work, **extra)
 
 

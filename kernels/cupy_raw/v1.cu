@@ -3,8 +3,8 @@
 // in common.cuh. Grid (num_heads, num_seqs), 128 threads; dynamic shared memory:
 // max(logits_stride, 4 * HEAD_DIM) floats, logits_stride >= the most tokens a sequence reads.
 // T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask of the options compiled in
-// (0: plain attention, the same machine code as before options existed; the option arguments are
-// then never read). With OPT_WINDOW a sequence reads tokens [max(0, L - 1 - window_left), L).
+// (0: plain attention, no option code compiled in; the option arguments, PA_OPTION_PARAMS in the option
+// table's order, are then never read). With OPT_WINDOW a sequence reads tokens [max(0, L - 1 - window_left), L).
 #include "common.cuh"
 
 template <int BLOCK_SIZE, int HEAD_DIM, typename T, typename C = T, int OPTS = 0>
@@ -18,13 +18,11 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                        int max_blocks_per_seq, int num_heads, int num_kv_heads,
                        float scale,                          // softmax scale * k_scale
                        int logits_stride,
-                       float v_scale, float soft_cap,       // options (read only when compiled in)
-                       const float* __restrict__ alibi_slopes,  // [num_heads]
-                       int window_left) {
+                       PA_OPTION_PARAMS) {                   // the option table's (read only when compiled in)
   extern __shared__ float smem[];
   const int seq = blockIdx.y;
   const pa::HeadTile<1> tile(blockIdx.x, num_heads, num_kv_heads);
-  const pa::Options<OPTS> opt(v_scale, soft_cap, alibi_slopes, tile.head0, window_left, context_lens[seq]);
+  const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_lens[seq]);
   const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   pa::attend<BLOCK_SIZE, HEAD_DIM, 1>(kv, key_cache, value_cache, query + q_offset, 1, tile.kv_head, num_kv_heads,

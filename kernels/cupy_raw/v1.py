@@ -5,13 +5,13 @@ time), 16-byte vector loads, warp shuffles for the dot products and reductions, 
 shared memory; float32 accumulation (body: pa::attend in common.cuh).
 Limits: block sizes 1..256 (powers of two); head dims 32, 64, 80, 96, 128, 256; queries in float32,
 float16 or bfloat16; caches of the query's dtype or fp8 (e4m3fn, e5m2: 16 values per 16-byte load,
-dequantized in pairs to float); every option (FULL_SUPPORT): k_scale (folded into the softmax scale),
+dequantized in pairs to float); every option (KERNEL_SUPPORT): k_scale (folded into the softmax scale),
 v_scale, soft-cap, ALiBi, sliding window (only the window's blocks are looked up and loaded). Max
 tokens read per sequence = (48 KiB - static shared) / 4 bytes, about 12k at head dim 128 (checked in
 prepare: use cupy.v2 beyond it; a window bounds it).
 Template: paged_attention_v1<BLOCK_SIZE, HEAD_DIM, T, C = T, OPTS = 0>: T the query's type, C the
 cache's, OPTS the pa::OPT_* bitmask of the options in use (common.option_flags); OPTS = 0 is the
-plain kernel, the same machine code as before options existed.
+plain kernel, with no option code compiled in.
 Verdict: not measured on a GPU yet. Design expectation: near vLLM v1 when batch x heads fills the
 GPU; idle SMs for few long sequences (v2's case); K/V read once per query head (gqa's case).
 """
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
 from . import common
 
 PATH = common.KERNEL_DIR / "v1.cu"
 NAME = "cupy.v1"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
 REPORT_CONTEXT = 4096   # compile_report's dynamic shared memory is for this context length
 
 
@@ -71,7 +71,7 @@ def prepare_v1_shaped(name, path, kernel_name_for, problem, backend: str, int_ar
     args = (out, query, key_cache, value_cache, block_tables, context_lens, np.int32(int_arg),
             np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(longest), *options)
     launch = (kernel, (p.num_heads, p.num_seqs), (common.NUM_THREADS,), args, shared)
-    return common.Prepared([launch], out, keep=(query, key_cache, value_cache, block_tables, context_lens, options[2]),
+    return common.Prepared([launch], out, keep=(query, key_cache, value_cache, block_tables, context_lens, *options),
                            out_dtype=p.dtype)
 
 

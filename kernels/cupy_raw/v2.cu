@@ -3,7 +3,7 @@
 // normalized partial output with its max logit and exp sum; pa::paged_attention_reduce (common.cuh)
 // combines them with log-sum-exp weights. Partitions past a sequence's end return at once and are
 // never read by the reduce. Dynamic shared memory: max(partition_size, 4 * HEAD_DIM) floats.
-// T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, as before options).
+// T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, no option code compiled in).
 #include "common.cuh"
 
 template <int BLOCK_SIZE, int HEAD_DIM, typename T, typename C = T, int OPTS = 0>
@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                        const int* __restrict__ block_tables, const int* __restrict__ context_lens,
                        int max_blocks_per_seq, int num_heads, int num_kv_heads, float scale,
                        int partition_size, int max_partitions,
-                       float v_scale, float soft_cap, const float* __restrict__ alibi_slopes, int window_left) {
+                       PA_OPTION_PARAMS) {
   extern __shared__ float smem[];
   const int seq = blockIdx.y, part = blockIdx.z;
   const int context_len = context_lens[seq];
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
   if (start >= context_len) return;
   const int end = pa::imin(start + partition_size, context_len);
   const pa::HeadTile<1> tile(blockIdx.x, num_heads, num_kv_heads);
-  const pa::Options<OPTS> opt(v_scale, soft_cap, alibi_slopes, tile.head0, window_left, context_len);
+  const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_len);
   const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   const long long stat = ((long long)seq * num_heads + tile.head0) * max_partitions + part;

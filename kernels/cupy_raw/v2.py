@@ -7,7 +7,7 @@ the result does not depend on it. Partitions start at the window's start with a 
 without), so a window's grid holds only its own partitions; those past a sequence's end return at once
 and are never read.
 Limits: as v1 (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
-query's dtype or fp8 e4m3fn/e5m2, every option: FULL_SUPPORT) with no context bound.
+query's dtype or fp8 e4m3fn/e5m2, every option: KERNEL_SUPPORT) with no context bound.
 Template: paged_attention_v2<BLOCK_SIZE, HEAD_DIM, T, C = T, OPTS = 0> (query type, cache type, pa::OPT_*
 bitmask; OPTS = 0 is the plain kernel, unchanged machine code) and pa::paged_attention_reduce<HEAD_DIM, T,
 WINDOW = false>. prepare() returns launch() (both kernels) and launch_partition() (the first alone).
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import FULL_SUPPORT, Limits
+from sandbox.variant import KERNEL_SUPPORT, Limits
 
 from . import common
 
 PATH = common.KERNEL_DIR / "v2.cu"
 NAME = "cupy.v2"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
 
 
 def kernel_name(block_size: int, head_dim: int, dtype, kv_dtype=None, flags: int = 0) -> str:
@@ -61,7 +61,7 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
                 common.reduce_launch(NAME, reduce, p, out, tmp_out, max_logits, exp_sums, context_lens, partition,
                                      max_partitions)]
     return common.SplitKVPrepared(launches, out, keep=(query, key_cache, value_cache, block_tables, context_lens,
-                                                       tmp_out, max_logits, exp_sums, options[2]), out_dtype=p.dtype)
+                                                       tmp_out, max_logits, exp_sums, *options), out_dtype=p.dtype)
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:

@@ -8,8 +8,8 @@ every option (k/v scales, sliding window, soft-cap, ALiBi); any GQA ratio; decod
 MAX_CONTEXT_LEN = 8192 tokens read per sequence (32 KB of float32 logits, inside the 48 KB a
 block gets without an opt-in): the context, or what a sliding window keeps of it, refused by
 prepare() before any launch (Unsupported).
-Precisions and options as numba.naive (common.py): one kernel per (query dtype, cache dtype);
-options are runtime arguments; logits live at index t - first (the window's start), so shared
+Precisions and options as numba.naive (codecs.py, options.py): one kernel per (query dtype, cache
+dtype, option flags); logits live at index t - first (the window's start), so shared
 memory is sized by the tokens read and blocks before the window are never looked up nor read.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16): 64 registers, 1152 B static + 16 KB dynamic shared at 4096
@@ -23,25 +23,29 @@ import functools
 
 from numba import cuda, float32
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
-from . import common, token_range
-from .common import MAX_HEAD_DIM, REDUCE_SCRATCH, ZERO, block_max, block_sum, first_token
+from . import codecs, device, launch, options, reports, token_range
+from .device import MAX_HEAD_DIM, ZERO
+from .options import first_token
+from .reductions import REDUCE_SCRATCH, block_max, block_sum
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
 MAX_CONTEXT_LEN = 8192
 
 
-def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-    adjust = common.logit_options(with_logit_options)
-    load_q = common.DECODE[dtype]
-    load_kv = common.DECODE[kv_dtype]
-    store = common.ENCODE[dtype]
+def make_body(dtype: str, kv_dtype: str, flags: int = 0):
+    adjust = options.logit_hook(flags)
+    use_alibi = bool(flags & options.OPT_ALIBI)
+    load_q = codecs.DECODE[dtype]
+    load_kv = codecs.DECODE[kv_dtype]
+    store = codecs.ENCODE[dtype]
     score_tokens, exponentiate, weigh_values = token_range.make(load_kv, adjust)
 
     def block_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                   v_scale, window_left, softcap, alibi, use_alibi, out):
+                   opts, out):
         """Grid (num_seqs, num_heads); dynamic shared: float32 logits[padded max tokens read]."""
+        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         seq = cuda.blockIdx.x
         head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -51,7 +55,7 @@ def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
         context_len = context_lens[seq]
         position = context_len - 1
         first = first_token(context_len, window_left)
-        slope = alibi[head] if use_alibi else ZERO
+        slope = opts.alibi_slopes[head] if use_alibi else ZERO
         q = cuda.shared.array(MAX_HEAD_DIM, float32)
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         logits = cuda.shared.array(0, float32)
@@ -60,8 +64,8 @@ def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
             q[d] = load_q(query[seq, head, d]) * scale
         cuda.syncthreads()
 
-        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, first, context_len, position, softcap,
-                                 slope, use_alibi, logits, tid, threads)
+        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, first, context_len, position, soft_cap,
+                                 slope, logits, tid, threads)
         top = block_max(local_max, scratch)
         local_sum = exponentiate(logits, context_len - first, top, tid, threads)
         inv_sum = v_scale / block_sum(local_sum, scratch)  # its barrier publishes the weights
@@ -73,9 +77,9 @@ def make_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-    """(python body, jitted kernel) for (query dtype, cache dtype, soft-cap/ALiBi on), made once."""
-    body = make_body(dtype, kv_dtype, with_logit_options)
+def kernel_for(dtype: str, kv_dtype: str, flags: int = 0):
+    """(python body, jitted kernel) for (query dtype, cache dtype, option flags), made once."""
+    body = make_body(dtype, kv_dtype, flags)
     return body, cuda.jit(body)
 
 
@@ -86,7 +90,7 @@ def logits_bytes(max_tokens: int, block_size: int) -> int:
 
 def check_context(problem) -> int:
     """The most tokens a sequence reads; Unsupported beyond MAX_CONTEXT_LEN."""
-    longest = int(common.tokens_read(problem).max())
+    longest = int(launch.tokens_read(problem).max())
     if longest > MAX_CONTEXT_LEN:
         raise Unsupported(f"numba.block keeps every logit in shared memory and supports context_len <= "
                           f"{MAX_CONTEXT_LEN} tokens read (the context, or its sliding window); got {longest} "
@@ -94,18 +98,18 @@ def check_context(problem) -> int:
     return longest
 
 
-def prepare(problem, backend: str) -> common.Launch:
+def prepare(problem, backend: str) -> launch.Launch:
     p = problem
-    common.check_head_dim("numba.block", p.head_dim)
+    launch.check_head_dim("numba.block", p.head_dim)
     longest = check_context(p)
-    threads = common.launch_threads(max(longest, p.head_dim))
+    threads = launch.launch_threads(max(longest, p.head_dim))
     grid = (p.num_seqs, p.num_heads)
-    common.check_launch("numba.block", grid, threads)
-    _, kernel = kernel_for(*common.kernel_key(p))
-    args = common.decode_args(p)
-    out = common.output_array(p)
+    launch.check_launch("numba.block", grid, threads)
+    _, kernel = kernel_for(*options.kernel_key(p))
+    args = options.decode_args(p)
+    out = launch.output_array(p)
     shared = logits_bytes(longest, p.block_size)
-    return common.Launch(kernel, grid, threads, shared, args + (out,), out, name="numba.block", out_dtype=p.dtype)
+    return launch.Launch(kernel, grid, threads, shared, args + (out,), out, name="numba.block", out_dtype=p.dtype)
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
@@ -113,11 +117,11 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     """Dynamic shared memory for REPRESENTATIVE's context of 4096 tokens (16 KB + padding).
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
-    q, kv = common.report_dtypes(dtype, kv_dtype)
-    signature = common.decode_signature(q, kv, common.out_array(q))
-    body, _ = kernel_for(q, kv, logit_options)
-    kernel = dict(name="block", **common.kernel_resources(body, signature, arch))
-    context = common.REPRESENTATIVE["context_len"]
-    return common.report([kernel], common.launch_threads(context, simulated=False),
+    q, kv = reports.report_dtypes(dtype, kv_dtype)
+    signature = reports.decode_signature(q, kv, reports.out_array(q))
+    body, _ = kernel_for(q, kv, options.report_flags(logit_options))
+    kernel = dict(name="block", **reports.kernel_resources(body, signature, arch))
+    context = reports.REPRESENTATIVE["context_len"]
+    return reports.report([kernel], launch.launch_threads(context, simulated=False),
                          logits_bytes(context, block_size),
                          note=f"dynamic shared for context {context}; grows 4 B/token up to {MAX_CONTEXT_LEN}")

@@ -10,9 +10,8 @@ sizes whose shared memory fits 48 KB (refused by prepare() before launch otherwi
 e.g. group 32 at head_dim 256). A thread keeps the dot products of a tile
 of min(8, next pow2 of group) heads in registers (the tile is a compile-time constant, one kernel
 per tile); groups above 8 re-read K/V once per tile.
-Precisions and options as numba.naive (common.py): one kernel per (tile, query dtype, cache dtype,
-soft-cap/ALiBi on);
-options are runtime arguments; the chunk walk starts at the window's start (blocks before it are
+Precisions and options as numba.naive (codecs.py, options.py): one kernel per (tile, query dtype,
+cache dtype, option flags); the chunk walk starts at the window's start (blocks before it are
 never looked up nor read); ALiBi reads each head's slope in phase A.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16, group 4): 120 registers, so 25% theoretical occupancy
@@ -28,30 +27,33 @@ import math
 
 from numba import cuda, float32
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
-from . import common
-from .common import NEG_INF, ZERO, first_token
+from . import codecs, device, launch, options, reports
+from .device import NEG_INF, ZERO
+from .options import first_token
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
 GROUP_TILE = 8  # query heads whose dot products / accumulators one thread keeps in registers
 SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 
 
-def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False):
+def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flags: int = 0):
     """The kernel body with `tile` (query heads per register tile), the dtypes and whether soft-cap /
     ALiBi exist fixed at compile time."""
-    adjust = common.logit_options(with_logit_options)
-    load_q = common.DECODE[dtype]
-    load_kv = common.DECODE[kv_dtype]
-    store = common.ENCODE[dtype]
+    adjust = options.logit_hook(flags)
+    use_alibi = bool(flags & options.OPT_ALIBI)
+    load_q = codecs.DECODE[dtype]
+    load_kv = codecs.DECODE[kv_dtype]
+    store = codecs.ENCODE[dtype]
 
     def gqa_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                 v_scale, window_left, softcap, alibi, use_alibi, chunk, out):
+                 opts, chunk, out):
         """Grid (num_seqs, num_kv_heads). Dynamic shared float32, rows padded to whole tiles (gp):
         q[gp, head_dim] (scaled), p[gp, chunk] (logits, then weights), acc[slices, gp, head_dim],
         running max[gp], running sum[gp], correction[gp]. Pad rows stay zero.
         """
+        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         seq = cuda.blockIdx.x
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -101,8 +103,8 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                         for j in range(tile):
                             dots[j] += sh[(g0 + j) * head_dim + d] * k
                     for j in range(min(tile, group - g0)):
-                        slope = alibi[head0 + g0 + j] if use_alibi else ZERO
-                        sh[p_at + (g0 + j) * chunk + i] = adjust(dots[j], softcap, slope, use_alibi, t - position)
+                        slope = opts.alibi_slopes[head0 + g0 + j] if use_alibi else ZERO
+                        sh[p_at + (g0 + j) * chunk + i] = adjust(dots[j], soft_cap, slope, t - position)
             cuda.syncthreads()
             # B: per head, the chunk's max, the rescale of what came before, weights and their sum.
             for g in range(tid, group, threads):
@@ -150,13 +152,13 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
 
 def tile_for(group: int) -> int:
     """Heads per register tile: the group rounded up to a power of two, at most GROUP_TILE."""
-    return min(GROUP_TILE, common.next_pow2(group))
+    return min(GROUP_TILE, launch.next_pow2(group))
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False):
-    """(python function, jitted kernel) with `tile`, the dtypes and soft-cap/ALiBi on/off compiled in, made once."""
-    body = make_body(tile, dtype, kv_dtype, with_logit_options)
+def kernel_for(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flags: int = 0):
+    """(python function, jitted kernel) with `tile`, the dtypes and the option flags compiled in, made once."""
+    body = make_body(tile, dtype, kv_dtype, flags)
     return body, cuda.jit(body)
 
 
@@ -169,7 +171,7 @@ def shared_bytes(group: int, head_dim: int, chunk: int, threads: int) -> int:
 
 def launch_shape(group: int, head_dim: int, longest: int, simulated=None) -> tuple[int, int, int]:
     """(threads, chunk, shared bytes): chunk = threads tokens, halved until shared memory fits."""
-    threads = common.launch_threads(max(longest, head_dim), simulated)
+    threads = launch.launch_threads(max(longest, head_dim), simulated)
     chunk = threads
     while shared_bytes(group, head_dim, chunk, threads) > SHARED_LIMIT and chunk > 1:
         chunk //= 2
@@ -180,17 +182,17 @@ def launch_shape(group: int, head_dim: int, longest: int, simulated=None) -> tup
     return threads, chunk, size
 
 
-def prepare(problem, backend: str) -> common.Launch:
+def prepare(problem, backend: str) -> launch.Launch:
     p = problem
-    common.check_head_dim("numba.gqa", p.head_dim)
+    launch.check_head_dim("numba.gqa", p.head_dim)
     group = p.num_heads // p.num_kv_heads
-    threads, chunk, size = launch_shape(group, p.head_dim, int(common.tokens_read(p).max()))
+    threads, chunk, size = launch_shape(group, p.head_dim, int(launch.tokens_read(p).max()))
     grid = (p.num_seqs, p.num_kv_heads)
-    common.check_launch("numba.gqa", grid, threads)
-    _, kernel = kernel_for(tile_for(group), *common.kernel_key(p))
-    args = common.decode_args(p) + (chunk,)
-    out = common.output_array(p)
-    return common.Launch(kernel, grid, threads, size, args + (out,), out, name="numba.gqa", out_dtype=p.dtype)
+    launch.check_launch("numba.gqa", grid, threads)
+    _, kernel = kernel_for(tile_for(group), *options.kernel_key(p))
+    args = options.decode_args(p) + (chunk,)
+    out = launch.output_array(p)
+    return launch.Launch(kernel, grid, threads, size, args + (out,), out, name="numba.gqa", out_dtype=p.dtype)
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
@@ -200,11 +202,11 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     from numba import types
 
-    q, kv = common.report_dtypes(dtype, kv_dtype)
-    rep = common.REPRESENTATIVE
+    q, kv = reports.report_dtypes(dtype, kv_dtype)
+    rep = reports.REPRESENTATIVE
     group = rep["num_heads"] // rep["num_kv_heads"]
     threads, chunk, size = launch_shape(group, head_dim, rep["context_len"], simulated=False)
-    signature = common.decode_signature(q, kv, types.int64, common.out_array(q))
-    body, _ = kernel_for(tile_for(group), q, kv, logit_options)
-    kernel = dict(name="gqa", **common.kernel_resources(body, signature, arch))
-    return common.report([kernel], threads, size, note=f"group {group} (tile {tile_for(group)}), chunk {chunk} tokens")
+    signature = reports.decode_signature(q, kv, types.int64, reports.out_array(q))
+    body, _ = kernel_for(tile_for(group), q, kv, options.report_flags(logit_options))
+    kernel = dict(name="gqa", **reports.kernel_resources(body, signature, arch))
+    return reports.report([kernel], threads, size, note=f"group {group} (tile {tile_for(group)}), chunk {chunk} tokens")

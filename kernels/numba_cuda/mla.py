@@ -37,8 +37,8 @@ from numba import cuda, float32, uint32
 from sandbox.problem import mla_record as rec
 from sandbox.variant.mla_limits import MLALimits
 
-from . import common
-from .common import NEG_INF, ZERO
+from . import codecs, device, launch, reports
+from .device import NEG_INF, ZERO
 
 LIMITS = MLALimits()
 NAME = "numba.mla"
@@ -54,13 +54,13 @@ SHARED_FLOATS = HEADS * DIMS + HEADS * VALUE_DIMS + CHUNK * STRIDE + HEADS * CHU
 
 def make_body(dtype: str = "bfloat16", record: bool = False, sparse: bool = False):
     """The kernel body, specialised at compile time on the query dtype, the cache format and the mode."""
-    load_q = common.DECODE[dtype]
-    load_kv = common.DECODE[dtype]
-    store = common.ENCODE[dtype]
+    load_q = codecs.DECODE[dtype]
+    load_kv = codecs.DECODE[dtype]
+    store = codecs.ENCODE[dtype]
     native = dtype == "float16"
-    e4m3 = common.e4m3_to_float32
-    bf16 = common.bf16_to_float32
-    bits = common.bits_as_float32
+    e4m3 = codecs.e4m3_to_float32
+    bf16 = codecs.bf16_to_float32
+    bits = codecs.bits_as_float32
 
     def mla_body(query, cache, block_tables, indices, row_seq, row_tokens, scale, out, lse):
         """Grid (total_q, ceil(num_heads / HEADS)). query/out [total_q, num_heads, 576 / 512] (bf16 as uint16 bits);
@@ -209,7 +209,7 @@ def kernel_for(dtype: str, record: bool, sparse: bool):
     return body, cuda.jit(body)
 
 
-class MLALaunch(common.Launch):
+class MLALaunch(launch.Launch):
     def __init__(self, *args, lse, problem, **kwargs):
         super().__init__(*args, **kwargs)
         self.lse_device = lse
@@ -226,14 +226,14 @@ def prepare(problem, backend: str) -> MLALaunch:
     p = problem
     seqs, positions = p.rows()
     tokens = np.full(len(seqs), p.topk, np.int64) if p.sparse else positions + 1
-    threads = SIM_THREADS if common.SIMULATED else common.launch_threads(HEADS * CHUNK * 4)
+    threads = SIM_THREADS if device.SIMULATED else launch.launch_threads(HEADS * CHUNK * 4)
     grid = (p.query.shape[0], -(-p.num_heads // HEADS))
     _, kernel = kernel_for(p.dtype.name, bool(p.fp8), bool(p.sparse))
     indices = p.indices if p.sparse else np.zeros((1, 1), np.int32)
-    out = cuda.device_array((p.query.shape[0], p.num_heads, VALUE_DIMS), common.BITS_VIEW.get(p.dtype.name, p.dtype))
+    out = cuda.device_array((p.query.shape[0], p.num_heads, VALUE_DIMS), codecs.BITS_VIEW.get(p.dtype.name, p.dtype))
     lse = cuda.device_array((p.query.shape[0], p.num_heads), np.float32)
-    args = (common.upload(p.query), common.upload(p.latent_cache), common.upload(p.block_tables),
-            common.upload(indices), common.upload(seqs.astype(np.int32)), common.upload(tokens.astype(np.int32)),
+    args = (launch.upload(p.query), launch.upload(p.latent_cache), launch.upload(p.block_tables),
+            launch.upload(indices), launch.upload(seqs.astype(np.int32)), launch.upload(tokens.astype(np.int32)),
             np.float32(p.softmax_scale), out, lse)
     return MLALaunch(kernel, grid, threads, 4 * SHARED_FLOATS, args, out, name=NAME, out_dtype=p.dtype,
                      lse=lse, problem=p)
@@ -247,20 +247,20 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
 
     from sandbox.variant import Unsupported
 
-    q = common.dtype_name(dtype)
+    q = codecs.dtype_name(dtype)
     if q not in LIMITS.dtypes:
         raise Unsupported(f"{NAME} takes bfloat16 or float16 queries, not {q}")
     if kv_dtype not in (None, q, "float8_e4m3fn"):
         raise Unsupported(f"{NAME}: kv_dtype {kv_dtype} is not the fp8 record's e4m3")
     record = kv_dtype == "float8_e4m3fn"
-    cache = common.array(types.uint8 if record else common.element_type(q), 3)
+    cache = reports.array(types.uint8 if record else reports.element_type(q), 3)
     i32 = types.int32
-    signature = (common.array(common.element_type(q), 3), cache, common.array(i32, 2), common.array(i32, 2),
-                 common.array(i32, 1), common.array(i32, 1), types.float32, common.out_array(q),
-                 common.array(types.float32, 2))
+    signature = (reports.array(reports.element_type(q), 3), cache, reports.array(i32, 2), reports.array(i32, 2),
+                 reports.array(i32, 1), reports.array(i32, 1), types.float32, reports.out_array(q),
+                 reports.array(types.float32, 2))
     body, _ = kernel_for(q, record, sparse)
-    kernel = dict(name="mla", **common.kernel_resources(body, signature, arch))
-    threads = common.launch_threads(HEADS * CHUNK * 4, simulated=False)
-    return common.report([kernel], threads, 4 * SHARED_FLOATS,
+    kernel = dict(name="mla", **reports.kernel_resources(body, signature, arch))
+    threads = launch.launch_threads(HEADS * CHUNK * 4, simulated=False)
+    return reports.report([kernel], threads, 4 * SHARED_FLOATS,
                          note=f"{HEADS} heads per block, {CHUNK}-token chunks, "
                               f"{'fp8 record' if record else q} cache, {'sparse' if sparse else 'dense'}")

@@ -28,14 +28,14 @@ simulated and compiled) and stage V | rescale and accumulate (each thread one (d
 Tiles are scheduled by a host-made table (prepare, untimed): block x serves tiles[x] = (sequence,
 first query row, query tokens in the tile, the sequence's end row); block y is the KV head.
 
-Limits: block sizes 1..256 (runtime); head dims 32..256 (common.HEAD_DIMS); queries float32,
+Limits: block sizes 1..256 (runtime); head dims 32..256 (device.HEAD_DIMS); queries float32,
 float16, bfloat16, caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option
 (k/v scales, sliding window, soft-cap, ALiBi); any query length (query_start), decode included; any
 context length. Shared memory is kept within 48 KB by halving the chunk (to 8), then the tile's
 query tokens (to 1), then the chunk (to 1); a group that still does not fit (e.g. 32 query heads
 per KV head at head_dim 256) is refused by prepare() before launch (Unsupported).
-Precisions and options as numba.gqa (common.py): one kernel per (register tile, query dtype, cache
-dtype, soft-cap/ALiBi on); options are runtime arguments.
+Precisions and options as numba.gqa (codecs.py, options.py): one kernel per (register tile, query
+dtype, cache dtype, option flags).
 Tile size: tile_tokens = TARGET_ROWS (16) // group query tokens (at least 1, at most the longest
 query rounded up to a power of two), so decode runs tiles of one token.
 Debugging: prepare(..., count_loads=True) builds the kernel with a global-load counter
@@ -62,12 +62,12 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
-from . import common
-from .common import NEG_INF, ZERO
+from . import codecs, device, launch, options, reports
+from .device import NEG_INF, ZERO
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS, max_query_len=None, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, max_query_len=None, **KERNEL_SUPPORT)
 NAME = "numba.multi"
 ROW_TILE = 8       # rows (query token, head) whose dot products / accumulators a thread keeps in registers
 TARGET_ROWS = 16   # rows per block the tile of query tokens aims at (tile_tokens = TARGET_ROWS // group)
@@ -76,18 +76,20 @@ SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 K_LOADS, V_LOADS = 0, 1   # first index of the load counter
 
 
-def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False,
+def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flags: int = 0,
               count_loads: bool = False, causal_slip: int = 0):
     """The kernel body with `tile` (rows per register tile), the dtypes, soft-cap/ALiBi, the load
     counter and `causal_slip` fixed at compile time. causal_slip = 0 is the causal mask (t <= p);
     the negative control kernels/wrong/numba_causal_off_by_one.py builds it with 1 (t <= p + 1)."""
-    load_q = common.DECODE[dtype]
-    load_kv = common.DECODE[kv_dtype]
-    store = common.ENCODE[dtype]
-    # The per-element conversions of native (float32/float16) elements and the per-logit options (common.apply_options,
+    load_q = codecs.DECODE[dtype]
+    load_kv = codecs.DECODE[kv_dtype]
+    store = codecs.ENCODE[dtype]
+    # The per-element conversions of native (float32/float16) elements and the per-logit options (options.logit_hook,
     # same formula) are written out here rather than called: the compiled kernel inlines either way,
     # but under the simulator a call per element is a Python call per element, most of a simulated
     # launch. stage_rows (once per chunk and thread) is a function.
+    soft_cap_on = bool(flags & options.OPT_SOFTCAP)
+    use_alibi = bool(flags & options.OPT_ALIBI)
     native_q = dtype in ("float32", "float16")
     native_kv = kv_dtype in ("float32", "float16")
 
@@ -110,10 +112,11 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                                              * num_kv_heads + kv_head) * head_dim + d, 1)
 
     def multi_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                   v_scale, window_left, softcap, alibi, use_alibi, tiles, tile_tokens, chunk, counts, out):
+                   opts, tiles, tile_tokens, chunk, counts, out):
         """Grid (num_tiles, num_kv_heads). query/out [total_q, num_heads, head_dim]; tiles int32
         [num_tiles, 4]; counts int32 (flat [2, num_blocks, block_size, num_kv_heads, head_dim] when
         counting loads, else unused)."""
+        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -204,13 +207,11 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
                             if window_left >= 0:
                                 visible = visible and t >= position - window_left
                             if visible:
-                                slope = alibi[head0 + r % group] if use_alibi else ZERO
                                 logit = dots[j]
-                                if with_logit_options:  # common.apply_options, inlined (see above)
-                                    if softcap > ZERO:
-                                        logit = softcap * math.tanh(logit / softcap)
-                                    if use_alibi:
-                                        logit += slope * float32(t - position)
+                                if soft_cap_on:  # options.logit_hook, inlined (see above)
+                                    logit = soft_cap * math.tanh(logit / soft_cap)
+                                if use_alibi:
+                                    logit += opts.alibi_slopes[head0 + r % group] * float32(t - position)
                         sh[p_at + r * chunk + a_token] = logit
             cuda.syncthreads()
             # B: per row, the chunk's max, the rescale of what came before, weights and their sum.
@@ -267,16 +268,16 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with
 
 def tile_for(rows: int) -> int:
     """Rows per register tile: the block's rows rounded up to a power of two, at most ROW_TILE."""
-    return min(ROW_TILE, common.next_pow2(rows))
+    return min(ROW_TILE, launch.next_pow2(rows))
 
 
 def kernel_factory(causal_slip: int = 0):
-    """(tile, dtype, kv_dtype, with_logit_options, count_loads) -> (python body, jitted kernel), each
+    """(tile, dtype, kv_dtype, flags, count_loads) -> (python body, jitted kernel), each
     made once: numba.multi's kernels (causal_slip 0) or a negative control's."""
     @functools.lru_cache(maxsize=None)
-    def kernel_for(tile: int, dtype: str = "float32", kv_dtype: str = "float32", with_logit_options: bool = False,
+    def kernel_for(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flags: int = 0,
                    count_loads: bool = False):
-        body = make_body(tile, dtype, kv_dtype, with_logit_options, count_loads, causal_slip)
+        body = make_body(tile, dtype, kv_dtype, flags, count_loads, causal_slip)
         return body, cuda.jit(body)
     return kernel_for
 
@@ -296,8 +297,8 @@ def launch_shape(group: int, head_dim: int, max_query_len: int, longest: int, si
     (at least 1, at most the longest query rounded up to a power of two); chunk: `threads` tokens.
     Over SHARED_LIMIT, the chunk halves down to MIN_CHUNK, then tile_tokens down to 1, then the
     chunk down to 1; what still does not fit is Unsupported."""
-    threads = common.launch_threads(max(longest, head_dim), simulated)
-    tile_tokens = max(1, min(TARGET_ROWS // group, common.next_pow2(max_query_len)))
+    threads = launch.launch_threads(max(longest, head_dim), simulated)
+    tile_tokens = max(1, min(TARGET_ROWS // group, launch.next_pow2(max_query_len)))
     chunk = threads
     while shared_bytes(group, head_dim, tile_tokens, chunk) > SHARED_LIMIT:
         if chunk > MIN_CHUNK:
@@ -334,34 +335,34 @@ def tile_spans(problem, tile_tokens: int) -> list[tuple[int, int, int]]:
     return spans
 
 
-def prepare_with(kernels, problem, name: str = NAME, count_loads: bool = False) -> common.Launch:
+def prepare_with(kernels, problem, name: str = NAME, count_loads: bool = False) -> launch.Launch:
     """Launcher shared with the negative control; `kernels` is a kernel_factory(...) result.
     With count_loads, the kernel counts its global K/V loads into Launch.counts (see the docstring)."""
     p = problem
-    common.check_head_dim(name, p.head_dim)
+    launch.check_head_dim(name, p.head_dim)
     group = p.num_heads // p.num_kv_heads
-    longest = int(common.tokens_read(p).max())
+    longest = int(launch.tokens_read(p).max())
     threads, tile_tokens, chunk, size = launch_shape(group, p.head_dim, p.max_query_len, longest, name=name)
     tiles = plan_tiles(p.query_lens, tile_tokens)
     grid = (len(tiles), p.num_kv_heads)
-    common.check_launch(name, grid, threads)
-    _, kernel = kernels(tile_for(tile_tokens * group), *common.kernel_key(p), count_loads)
+    launch.check_launch(name, grid, threads)
+    _, kernel = kernels(tile_for(tile_tokens * group), *options.kernel_key(p), count_loads)
     counts_shape = (2,) + p.key_cache.shape if count_loads else (1,)
     counts = cuda.to_device(np.zeros(int(np.prod(counts_shape)), np.int32))
-    out = common.output_array(p)
-    args = common.decode_args(p) + (common.upload(tiles), tile_tokens, chunk, counts, out)
-    launch = common.Launch(kernel, grid, threads, size, args, out, name=name, out_dtype=p.dtype)
-    launch.tile_tokens, launch.chunk, launch.tiles = tile_tokens, chunk, tiles
-    launch.counts_device, launch.counts_shape = counts, counts_shape
-    return launch
+    out = launch.output_array(p)
+    args = options.decode_args(p) + (launch.upload(tiles), tile_tokens, chunk, counts, out)
+    prepared = launch.Launch(kernel, grid, threads, size, args, out, name=name, out_dtype=p.dtype)
+    prepared.tile_tokens, prepared.chunk, prepared.tiles = tile_tokens, chunk, tiles
+    prepared.counts_device, prepared.counts_shape = counts, counts_shape
+    return prepared
 
 
-def load_counts(launch: common.Launch) -> np.ndarray:
+def load_counts(prepared: launch.Launch) -> np.ndarray:
     """int32 [2, num_blocks, block_size, num_kv_heads, head_dim]: K and V loads of a count_loads launch."""
-    return launch.counts_device.copy_to_host().reshape(launch.counts_shape)
+    return prepared.counts_device.copy_to_host().reshape(prepared.counts_shape)
 
 
-def prepare(problem, backend: str, count_loads: bool = False) -> common.Launch:
+def prepare(problem, backend: str, count_loads: bool = False) -> launch.Launch:
     return prepare_with(kernel_for, problem, NAME, count_loads)
 
 
@@ -372,15 +373,15 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     fp8 cache; logit_options: the kernel built with soft-cap and ALiBi (default: the plain one)."""
     from numba import types
 
-    q, kv = common.report_dtypes(dtype, kv_dtype)
-    rep = common.REPRESENTATIVE
+    q, kv = reports.report_dtypes(dtype, kv_dtype)
+    rep = reports.REPRESENTATIVE
     group = rep["num_heads"] // rep["num_kv_heads"]
     threads, tile_tokens, chunk, size = launch_shape(group, head_dim, 16, rep["context_len"], simulated=False)
-    signature = common.decode_signature(q, kv, common.array(types.int32, 2), types.int64, types.int64,
-                                        common.array(types.int32, 1), common.out_array(q))
+    signature = reports.decode_signature(q, kv, reports.array(types.int32, 2), types.int64, types.int64,
+                                        reports.array(types.int32, 1), reports.out_array(q))
     tile = tile_for(tile_tokens * group)
-    body, _ = kernel_for(tile, q, kv, logit_options)
-    kernel = dict(name="multi", **common.kernel_resources(body, signature, arch))
-    return common.report([kernel], threads, size,
+    body, _ = kernel_for(tile, q, kv, options.report_flags(logit_options))
+    kernel = dict(name="multi", **reports.kernel_resources(body, signature, arch))
+    return reports.report([kernel], threads, size,
                          note=f"group {group}, {tile_tokens} query tokens per tile (register tile {tile}), "
                               f"chunk {chunk} tokens")

@@ -6,11 +6,11 @@ Limits: block sizes 1..256 (any power of two, a runtime value); head dims up to 
 32, 64, 80, 96, 112, 120, 128, 192, 256); queries float32, float16, bfloat16 and caches of the
 query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option (k/v scales, sliding window,
 soft-cap, ALiBi); any GQA ratio; decode (one query token per sequence).
-Precisions and options (common.py): one kernel per (query dtype, cache dtype), made on first use;
-bfloat16 and fp8 arrive as their bits and are decoded by device functions. Options are runtime
-arguments: k_scale folded into the scale, v_scale on the output, a window only moves the first
-block and offset (blocks wholly before it are never looked up nor read), soft-cap and ALiBi one
-uniform branch per logit.
+Precisions and options (codecs.py, options.py): one kernel per (query dtype, cache dtype, option
+flags), made on first use; bfloat16 and fp8 arrive as their bits and are decoded by device functions.
+k_scale is folded into the scale, v_scale multiplies the output and a window only moves the first
+block and offset (blocks wholly before it are never looked up nor read), all runtime values;
+soft-cap and ALiBi are compiled in (options.logit_hook) only for the problems that use them.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16): 64 registers, the accumulator in 1 KB of local memory per thread,
 50% theoretical occupancy (register-limited). Design-level expectation, not a measurement: each
@@ -24,12 +24,13 @@ import math
 
 from numba import cuda, float32
 
-from sandbox.variant import FULL_SUPPORT, Limits
+from sandbox.variant import KERNEL_SUPPORT, Limits
 
-from . import common
-from .common import MAX_HEAD_DIM, NEG_INF, ZERO, first_token
+from . import codecs, device, launch, options, reports
+from .device import MAX_HEAD_DIM, NEG_INF, ZERO
+from .options import first_token
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
 
 
 @cuda.jit(device=True, inline="always")
@@ -45,17 +46,19 @@ def tokens_in_block(context_len, block, block_size):
 
 
 def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="float32", kv_dtype=None,
-              with_logit_options=False):
+              flags=0):
     """The kernel body for (dtype, kv_dtype) with its two paging decisions as device functions: the
     negative controls in kernels/wrong/ each replace exactly one of them with a flawed twin."""
-    load_q = common.DECODE[dtype]
-    load_kv = common.DECODE[dtype if kv_dtype is None else kv_dtype]
-    store = common.ENCODE[dtype]
-    adjust = common.logit_options(with_logit_options)
+    load_q = codecs.DECODE[dtype]
+    load_kv = codecs.DECODE[dtype if kv_dtype is None else kv_dtype]
+    store = codecs.ENCODE[dtype]
+    adjust = options.logit_hook(flags)
+    use_alibi = bool(flags & options.OPT_ALIBI)
 
     def naive_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                   v_scale, window_left, softcap, alibi, use_alibi, out):
+                   opts, out):
         """query/out [num_seqs, num_heads, head_dim]; one thread per (sequence, head) in a 1-D grid."""
+        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         item = cuda.grid(1)
         num_seqs, num_heads, head_dim = query.shape
         if item >= num_seqs * num_heads:
@@ -67,7 +70,7 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
         context_len = context_lens[seq]
         position = context_len - 1
         first = first_token(context_len, window_left)
-        slope = alibi[head] if use_alibi else ZERO
+        slope = opts.alibi_slopes[head] if use_alibi else ZERO
 
         acc = cuda.local.array(MAX_HEAD_DIM, float32)
         for d in range(head_dim):
@@ -81,7 +84,7 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
                 logit = ZERO
                 for d in range(head_dim):
                     logit += load_q(query[seq, head, d]) * load_kv(key_cache[physical, offset, kv_head, d])
-                logit = adjust(logit * scale, softcap, slope, use_alibi, base + offset - position)
+                logit = adjust(logit * scale, soft_cap, slope, base + offset - position)
                 new_max = max(running_max, logit)
                 correction = math.exp(running_max - new_max)
                 weight = math.exp(logit - new_max)
@@ -97,11 +100,11 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
 
 
 def kernel_factory(physical_block=table_block, block_tokens=tokens_in_block):
-    """(dtype, kv_dtype, with_logit_options) -> (python body, jitted kernel), each made once: the
+    """(dtype, kv_dtype, flags) -> (python body, jitted kernel), each made once: the
     kernels of one body family (numba.naive's, or a negative control's)."""
     @functools.lru_cache(maxsize=None)
-    def kernel_for(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-        body = make_body(physical_block, block_tokens, dtype, kv_dtype, with_logit_options)
+    def kernel_for(dtype: str, kv_dtype: str, flags: int = 0):
+        body = make_body(physical_block, block_tokens, dtype, kv_dtype, flags)
         return body, cuda.jit(body)
     return kernel_for
 
@@ -109,21 +112,21 @@ def kernel_factory(physical_block=table_block, block_tokens=tokens_in_block):
 kernel_for = kernel_factory()
 
 
-def launch_per_head(kernels, problem, name="numba.naive") -> common.Launch:
+def launch_per_head(kernels, problem, name="numba.naive") -> launch.Launch:
     """Launcher shared with the negative controls: one thread per (sequence, head), 1-D grid.
     `kernels` is a kernel_factory(...) result."""
-    common.check_head_dim(name, problem.head_dim)
+    launch.check_head_dim(name, problem.head_dim)
     work = problem.num_seqs * problem.num_heads
-    threads = common.launch_threads(work)
+    threads = launch.launch_threads(work)
     grid = (work + threads - 1) // threads
-    common.check_launch(name, grid, threads)
-    _, kernel = kernels(*common.kernel_key(problem))
-    args = common.decode_args(problem)
-    out = common.output_array(problem)
-    return common.Launch(kernel, grid, threads, 0, args + (out,), out, name=name, out_dtype=problem.dtype)
+    launch.check_launch(name, grid, threads)
+    _, kernel = kernels(*options.kernel_key(problem))
+    args = options.decode_args(problem)
+    out = launch.output_array(problem)
+    return launch.Launch(kernel, grid, threads, 0, args + (out,), out, name=name, out_dtype=problem.dtype)
 
 
-def prepare(problem, backend: str) -> common.Launch:
+def prepare(problem, backend: str) -> launch.Launch:
     return launch_per_head(kernel_for, problem)
 
 
@@ -132,8 +135,8 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     """Resources of the one kernel; threads as launched for REPRESENTATIVE (num_seqs*num_heads >= 128).
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
-    q, kv = common.report_dtypes(dtype, kv_dtype)
-    signature = common.decode_signature(q, kv, common.out_array(q))
-    body, _ = kernel_for(q, kv, logit_options)
-    kernel = dict(name="naive", **common.kernel_resources(body, signature, arch))
-    return common.report([kernel], common.launch_threads(common.REPRESENTATIVE["num_heads"] * 8, simulated=False), 0)
+    q, kv = reports.report_dtypes(dtype, kv_dtype)
+    signature = reports.decode_signature(q, kv, reports.out_array(q))
+    body, _ = kernel_for(q, kv, options.report_flags(logit_options))
+    kernel = dict(name="naive", **reports.kernel_resources(body, signature, arch))
+    return reports.report([kernel], launch.launch_threads(reports.REPRESENTATIVE["num_heads"] * 8, simulated=False), 0)

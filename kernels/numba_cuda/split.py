@@ -12,8 +12,8 @@ default 512 (the block size when it exceeds 512). Partitions start at each seque
 read: token 0, or its sliding window's start (so blocks before a window are never looked up nor
 read). The grid covers the most partitions any sequence needs; a sequence's empty ones write
 max=-inf, sum=0, output 0.
-Precisions and options as numba.naive (common.py): one partition kernel per (query dtype, cache
-dtype, soft-cap/ALiBi on) and one merge per output dtype; options are runtime arguments (v_scale applied by the merge).
+Precisions and options as numba.naive (codecs.py, options.py): one partition kernel per (query dtype,
+cache dtype, option flags) and one merge per output dtype (v_scale applied by the merge).
 Verdict: matches the reference on every problem the suites draw, the same to 1e-6 for P = 4..512
 (simulator only; never run on a GPU). Compiled for sm_90 (fp16): partition kernel 69 registers
 (43.8% theoretical occupancy), merge 56. Design-level expectation, not a measurement: numba.block's
@@ -27,24 +27,27 @@ import math
 
 from numba import cuda, float32, types
 
-from sandbox.variant import FULL_SUPPORT, Limits, Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
-from . import common, token_range
-from .common import MAX_HEAD_DIM, NEG_INF, REDUCE_SCRATCH, ZERO, block_max, block_sum, first_token
+from . import codecs, device, launch, options, reports, token_range
+from .device import MAX_HEAD_DIM, NEG_INF, ZERO
+from .options import first_token
+from .reductions import REDUCE_SCRATCH, block_max, block_sum
 
-LIMITS = Limits(head_dims=common.HEAD_DIMS, **FULL_SUPPORT)
+LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
 DEFAULT_PARTITION_SIZE = 512
 MAX_PARTITION_SIZE = 8192  # float32 logits of one partition in 32 KB of shared memory
 
 
-def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-    adjust = common.logit_options(with_logit_options)
-    load_q = common.DECODE[dtype]
-    load_kv = common.DECODE[kv_dtype]
+def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0):
+    adjust = options.logit_hook(flags)
+    use_alibi = bool(flags & options.OPT_ALIBI)
+    load_q = codecs.DECODE[dtype]
+    load_kv = codecs.DECODE[kv_dtype]
     score_tokens, exponentiate, weigh_values = token_range.make(load_kv, adjust)
 
     def partition_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                       v_scale, window_left, softcap, alibi, use_alibi, partition_size,
+                       opts, partition_size,
                        part_max, part_sum, part_out):
         """Grid (num_seqs, num_heads, max_partitions); dynamic shared: float32 logits[partition_size].
 
@@ -52,6 +55,7 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
         start, or 0). part_max/part_sum [num_seqs, num_heads, max_partitions], part_out [..., head_dim]
         (normalized; v_scale is the merge's).
         """
+        window_left, soft_cap = opts.window_left, opts.soft_cap
         seq = cuda.blockIdx.x
         head = cuda.blockIdx.y
         part = cuda.blockIdx.z
@@ -70,7 +74,7 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
                 part_sum[seq, head, part] = ZERO
             return
         end = min(start + partition_size, context_len)
-        slope = alibi[head] if use_alibi else ZERO
+        slope = opts.alibi_slopes[head] if use_alibi else ZERO
         q = cuda.shared.array(MAX_HEAD_DIM, float32)
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         logits = cuda.shared.array(0, float32)
@@ -79,8 +83,8 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
             q[d] = load_q(query[seq, head, d]) * scale
         cuda.syncthreads()
 
-        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, softcap, slope,
-                                 use_alibi, logits, tid, threads)
+        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, soft_cap, slope,
+                                 logits, tid, threads)
         top = block_max(local_max, scratch)
         local_sum = exponentiate(logits, end - start, top, tid, threads)
         total = block_sum(local_sum, scratch)  # its barrier publishes the weights
@@ -96,7 +100,7 @@ def make_partition_body(dtype: str, kv_dtype: str, with_logit_options: bool = Fa
 
 
 def make_merge_body(dtype: str):
-    store = common.ENCODE[dtype]
+    store = codecs.ENCODE[dtype]
 
     def merge_body(part_max, part_sum, part_out, v_scale, out):
         """Grid (num_seqs, num_heads); threads split head_dim. Empty partitions weigh exp(-inf) * 0 = 0."""
@@ -121,9 +125,9 @@ def make_merge_body(dtype: str):
 
 
 @functools.lru_cache(maxsize=None)
-def partition_kernel_for(dtype: str, kv_dtype: str, with_logit_options: bool = False):
-    """(python body, jitted kernel) for (query dtype, cache dtype, soft-cap/ALiBi on), made once."""
-    body = make_partition_body(dtype, kv_dtype, with_logit_options)
+def partition_kernel_for(dtype: str, kv_dtype: str, flags: int = 0):
+    """(python body, jitted kernel) for (query dtype, cache dtype, option flags), made once."""
+    body = make_partition_body(dtype, kv_dtype, flags)
     return body, cuda.jit(body)
 
 
@@ -147,7 +151,7 @@ def check_partition_size(partition_size: int, block_size: int) -> None:
 
 def partitions_needed(problem, partition_size: int) -> int:
     """The most partitions any sequence needs: its tokens read (from the window's start) over P."""
-    return int(-(-common.tokens_read(problem).max() // partition_size))
+    return int(-(-launch.tokens_read(problem).max() // partition_size))
 
 
 class SplitLaunch:
@@ -155,31 +159,31 @@ class SplitLaunch:
 
     def __init__(self, problem, partition_size: int):
         p = problem
-        common.check_head_dim("numba.split", p.head_dim)
+        launch.check_head_dim("numba.split", p.head_dim)
         check_partition_size(partition_size, p.block_size)
         self.partition_size = partition_size
         self.num_partitions = partitions_needed(p, partition_size)
         shape = (p.num_seqs, p.num_heads, self.num_partitions)
-        longest = int(common.tokens_read(p).max())
-        threads = common.launch_threads(max(min(partition_size, longest), p.head_dim))
-        merge_threads = common.launch_threads(p.head_dim)
-        common.check_launch("numba.split partition", shape, threads)  # before any allocation
-        common.check_launch("numba.split merge", shape[:2], merge_threads)
+        longest = int(launch.tokens_read(p).max())
+        threads = launch.launch_threads(max(min(partition_size, longest), p.head_dim))
+        merge_threads = launch.launch_threads(p.head_dim)
+        launch.check_launch("numba.split partition", shape, threads)  # before any allocation
+        launch.check_launch("numba.split merge", shape[:2], merge_threads)
         part_max = cuda.device_array(shape, "float32")
         part_sum = cuda.device_array(shape, "float32")
         part_out = cuda.device_array(shape + (p.head_dim,), "float32")
-        self.out = common.output_array(p)
+        self.out = launch.output_array(p)
         self.out_dtype = p.dtype
         self.partials = (part_max, part_sum, part_out)
 
-        key = common.kernel_key(p)
+        key = options.kernel_key(p)
         _, partition_kernel = partition_kernel_for(*key)
         _, merge_kernel = merge_kernel_for(key[0])
-        args = common.decode_args(p)
-        self.partition = common.Launch(partition_kernel, shape, threads, 4 * partition_size,
+        args = options.decode_args(p)
+        self.partition = launch.Launch(partition_kernel, shape, threads, 4 * partition_size,
                                        args + (partition_size,) + self.partials, None, name="numba.split partition")
-        v_scale = args[6]
-        self.merge = common.Launch(merge_kernel, shape[:2], merge_threads, 0, self.partials + (v_scale, self.out),
+        v_scale = args[6].v_scale
+        self.merge = launch.Launch(merge_kernel, shape[:2], merge_threads, 0, self.partials + (v_scale, self.out),
                                    None, name="numba.split merge")
 
     def launch(self) -> None:
@@ -187,7 +191,7 @@ class SplitLaunch:
         self.merge.launch()
 
     def result(self):
-        return common.host_view(self.out.copy_to_host(), self.out_dtype)
+        return codecs.host_view(self.out.copy_to_host(), self.out_dtype)
 
 
 def prepare(problem, backend: str, partition_size: int | None = None) -> SplitLaunch:
@@ -202,21 +206,21 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     """Top-level numbers are the partition kernel's (the one reading K/V); `kernels` lists both.
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
-    q, kv = common.report_dtypes(dtype, kv_dtype)
+    q, kv = reports.report_dtypes(dtype, kv_dtype)
     f32 = types.float32
-    partials = (common.array(f32, 3), common.array(f32, 3), common.array(f32, 4))
-    partition_sig = common.decode_signature(q, kv, types.int64, *partials)
-    merge_sig = partials + (f32, common.out_array(q))
+    partials = (reports.array(f32, 3), reports.array(f32, 3), reports.array(f32, 4))
+    partition_sig = reports.decode_signature(q, kv, types.int64, *partials)
+    merge_sig = partials + (f32, reports.out_array(q))
     size = default_partition_size(block_size)
-    threads = common.launch_threads(size, simulated=False)
-    merge_threads = common.launch_threads(head_dim, simulated=False)
-    partition_body, _ = partition_kernel_for(q, kv, logit_options)
+    threads = launch.launch_threads(size, simulated=False)
+    merge_threads = launch.launch_threads(head_dim, simulated=False)
+    partition_body, _ = partition_kernel_for(q, kv, options.report_flags(logit_options))
     merge_body, _ = merge_kernel_for(q)
     kernels = [
         dict(name="partition", threads_per_block=threads, dynamic_shared_bytes=4 * size,
-             **common.kernel_resources(partition_body, partition_sig, arch)),
+             **reports.kernel_resources(partition_body, partition_sig, arch)),
         dict(name="merge", threads_per_block=merge_threads, dynamic_shared_bytes=0,
-             **common.kernel_resources(merge_body, merge_sig, arch)),
+             **reports.kernel_resources(merge_body, merge_sig, arch)),
     ]
-    return common.report(kernels, threads, 4 * size,
+    return reports.report(kernels, threads, 4 * size,
                          note=f"partition kernel (P={size}) shown; merge kernel in 'kernels'")

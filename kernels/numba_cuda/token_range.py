@@ -19,17 +19,17 @@ import math
 
 from numba import cuda
 
-from .common import NEG_INF, ZERO
+from .device import NEG_INF, ZERO
 
 
 @functools.lru_cache(maxsize=None)
 def make(load_kv, adjust):
-    """(score_tokens, exponentiate, weigh_values) for a cache decoder (common.DECODE[kv_dtype]) and
-    a logit adjustment (common.logit_options(...)), made once per pair."""
+    """(score_tokens, exponentiate, weigh_values) for a cache decoder (codecs.DECODE[kv_dtype]) and
+    a logit hook (options.logit_hook(flags)), made once per pair."""
 
     @cuda.jit(device=True, inline="always")
-    def score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, softcap, slope, use_alibi,
-                     logits, tid, threads):
+    def score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, soft_cap, slope, logits, tid,
+                     threads):
         """q: float32 [>= head_dim] (scaled); logits: float32 [>= end - start]. Returns this thread's max."""
         block_size, head_dim = key_cache.shape[1], key_cache.shape[3]
         local_max = NEG_INF
@@ -39,7 +39,7 @@ def make(load_kv, adjust):
             logit = ZERO
             for d in range(head_dim):
                 logit += q[d] * load_kv(key_cache[physical, offset, kv_head, d])
-            logit = adjust(logit, softcap, slope, use_alibi, t - position)
+            logit = adjust(logit, soft_cap, slope, t - position)
             logits[t - start] = logit
             local_max = max(local_max, logit)
         return local_max

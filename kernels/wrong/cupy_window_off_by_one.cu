@@ -20,13 +20,12 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                                       const C* __restrict__ key_cache, const C* __restrict__ value_cache,
                                       const int* __restrict__ block_tables, const int* __restrict__ context_lens,
                                       int max_blocks_per_seq, int num_heads, int num_kv_heads, float scale,
-                                      int logits_stride, float v_scale, float soft_cap,
-                                      const float* __restrict__ alibi_slopes, int window_left) {
+                                      int logits_stride, PA_OPTION_PARAMS) {
   extern __shared__ float smem[];
   const int seq = blockIdx.y;
   const int context_len = context_lens[seq];
   const pa::HeadTile<1> tile(blockIdx.x, num_heads, num_kv_heads);
-  const pa::Options<OPTS> opt(v_scale, soft_cap, alibi_slopes, tile.head0, window_left, context_len);
+  const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_len);
   int start = opt.first_token();
   if (start > 0) start -= 1;  // BUG: the window is window_left + 2 tokens long
   const FreedIsBlockZeroKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};

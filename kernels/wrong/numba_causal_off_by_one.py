@@ -9,12 +9,12 @@ Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_
 """
 from __future__ import annotations
 
-from kernels.numba_cuda import common, multi
+from kernels.numba_cuda import launch, multi
 
 LIMITS = multi.LIMITS
 
 kernel_for = multi.kernel_factory(causal_slip=1)  # BUG: t <= p + 1
 
 
-def prepare(problem, backend: str) -> common.Launch:
+def prepare(problem, backend: str) -> launch.Launch:
     return multi.prepare_with(kernel_for, problem, "wrong.numba.causal_off_by_one")

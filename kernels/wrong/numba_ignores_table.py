@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from kernels.numba_cuda import common, naive
+from kernels.numba_cuda import launch, naive
 
 LIMITS = naive.LIMITS
 
@@ -23,5 +23,5 @@ def logical_as_physical_block(block_tables, seq, block, num_blocks):
 kernel_for = naive.kernel_factory(physical_block=logical_as_physical_block)
 
 
-def prepare(problem, backend: str) -> common.Launch:
+def prepare(problem, backend: str) -> launch.Launch:
     return naive.launch_per_head(kernel_for, problem, "wrong.numba.ignores_table")

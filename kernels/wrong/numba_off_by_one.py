@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from kernels.numba_cuda import common, naive
+from kernels.numba_cuda import launch, naive
 
 LIMITS = naive.LIMITS
 
@@ -23,5 +23,5 @@ def tokens_in_block_minus_one(context_len, block, block_size):
 kernel_for = naive.kernel_factory(block_tokens=tokens_in_block_minus_one)
 
 
-def prepare(problem, backend: str) -> common.Launch:
+def prepare(problem, backend: str) -> launch.Launch:
     return naive.launch_per_head(kernel_for, problem, "wrong.numba.off_by_one")

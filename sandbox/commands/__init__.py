@@ -2,6 +2,8 @@
 import argparse
 import fnmatch
 
+from ..problem.validate import MAX_BLOCK_SIZE
+
 FAMILIES = ("numpy", "numba", "cupy", "wrong")
 
 
@@ -12,13 +14,14 @@ def align(lines: list[list[str]]) -> str:
 
 
 def block_size_list(text: str) -> tuple[int, ...]:
-    """argparse type of --block-sizes: "16,1,16" -> (1, 16), sorted and unique, each >= 1."""
+    """argparse type of --block-sizes: "16,1,16" -> (1, 16), sorted and unique, each in 1..MAX_BLOCK_SIZE
+    (any integer: 61 and 528 are block sizes too; a variant that needs powers of two refuses the others)."""
     try:
         values = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,16,256, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"block sizes must be integers >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,16,61,256, got {text!r}") from None
+    if not values or min(values) < 1 or max(values) > MAX_BLOCK_SIZE:
+        raise argparse.ArgumentTypeError(f"block sizes must be integers in 1..{MAX_BLOCK_SIZE}, got {text!r}")
     return tuple(sorted(set(values)))
 
 

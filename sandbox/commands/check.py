@@ -21,9 +21,10 @@ import numpy as np
 
 from ..devices import backends
 from ..variant import registry
-from ..checking.check import check_problem, edge_case_problems, option_edge_cases
+from ..variant.limits import ANY_BLOCK_SIZES
+from ..checking.check import check_problem, declared_options, edge_block_sizes, edge_case_problems, option_edge_cases
 from ..checking import mla_check
-from ..problem.dtypes import FP8_MAX_FINITE
+from ..problem.option_schema import Context
 from ..problem.decode import DecodeProblem
 
 # flag -> (environment variable, value, what the output calls it)
@@ -63,7 +64,7 @@ def problems_for(variant, seed: int, num_random: int):
     """Edge cases and random problems inside the variant's declared limits: [(label, problem)]."""
     limits = variant.limits
     head_dim = 64 if limits.head_dims is None or 64 in limits.head_dims else limits.head_dims[0]
-    block_sizes = tuple(b for b in (1, 16, 256) if limits.block_sizes is None or b in limits.block_sizes)
+    block_sizes = edge_block_sizes(limits)
     out = []
     for dtype in limits.dtypes:
         out += [(f"{label}/{dtype}", p) for label, p in edge_case_problems(head_dim, dtype, block_sizes)]
@@ -71,7 +72,7 @@ def problems_for(variant, seed: int, num_random: int):
     rng = np.random.default_rng(seed)
     kv_choices = (None,) + tuple(limits.kv_dtypes)
     for i in range(num_random):
-        pool = limits.block_sizes or (1, 2, 4, 8, 16, 32, 64, 128, 256)
+        pool = limits.block_sizes or ANY_BLOCK_SIZES
         kv_dtype = kv_choices[(i // len(limits.dtypes)) % len(kv_choices)]
         options = random_options(rng, limits, kv_dtype)
         if limits.max_query_len != 1 and i % 2:
@@ -85,22 +86,19 @@ def problems_for(variant, seed: int, num_random: int):
 
 
 def random_options(rng: np.random.Generator, limits, kv_dtype) -> dict:
-    """Each option the variant declares, switched on with probability 1/2 (DecodeProblem.random keywords)."""
-    unit = 1 / FP8_MAX_FINITE[kv_dtype] if kv_dtype else 1.0  # fp8 values reach 448 / 57344: back to about 1
-    drawn = {"kv_scale": dict(k_scale=0.5 * unit, v_scale=2.0 * unit),
-             "window": dict(window_left=int(rng.integers(0, 200))),
-             "softcap": dict(logits_soft_cap=float(rng.choice([5.0, 30.0]))),
-             "alibi": dict(alibi_slopes=str(rng.choice(["paper", "random"])))}
+    """Each option the variant declares, switched on with probability 1/2 and drawn by its row of the
+    option table (DecodeProblem.random keywords)."""
+    context = Context(kv_format=kv_dtype or limits.dtypes[0])
     options = {}
-    for feature in limits.options:
-        if rng.random() < 0.5:
-            options.update(drawn[feature])
+    for option in declared_options(limits, context):
+        if option.random is not None and rng.random() < 0.5:
+            options.update(option.random(rng, context))
     return options
 
 
 def error_key(problem) -> str:
-    """'bfloat16' or 'float16:float8_e4m3fn': what the worst error is reported per."""
-    kv = "" if problem.kv_dtype == problem.dtype else f":{problem.kv_dtype.name}"
+    """'bfloat16', 'float16:float8_e4m3fn' or 'bfloat16:nvfp4': what the worst error is reported per."""
+    kv = "" if problem.kv_dtype == problem.dtype else f":{problem.kv_format}"
     return f"{problem.dtype.name}{kv}"
 
 

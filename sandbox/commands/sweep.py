@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..devices import backends
+from ..problem.option_tokens import known_tokens, parse_option_tokens
 from ..variant import registry
 from ..sweep import shapes as shapes_mod, timing
 from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
@@ -29,8 +30,8 @@ def add_arguments(parser) -> None:
                              "'mla:64x8192x128xbf16:fp8 topk=2048'); or presets "
                              f"{', '.join(shapes_mod.PRESETS)}; default: gpu or cpu (gpu-quick/cpu-quick with --quick)")
     parser.add_argument("--options", metavar="LIST",
-                        help="attention options for every shape: window=N (tokens before the query position still "
-                             "read), softcap=X, alibi (the paper's slopes), kscale=X, vscale=X; e.g. "
+                        help=f"attention options for every shape, from the option table: {known_tokens()} "
+                             "(window: tokens before the query position still read; alibi: the paper's slopes); e.g. "
                              "window=1024,softcap=30,alibi")
     parser.add_argument("--query-lens", metavar="LIST",
                         help="also run each shape with these query tokens per sequence (e.g. 1,4,16; the last positions, "
@@ -80,7 +81,7 @@ def build_config(args) -> SweepConfig:
     shapes = shapes_mod.expand(shapes, query_lens=query_len_list(args.query_lens),
                                shared_prefix=_at_least("--shared-prefix", args.shared_prefix, 1),
                                group_size=_at_least("--group-size", args.group_size, 2),
-                               options=shapes_mod.parse_options(args.options) if args.options is not None else None)
+                               options=parse_option_tokens(args.options) if args.options is not None else None)
     if args.block_sizes:
         block_sizes = args.block_sizes
     elif args.quick and not on_gpu:

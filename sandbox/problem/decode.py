@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from . import dtypes
-from .options import PLAIN, AttentionOptions, alibi_paper_slopes
-from .validate import first_read_tokens, validate_decode_inputs
+from .option_schema import Context
+from .options import FIELDS, OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
+from .validate import check_block_size, first_read_tokens, validate_decode_inputs
 
 # Extreme logits: q is scaled so that scale * q.k has a standard deviation of about 40,
 # so logits reach +-120: exp() without subtracting the max overflows in float32 (88.7).
@@ -49,7 +50,7 @@ class DecodeProblem:
     block_tables  [num_seqs, max_blocks_per_seq] int32 (-1 past a sequence's last block, and for
                   blocks wholly before a sliding window)
     context_lens  [num_seqs] int32
-    options       AttentionOptions: k_scale/v_scale, window_left, logits_soft_cap, alibi_slopes
+    options       AttentionOptions: the option table's fields (option_table.py)
     query_start   None (decode: one query token per sequence) or int32 [num_seqs + 1]
     """
 
@@ -104,8 +105,13 @@ class DecodeProblem:
 
     @property
     def kv_dtype(self) -> np.dtype:
-        """The cache's dtype: the query's, or an fp8 format."""
+        """The cache's dtype: the query's, an fp8 format, or uint8 (NVFP4's packed codes)."""
         return self.key_cache.dtype
+
+    @property
+    def kv_format(self) -> str:
+        """The cache's format (what Limits.kv_dtypes names): the dtype's name, or "nvfp4"."""
+        return dtypes.kv_format(self.key_cache.dtype)
 
     @property
     def query_lens(self) -> np.ndarray:
@@ -135,9 +141,15 @@ class DecodeProblem:
         return dict(self.options.kwargs(), query_start=self.query_start)
 
     def bytes_moved(self) -> int:
-        """Bytes a step really needs: K/V of the tokens read (each once), query, output, table entries read."""
+        """Bytes a step really needs: K/V of the tokens read (each once, as stored: NVFP4's packed codes), the
+        arrays beside the cache for those slots (per-token scales, NVFP4 block scales), query, output and the
+        table entries read."""
         tokens_read = self.context_lens.astype(np.int64) - self.first_read_tokens()
-        kv = 2 * int(tokens_read.sum()) * self.num_kv_heads * self.head_dim * self.kv_dtype.itemsize
+        row_bytes = self.key_cache.shape[3] * self.kv_dtype.itemsize  # one (token, KV head) row of K or of V
+        slots = self.num_blocks * self.block_size * self.num_kv_heads
+        beside = sum(getattr(self.options, f.name).nbytes // slots for f in FIELDS
+                     if f.per_slot and getattr(self.options, f.name) is not None)
+        kv = int(tokens_read.sum()) * self.num_kv_heads * (2 * row_bytes + beside)
         q_and_out = 2 * self.query.size * self.query.dtype.itemsize
         first_block = self.first_read_tokens() // self.block_size
         end_block = (self.context_lens.astype(np.int64) + self.block_size - 1) // self.block_size
@@ -154,7 +166,7 @@ class DecodeProblem:
     def describe(self) -> str:
         lens = self.context_lens.tolist()
         shown = lens if len(lens) <= 8 else lens[:8] + ["..."]
-        kv = "" if self.kv_dtype == self.dtype else f", kv_dtype={self.kv_dtype.name}"
+        kv = "" if self.kv_dtype == self.dtype else f", kv_dtype={self.kv_format}"
         opts = "" if self.options is PLAIN or self.options.describe() == "plain" else f", {self.options.describe()}"
         q = "" if self.query_start is None else f", query_lens={self.query_lens.tolist()[:8]}"
         return (f"DecodeProblem(seed={self.seed}, seqs={self.num_seqs}, heads={self.num_heads}/{self.num_kv_heads}, "
@@ -177,26 +189,30 @@ class DecodeProblem:
     def random(cls, seed: int, num_seqs: int = 4, num_heads: int = 8, num_kv_heads: int = 2, head_dim: int = 64,
                block_size: int = 16, context_lens=None, max_context_len: int = 256, dtype="float32",
                share_prefix: bool = True, full_capacity: bool = True, extreme_logits: bool = False,
-               spare_blocks: int | None = None, nan_fill: bool = True, kv_dtype=None, k_scale=None, v_scale=None,
-               window_left: int = -1, logits_soft_cap: float = 0.0, alibi_slopes=None,
-               free_outside_window: bool = True, query_lens=None) -> "DecodeProblem":
-        """A seeded random problem with the traps real serving produces.
+               spare_blocks: int | None = None, nan_fill: bool = True, kv_dtype=None, query_lens=None,
+               **options) -> "DecodeProblem":
+        """A seeded random problem with the traps real serving produces (block_size: any integer in 1..4096).
 
         Physical blocks are shuffled (never in increasing order); with share_prefix, later
         sequences may point their first full blocks at an earlier sequence's blocks; with
         full_capacity (and drawn lengths), one sequence fills its whole table; every slot no
         query token reads (the tail of each last block, spare blocks, blocks before a window) is NaN.
 
-        kv_dtype: None (the query's) or an fp8 format, whose values are drawn over the format's
-        whole finite range, subnormals included; k_scale/v_scale None means 1.0, or 1/max_finite
-        for fp8 (dequantized values then lie in [-1, 1]). alibi_slopes: None, "paper" (the ALiBi
-        paper's geometric slopes), "random", or a list of floats. free_outside_window: blocks
-        wholly before a window are freed (-1 in the table). query_lens: None (decode), an int q
-        (each sequence gets min(q, L) query tokens) or a list of per-sequence lengths.
+        kv_dtype: None (the query's), an fp8 format, whose values are drawn over the format's whole
+        finite range, subnormals included, or "nvfp4" (random e2m1 codes; head_dim a multiple of 16). query_lens: None (decode), an int q (each sequence
+        gets min(q, L) query tokens) or a list of per-sequence lengths. options: the option table's
+        keywords (options.PROBLEM_KEYWORDS; docs/options.md): k_scale/v_scale None means 1.0, or
+        1/max_finite for fp8 (dequantized values then lie in [-1, 1]); window_left, with
+        free_outside_window (blocks wholly before a window are freed: -1 in the table);
+        logits_soft_cap; alibi_slopes None, "paper" (the ALiBi paper's geometric slopes), "random",
+        or a list of floats.
         """
+        _check_option_keywords("random", options)
+        block_size = check_block_size(block_size)
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
+        _check_nvfp4_head_dim(kv_dt, head_dim)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
         if context_lens is None:
@@ -240,11 +256,15 @@ class DecodeProblem:
         for (s, i), (s0, i0) in shared_from.items():
             tables[s, i] = tables[s0, i0]
 
-        cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        block_shape = (needed, block_size, num_kv_heads, head_dim)
+        cache_shape = (num_blocks, block_size, num_kv_heads, _stored_dim(kv_dt, head_dim))
+        block_shape = (needed,) + cache_shape[1:]
         key_cache = np.zeros(cache_shape, dtype=np.float32)
         value_cache = np.zeros(cache_shape, dtype=np.float32)
-        if dtypes.is_fp8(kv_dt):
+        if dtypes.kv_format(kv_dt) == dtypes.NVFP4:  # two e2m1 codes per byte, every code drawn
+            key_cache, value_cache = key_cache.astype(np.uint8), value_cache.astype(np.uint8)
+            key_cache[physical] = rng.integers(0, 256, size=block_shape, dtype=np.uint8)
+            value_cache[physical] = rng.integers(0, 256, size=block_shape, dtype=np.uint8)
+        elif dtypes.is_fp8(kv_dt):
             key_cache, value_cache = key_cache.astype(kv_dt), value_cache.astype(kv_dt)
             key_cache[physical] = _fp8_spanning(rng, block_shape, kv_dt)
             value_cache[physical] = _fp8_spanning(rng, block_shape, kv_dt)
@@ -258,17 +278,13 @@ class DecodeProblem:
                       full_capacity=full_capacity, extreme_logits=extreme_logits, spare_blocks=spare_blocks,
                       nan_fill=nan_fill)
         return cls._finish(rng, "random", recipe, tables, lens, q_lens, key_cache, value_cache, dtype, kv_dtype,
-                           k_scale=k_scale, v_scale=v_scale, window_left=window_left, logits_soft_cap=logits_soft_cap,
-                           alibi_slopes=alibi_slopes, free_outside_window=free_outside_window, query_lens=query_lens,
-                           extreme_logits=extreme_logits, nan_fill=nan_fill)
+                           options, query_lens=query_lens, extreme_logits=extreme_logits, nan_fill=nan_fill)
 
     @classmethod
     def shared(cls, seed: int, num_groups: int = 2, group_size: int = 3, prefix_len: int = 40, suffix_lens=None,
                max_suffix_len: int = 20, how: str = "fork", num_heads: int = 8, num_kv_heads: int = 2,
                head_dim: int = 64, block_size: int = 16, dtype="float32", extreme_logits: bool = False,
-               nan_fill: bool = True, kv_dtype=None, k_scale=None, v_scale=None, window_left: int = -1,
-               logits_soft_cap: float = 0.0, alibi_slopes=None, free_outside_window: bool = True,
-               query_lens=None) -> "DecodeProblem":
+               nan_fill: bool = True, kv_dtype=None, query_lens=None, **options) -> "DecodeProblem":
         """Groups of sequences sharing a prompt, with the block tables sandbox.paging.BlockManager produces.
 
         Each of num_groups groups has a prompt of prefix_len tokens and group_size sequences that
@@ -282,9 +298,12 @@ class DecodeProblem:
         """
         from ..paging import BlockManager
 
+        _check_option_keywords("shared", options)
+        block_size = check_block_size(block_size)
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
+        _check_nvfp4_head_dim(kv_dt, head_dim)
         if how not in ("fork", "prefix"):
             raise ValueError(f"how must be 'fork' or 'prefix', got {how!r}")
         if num_heads % num_kv_heads:
@@ -321,48 +340,62 @@ class DecodeProblem:
         for s in range(num_seqs):
             table = manager.block_table(s)
             tables[s, : len(table)] = relabel[table]
-        cache_shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        draw = (lambda: _fp8_spanning(rng, cache_shape, kv_dt)) if dtypes.is_fp8(kv_dt) else (lambda: _uniform(rng, cache_shape))
+        cache_shape = (num_blocks, block_size, num_kv_heads, _stored_dim(kv_dt, head_dim))
+        if dtypes.kv_format(kv_dt) == dtypes.NVFP4:
+            draw = lambda: rng.integers(0, 256, size=cache_shape, dtype=np.uint8)  # noqa: E731
+        elif dtypes.is_fp8(kv_dt):
+            draw = lambda: _fp8_spanning(rng, cache_shape, kv_dt)  # noqa: E731
+        else:
+            draw = lambda: _uniform(rng, cache_shape)  # noqa: E731
         key_cache, value_cache = draw(), draw()
         shared_tokens = prefix_len % block_size  # what a copy-on-write destination inherits from its source
-        for src, dst in copies:
+        copies = [(int(relabel[src]), int(relabel[dst]), shared_tokens) for src, dst in copies]
+        for src, dst, tokens in copies:
             for cache in (key_cache, value_cache):
-                cache[relabel[dst], :shared_tokens] = cache[relabel[src], :shared_tokens]
+                cache[dst, :tokens] = cache[src, :tokens]
         recipe = dict(seed=seed, num_groups=num_groups, group_size=group_size, prefix_len=prefix_len,
                       suffix_lens=None if suffix_lens is None else [int(n) for n in suffix_lens],
                       max_suffix_len=max_suffix_len, how=how, num_heads=num_heads, num_kv_heads=num_kv_heads,
                       head_dim=head_dim, block_size=block_size, dtype=dtype.name, extreme_logits=extreme_logits,
                       nan_fill=nan_fill)
         return cls._finish(rng, "shared", recipe, tables, lens, _query_lengths(query_lens, lens), key_cache,
-                           value_cache, dtype, kv_dtype, k_scale=k_scale, v_scale=v_scale, window_left=window_left,
-                           logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes,
-                           free_outside_window=free_outside_window, query_lens=query_lens,
-                           extreme_logits=extreme_logits, nan_fill=nan_fill)
+                           value_cache, dtype, kv_dtype, options, query_lens=query_lens, extreme_logits=extreme_logits,
+                           nan_fill=nan_fill, copies=copies)
 
     @classmethod
     def _finish(cls, rng, constructor: str, recipe: dict, tables, lens, q_lens, key_cache, value_cache, dtype,
-                kv_dtype, *, k_scale, v_scale, window_left, logits_soft_cap, alibi_slopes, free_outside_window,
-                query_lens, extreme_logits, nan_fill) -> "DecodeProblem":
-        """What random() and shared() share once tables and cache values exist: the options, freeing the
-        blocks before a window, NaN in every unread slot, the query, and the recipe that rebuilds it."""
-        num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
-        num_heads = recipe["num_heads"]
-        fp8 = dtypes.is_fp8(key_cache.dtype)
-        default_scale = 1.0 / dtypes.FP8_MAX_FINITE[key_cache.dtype.name] if fp8 else 1.0
-        slopes = _alibi_slopes(rng, alibi_slopes, num_heads)
-        options = AttentionOptions(k_scale=default_scale if k_scale is None else float(k_scale),
-                                   v_scale=default_scale if v_scale is None else float(v_scale),
-                                   window_left=int(window_left), logits_soft_cap=float(logits_soft_cap),
-                                   alibi_slopes=slopes).validate(num_heads)
-        first_read = first_read_tokens(lens, q_lens, options.window_left)
-        if free_outside_window:
+                kv_dtype, option_keywords: dict, *, query_lens, extreme_logits, nan_fill, copies=()) -> "DecodeProblem":
+        """What random() and shared() share once tables and cache values exist: the options (each row of the
+        table builds its fields from the keywords; arrays beside the cache follow its copy-on-write copies
+        (src, dst, tokens)), freeing the blocks before a window, NaN in every unread slot (NVFP4's codes
+        cannot hold NaN: its block scales do), the query, and the recipe that rebuilds it."""
+        num_blocks, block_size, num_kv_heads, stored_dim = key_cache.shape
+        num_heads, head_dim = recipe["num_heads"], recipe["head_dim"]
+        kv_format = dtypes.kv_format(key_cache.dtype)
+        quantized = dtypes.is_quantized(kv_format)
+        keywords = dict(PROBLEM_KEYWORDS, **option_keywords)
+        context = Context(num_heads=num_heads, head_dim=head_dim, kv_format=kv_format,
+                          cache_slots=(num_blocks, block_size, num_kv_heads), block_size=block_size)
+        values = {}
+        for option in OPTIONS:
+            values.update(option.build(keywords, context, rng))
+        beside = [values[f.name] for f in FIELDS if f.per_slot and values.get(f.name) is not None]
+        for src, dst, tokens in copies:
+            for array in beside:
+                array[dst, :tokens] = array[src, :tokens]
+        first_read = first_read_tokens(lens, q_lens, values["window_left"])
+        if keywords["free_outside_window"]:
             for s in range(len(lens)):  # the allocator freed every block wholly before the window
                 tables[s, : int(first_read[s] // block_size)] = -1
-        if nan_fill or fp8:
+        if nan_fill or quantized:
             fill = np.nan if nan_fill else 0.0
             unread = ~_read_slots(tables, lens, first_read, num_blocks, block_size)
-            key_cache.reshape(-1, num_kv_heads, head_dim)[unread] = fill
-            value_cache.reshape(-1, num_kv_heads, head_dim)[unread] = fill
+            if kv_format != dtypes.NVFP4 or not nan_fill:
+                key_cache.reshape(-1, num_kv_heads, stored_dim)[unread] = fill
+                value_cache.reshape(-1, num_kv_heads, stored_dim)[unread] = fill
+            for array in beside:
+                array.reshape(num_blocks * block_size, -1)[unread] = fill
+        options = AttentionOptions(**values).validate(context)
 
         query = rng.uniform(-1, 1, size=(int(q_lens.sum()), num_heads, head_dim))
         if extreme_logits:
@@ -370,17 +403,32 @@ class DecodeProblem:
         query_start = None
         if query_lens is not None:
             query_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-        extras = dict(kv_dtype=None if kv_dtype is None else key_cache.dtype.name, k_scale=k_scale, v_scale=v_scale,
-                      window_left=window_left, logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes,
-                      free_outside_window=free_outside_window, query_lens=query_lens)
-        defaults = dict(kv_dtype=None, k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=0.0,
-                        alibi_slopes=None, free_outside_window=True, query_lens=None)
+        extras = dict(kv_dtype=None if kv_dtype is None else kv_format, query_lens=query_lens, **keywords)
+        defaults = dict(PROBLEM_KEYWORDS, kv_dtype=None, query_lens=None)
         recipe = dict(recipe, **{k: v for k, v in extras.items() if v != defaults[k]})  # short repr for plain problems
-        if not fp8:
+        if not quantized:
             key_cache, value_cache = key_cache.astype(dtype), value_cache.astype(dtype)
         return cls(query=query.astype(dtype), key_cache=key_cache, value_cache=value_cache,
                    block_tables=tables, context_lens=lens.astype(np.int32), scale=None, options=options,
                    query_start=query_start, seed=recipe["seed"], recipe=dict(recipe, _constructor=constructor)).validate()
+
+
+def _stored_dim(cache_dtype: np.dtype, head_dim: int) -> int:
+    """The cache's last axis: head_dim, or head_dim // 2 bytes of packed e2m1 codes for NVFP4."""
+    return head_dim // 2 if dtypes.kv_format(cache_dtype) == dtypes.NVFP4 else head_dim
+
+
+def _check_nvfp4_head_dim(cache_dtype: np.dtype, head_dim: int) -> None:
+    if dtypes.kv_format(cache_dtype) == dtypes.NVFP4 and head_dim % 16:
+        raise ValueError(f"an NVFP4 cache needs head_dim to be a multiple of 16 (one e4m3 scale per 16 values), "
+                         f"got {head_dim}")
+
+
+def _check_option_keywords(constructor: str, options: dict) -> None:
+    unknown = sorted(set(options) - set(PROBLEM_KEYWORDS))
+    if unknown:
+        raise TypeError(f"DecodeProblem.{constructor}() got an unexpected keyword argument {unknown[0]!r}; "
+                        f"option keywords: {', '.join(PROBLEM_KEYWORDS)}")
 
 
 def _query_lengths(query_lens, context_lens: np.ndarray) -> np.ndarray:
@@ -405,18 +453,6 @@ def _fp8_spanning(rng: np.random.Generator, shape, fp8_dtype: np.dtype) -> np.nd
     finite = np.isfinite(values.astype(np.float32))
     codes[~finite] &= 0x80  # NaN/inf codes become (signed) zero
     return codes.view(fp8_dtype)
-
-
-def _alibi_slopes(rng: np.random.Generator, slopes, num_heads: int) -> np.ndarray | None:
-    if slopes is None:
-        return None
-    if isinstance(slopes, str):
-        if slopes == "paper":
-            return alibi_paper_slopes(num_heads)
-        if slopes == "random":
-            return rng.uniform(-1.0, 1.0, size=num_heads).astype(np.float32)
-        raise ValueError(f"alibi_slopes must be None, 'paper', 'random' or a list of floats, got {slopes!r}")
-    return np.asarray(slopes, dtype=np.float32)
 
 
 def _read_slots(tables: np.ndarray, lens: np.ndarray, first_read: np.ndarray, num_blocks: int,

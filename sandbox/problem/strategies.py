@@ -1,7 +1,8 @@
 """The hypothesis strategy for problems that every kernel test reuses.
 
 It reaches: context length 1, k*block_size and k*block_size + 1; GQA ratios 1, 2, 4, 8; every
-power-of-two block size 1..256; float32, float16 and bfloat16 queries; caches of the query's
+power-of-two block size 1..256 and as often sizes that are not (3, 19, 61, 69, 528, 2112, ...), within
+what a variant declares; float32, float16 and bfloat16 queries; caches of the query's
 dtype or fp8 (e4m3fn, e5m2; values over the whole finite range, subnormals included); shuffled
 and shared blocks, NaN in every unused slot, extreme logits, one sequence at full table
 capacity; groups sharing a prompt as sandbox.paging.BlockManager makes them (fork with
@@ -17,10 +18,11 @@ from __future__ import annotations
 from hypothesis import assume, note
 from hypothesis import strategies as st
 
-from .dtypes import FP8_MAX_FINITE
-from .options import FEATURES
+from .dtypes import NVFP4
+from .option_schema import Context
+from .options import OPTIONS
 from .decode import DecodeProblem
-from ..variant.limits import DTYPES, POW2_BLOCK_SIZES
+from ..variant.limits import ANY_BLOCK_SIZES, DTYPES
 
 
 @st.composite
@@ -44,24 +46,6 @@ def context_lengths(draw, block_size: int, num_seqs: int, max_tokens: int):
 
 
 @st.composite
-def window_lefts(draw, context_len: int, block_size: int) -> int:
-    """-1 (off), or a window whose start (L-1-W) sits at k*bs or k*bs+1 of a sequence, 0, or longer than it."""
-    kind = draw(st.sampled_from(["off", "off", "edge", "edge_plus_1", "last_token", "longer", "any"]))
-    last = context_len - 1
-    if kind == "off":
-        return -1
-    if kind == "last_token":
-        return 0
-    if kind == "longer":
-        return last + draw(st.integers(0, 3 * block_size))
-    if kind == "any":
-        return draw(st.integers(0, max(last, 0)))
-    k = draw(st.integers(0, last // block_size))
-    start = k * block_size + (1 if kind == "edge_plus_1" else 0)
-    return max(0, last - start)
-
-
-@st.composite
 def query_lengths(draw, context_lens: list[int], block_size: int, max_query_len: int | None):
     """None (decode) or per-sequence query lengths: 1, block edges, longer than a block, q_s = L_s."""
     if max_query_len == 1 or not draw(st.booleans()):
@@ -78,48 +62,46 @@ def query_lengths(draw, context_lens: list[int], block_size: int, max_query_len:
     return [one(n) for n in context_lens]
 
 
+def block_size_draws(block_sizes):
+    """A strategy over `block_sizes` that draws its powers of two and its other sizes equally often."""
+    pow2 = [b for b in block_sizes if b & (b - 1) == 0]
+    other = [b for b in block_sizes if b & (b - 1)]
+    return st.one_of(*(st.sampled_from(group) for group in (pow2, other) if group))
+
+
 @st.composite
-def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128), dtypes=DTYPES,
+def decode_problems(draw, block_sizes=ANY_BLOCK_SIZES, head_dims=(32, 64, 128), dtypes=DTYPES,
                     gqa_ratios=(1, 2, 4, 8), max_num_seqs: int = 3, max_kv_heads: int = 2, max_tokens: int = 520,
                     allow_extreme: bool = True, kv_dtypes=(), options=(), max_query_len: int | None = 1,
                     max_query_tokens: int = 64, max_multiply_adds: int | None = None) -> DecodeProblem:
     """A DecodeProblem small enough for the simulator/executor yet reaching every edge case above.
 
-    kv_dtypes: fp8 formats that may be drawn for the cache (besides the query's dtype); options:
-    the FEATURES that may be switched on; max_query_len: 1 (decode), an int, or None (any), with
+    kv_dtypes: cache formats that may be drawn (besides the query's dtype: fp8, and nvfp4 where the
+    head dim is a multiple of 16); options:
+    the FEATURES that may be switched on (each drawn by its row of the option table); max_query_len: 1 (decode), an int, or None (any), with
     at most max_query_tokens query tokens in all. max_tokens bounds each context length (block
     size 256 still gets 256 and 257 tokens when >= 257). max_multiply_adds (None: no bound) rejects
     the rare draw whose DecodeProblem.multiply_adds() exceeds it (the Numba simulator pays 5-20 us per
     multiply-add: one 16-head draw over 3 full contexts would cost a minute).
     """
-    block_size = draw(st.sampled_from(block_sizes))
+    block_size = draw(block_size_draws(block_sizes))
     num_seqs = draw(st.integers(1, max_num_seqs))
     num_kv_heads = draw(st.integers(1, max_kv_heads))
     ratio = draw(st.sampled_from(gqa_ratios))
     num_heads = num_kv_heads * ratio
     lens = draw(context_lengths(block_size, num_seqs, max_tokens))
     dtype = draw(st.sampled_from(dtypes))
-    kv_dtype = draw(st.sampled_from((None,) + tuple(kv_dtypes))) if kv_dtypes else None
+    head_dim = draw(st.sampled_from(head_dims))
+    kv_choices = [k for k in kv_dtypes if k != NVFP4 or head_dim % 16 == 0]  # NVFP4: one scale per 16 values
+    kv_dtype = draw(st.sampled_from([None] + kv_choices)) if kv_choices else None
     q_lens = draw(query_lengths(lens, block_size, max_query_len))
     if q_lens is not None and sum(q_lens) > max_query_tokens:
         q_lens = [max(1, q * max_query_tokens // sum(q_lens)) for q in q_lens]
     extreme = allow_extreme and draw(st.booleans())
-    kw = {}
-    on = {f for f in FEATURES if f in options and draw(st.booleans())}
-    if "kv_scale" in on:
-        kw.update(k_scale=draw(st.sampled_from([0.25, 0.5, 2.0])), v_scale=draw(st.sampled_from([0.5, 3.0])))
-        if kv_dtype is not None:  # fp8 values reach 448 / 57344: keep dequantized magnitudes sane
-            unit = FP8_MAX_FINITE[kv_dtype]
-            kw.update(k_scale=kw["k_scale"] / unit, v_scale=kw["v_scale"] / unit)
-    if "window" in on:
-        kw.update(window_left=draw(window_lefts(lens[0], block_size)),
-                  free_outside_window=draw(st.booleans()))
-    if "softcap" in on:
-        kw.update(logits_soft_cap=draw(st.sampled_from([1.0, 5.0, 30.0])))
-    if "alibi" in on:
-        kw.update(alibi_slopes=draw(st.sampled_from(["paper", "random"])))
+    kw = draw_options(draw, options, Context(num_heads=num_heads, block_size=block_size, context_lens=tuple(lens),
+                                             kv_format=kv_dtype or dtype))
     common = dict(seed=draw(st.integers(0, 2**31 - 1)), num_heads=num_heads, num_kv_heads=num_kv_heads,
-                  head_dim=draw(st.sampled_from(head_dims)), block_size=block_size, dtype=dtype, kv_dtype=kv_dtype,
+                  head_dim=head_dim, block_size=block_size, dtype=dtype, kv_dtype=kv_dtype,
                   extreme_logits=extreme, **kw)
     if draw(st.integers(0, 3)) == 0:  # sharing as the allocator makes it: fork (copy-on-write) or prefix caching
         groups = draw(st.integers(1, 2))
@@ -140,9 +122,22 @@ def decode_problems(draw, block_sizes=POW2_BLOCK_SIZES, head_dims=(32, 64, 128),
     return problem
 
 
+def draw_options(draw, features, context: Context) -> dict:
+    """DecodeProblem keywords: each row of the option table whose feature is in `features` (and that applies
+    to the problem, and is not excluded by one already on) switched on with probability 1/2, drawn its way."""
+    keywords, on = {}, set()
+    for option in OPTIONS:
+        if (option.feature not in features or option.draw is None or not option.applies(context)
+                or on & set(option.excludes) or not draw(st.booleans())):
+            continue
+        on.add(option.feature)
+        keywords.update(option.draw(draw, st, context))
+    return keywords
+
+
 def problems_for(limits, **shapes):
-    """decode_problems restricted to what `limits` (a variant's Limits) declares."""
-    block_sizes = tuple(b for b in POW2_BLOCK_SIZES if limits.block_sizes is None or b in limits.block_sizes)
+    """decode_problems restricted to what `limits` (a variant's Limits) declares (block_sizes None: any)."""
+    block_sizes = ANY_BLOCK_SIZES if limits.block_sizes is None else tuple(limits.block_sizes)
     if limits.head_dims is not None and "head_dims" in shapes:
         shapes["head_dims"] = tuple(d for d in shapes["head_dims"] if d in limits.head_dims) or limits.head_dims[:1]
     return decode_problems(block_sizes=block_sizes, dtypes=limits.dtypes, kv_dtypes=limits.kv_dtypes,

@@ -5,11 +5,25 @@ import math
 
 import numpy as np
 
-from .dtypes import FP8_DTYPES, QUERY_DTYPES
+from .dtypes import FP8_DTYPES, NVFP4, QUERY_DTYPES, kv_format
+from .option_schema import Context
 from .options import PLAIN, AttentionOptions
 
 SUPPORTED_DTYPES = QUERY_DTYPES
 CACHE_DTYPES = QUERY_DTYPES + FP8_DTYPES
+QUANTIZED = f"one of {', '.join(FP8_DTYPES)} or uint8 (nvfp4: two e2m1 codes per byte)"
+# Tokens per cache block: any integer in 1..MAX_BLOCK_SIZE is a valid problem (hybrid models in vLLM use
+# blocks of 528, 2112 and 4192 tokens; FlashMLA's tests 2, 61, 69, 576). A variant that needs powers of
+# two declares them in its Limits.
+MAX_BLOCK_SIZE = 4096
+
+
+def check_block_size(block_size, name: str = "block_size") -> int:
+    """block_size as an int; ValueError naming it unless it is an integer in [1, MAX_BLOCK_SIZE]."""
+    ok = isinstance(block_size, (int, np.integer)) and not isinstance(block_size, bool)
+    if not ok or not 1 <= block_size <= MAX_BLOCK_SIZE:
+        raise ValueError(f"{name} must be an integer in [1, {MAX_BLOCK_SIZE}], got {block_size!r}")
+    return int(block_size)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -53,7 +67,8 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     """Raise ValueError (naming the argument, index and bound) unless the inputs form a valid problem.
 
     query [num_seqs, num_heads, head_dim] (or [total_q, ...] with query_start int32 [num_seqs + 1]);
-    key_cache/value_cache [num_blocks, block_size, num_kv_heads, head_dim] of the query's dtype or fp8;
+    key_cache/value_cache [num_blocks, block_size, num_kv_heads, head_dim] of the query's dtype or fp8, or
+    uint8 [..., head_dim // 2] (NVFP4, with its block scales among the options);
     block_tables [num_seqs, max_blocks_per_seq] int32; context_lens [num_seqs] int32.
     A table entry may be -1 (or anything) only for blocks no query token reads: past the last
     block, or wholly before the window of the sequence's first query token.
@@ -66,13 +81,14 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
 
     _require(query.dtype.name in SUPPORTED_DTYPES,
              f"query.dtype must be one of {SUPPORTED_DTYPES}, got {query.dtype.name}")
-    _require(key_cache.dtype.name in CACHE_DTYPES,
-             f"key_cache.dtype must be the query's dtype ({query.dtype.name}) or one of {FP8_DTYPES}, got {key_cache.dtype.name}")
+    _require(key_cache.dtype.name in CACHE_DTYPES or key_cache.dtype == np.uint8,
+             f"key_cache.dtype must be the query's dtype ({query.dtype.name}) or {QUANTIZED}, got {key_cache.dtype.name}")
     _require(value_cache.dtype == key_cache.dtype,
              f"value_cache.dtype must equal key_cache.dtype ({key_cache.dtype.name}), got {value_cache.dtype.name}")
-    _require(key_cache.dtype == query.dtype or key_cache.dtype.name in FP8_DTYPES,
+    fmt = kv_format(key_cache.dtype)
+    _require(key_cache.dtype == query.dtype or fmt in FP8_DTYPES or fmt == NVFP4,
              f"key_cache.dtype {key_cache.dtype.name} with query.dtype {query.dtype.name} is not allowed: "
-             f"the cache must have the query's dtype or be fp8 ({', '.join(FP8_DTYPES)})")
+             f"the cache must have the query's dtype or be {QUANTIZED}")
     _require(value_cache.shape == key_cache.shape,
              f"value_cache.shape {value_cache.shape} must equal key_cache.shape {key_cache.shape}")
     for name, arr in (("block_tables", block_tables), ("context_lens", context_lens)):
@@ -85,7 +101,14 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     _require(num_heads >= 1 and head_dim >= 1, f"query must have num_heads >= 1 and head_dim >= 1, got shape {query.shape}")
     _require(num_blocks >= 1 and block_size >= 1 and num_kv_heads >= 1,
              f"key_cache must have num_blocks, block_size, num_kv_heads >= 1, got shape {key_cache.shape}")
-    _require(cache_head_dim == head_dim, f"key_cache head_dim {cache_head_dim} must equal query head_dim {head_dim}")
+    _require(block_size <= MAX_BLOCK_SIZE,
+             f"key_cache block_size (shape[1]) must be in [1, {MAX_BLOCK_SIZE}], got {block_size}")
+    if fmt == NVFP4:
+        _require(2 * cache_head_dim == head_dim,
+                 f"an NVFP4 key_cache's last axis ({cache_head_dim} bytes) must be query head_dim // 2 = "
+                 f"{head_dim / 2:g} (two e2m1 codes per byte)")
+    else:
+        _require(cache_head_dim == head_dim, f"key_cache head_dim {cache_head_dim} must equal query head_dim {head_dim}")
     _require(num_heads % num_kv_heads == 0,
              f"num_heads ({num_heads}, from query) must be a multiple of num_kv_heads ({num_kv_heads}, from key_cache)")
     if query_start is None:
@@ -109,7 +132,8 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
         _require(isinstance(scale, (int, float, np.floating, np.integer)) and math.isfinite(float(scale)) and float(scale) != 0.0,
                  f"scale must be a finite non-zero number, got {scale!r}")
     _require(isinstance(options, AttentionOptions), f"options must be an AttentionOptions, got {type(options).__name__}")
-    options.validate(num_heads)
+    options.validate(Context(num_heads=num_heads, head_dim=head_dim, kv_format=fmt,
+                             cache_slots=(num_blocks, block_size, num_kv_heads)))
 
     first_block = first_read_tokens(context_lens, query_lens, options.window_left) // block_size
     end_block = (context_lens.astype(np.int64) + block_size - 1) // block_size
@@ -122,34 +146,45 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
         raise ValueError(f"block_tables[{s}, {i}] = {int(block_tables[s, i])} is out of range for {num_blocks} blocks{where}")
 
 
-def validate_write_inputs(key_cache, value_cache, key, value, slot_mapping, k_scale=1.0, v_scale=1.0) -> None:
+def validate_write_inputs(key_cache, value_cache, key, value, slot_mapping, k_scale=1.0, v_scale=1.0, *,
+                          k_scales=None, v_scales=None, k_block_scales=None, v_block_scales=None) -> None:
     """Raise ValueError unless the inputs form a valid cache write.
 
-    key_cache/value_cache [num_blocks, block_size, num_kv_heads, head_dim]; key/value
-    [num_tokens, num_kv_heads, head_dim] of the caches' dtype, or of any query dtype for an fp8
-    cache; slot_mapping [num_tokens] integer, each slot < 0 (skipped) or < num_blocks * block_size.
+    key_cache/value_cache [num_blocks, block_size, num_kv_heads, head_dim] (NVFP4: uint8 [..., head_dim // 2]);
+    key/value [num_tokens, num_kv_heads, head_dim] of the caches' dtype, or of any query dtype for a quantized
+    cache; slot_mapping [num_tokens] integer, each slot < 0 (skipped) or < num_blocks * block_size. Per-token
+    scales k_scales/v_scales float32 [num_blocks, block_size, num_kv_heads] (fp8 caches, written with the
+    codes; exclusive with k_scale/v_scale != 1); NVFP4 block scales k_block_scales/v_block_scales
+    float8_e4m3fn [num_blocks, block_size, num_kv_heads, head_dim // 16], written with the codes.
     """
     _check_array("key_cache", key_cache, 4)
     _check_array("value_cache", value_cache, 4)
     _check_array("key", key, 3)
     _check_array("value", value, 3)
     _check_array("slot_mapping", slot_mapping, 1)
-    _require(key_cache.dtype.name in CACHE_DTYPES,
-             f"key_cache.dtype must be one of {CACHE_DTYPES}, got {key_cache.dtype.name}")
+    _require(key_cache.dtype.name in CACHE_DTYPES or key_cache.dtype == np.uint8,
+             f"key_cache.dtype must be one of {CACHE_DTYPES} or uint8 (nvfp4), got {key_cache.dtype.name}")
     _require(value_cache.dtype == key_cache.dtype,
              f"value_cache.dtype must equal key_cache.dtype ({key_cache.dtype.name}), got {value_cache.dtype.name}")
     _require(value.dtype == key.dtype, f"value.dtype must equal key.dtype ({key.dtype.name}), got {value.dtype.name}")
-    if key_cache.dtype.name in FP8_DTYPES:
+    fmt = kv_format(key_cache.dtype)
+    if fmt in FP8_DTYPES or fmt == NVFP4:
         _require(key.dtype.name in SUPPORTED_DTYPES,
-                 f"key.dtype must be one of {SUPPORTED_DTYPES} for an fp8 cache, got {key.dtype.name}")
+                 f"key.dtype must be one of {SUPPORTED_DTYPES} for a quantized cache ({fmt}), got {key.dtype.name}")
     else:
         _require(key.dtype == key_cache.dtype, f"key.dtype must equal key_cache.dtype ({key_cache.dtype.name}), got {key.dtype.name}")
-    AttentionOptions(k_scale=k_scale, v_scale=v_scale).validate()
     _require(value_cache.shape == key_cache.shape,
              f"value_cache.shape {value_cache.shape} must equal key_cache.shape {key_cache.shape}")
     _require(value.shape == key.shape, f"value.shape {value.shape} must equal key.shape {key.shape}")
-    _require(key.shape[1:] == key_cache.shape[2:],
-             f"key.shape[1:] {key.shape[1:]} must equal key_cache's (num_kv_heads, head_dim) {key_cache.shape[2:]}")
+    head_dim = key.shape[2]
+    stored = (key.shape[1], head_dim // 2) if fmt == NVFP4 else key.shape[1:]
+    _require(tuple(stored) == key_cache.shape[2:] and (fmt != NVFP4 or head_dim % 2 == 0),
+             f"key.shape[1:] {key.shape[1:]} must match key_cache's (num_kv_heads, head_dim"
+             f"{' // 2' if fmt == NVFP4 else ''}) {key_cache.shape[2:]}")
+    num_blocks, block_size, num_kv_heads = key_cache.shape[:3]
+    AttentionOptions(k_scale=k_scale, v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
+                     k_block_scales=k_block_scales, v_block_scales=v_block_scales).validate(
+        Context(head_dim=head_dim, kv_format=fmt, cache_slots=(num_blocks, block_size, num_kv_heads)))
     _require(slot_mapping.dtype.kind in "iu", f"slot_mapping.dtype must be an integer type, got {slot_mapping.dtype.name}")
     _require(slot_mapping.shape[0] == key.shape[0],
              f"slot_mapping has {slot_mapping.shape[0]} entries, expected num_tokens = {key.shape[0]} (from key)")

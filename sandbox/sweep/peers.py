@@ -10,7 +10,8 @@ import importlib.util
 
 import numpy as np
 
-from ..checking.check import gather_sequence
+from reference import gather_tokens
+
 from ..variant.limits import Limits
 
 
@@ -62,8 +63,8 @@ class TorchSdpa:
         shape = (p.num_seqs, longest, p.num_kv_heads, p.head_dim)
         keys, values = np.zeros(shape, dtype=p.dtype), np.zeros(shape, dtype=p.dtype)
         for s, n in enumerate(lens):
-            keys[s, :n] = gather_sequence(p.key_cache, p.block_tables[s], n)
-            values[s, :n] = gather_sequence(p.value_cache, p.block_tables[s], n)
+            keys[s, :n] = gather_tokens(p.key_cache, p.block_tables[s], n)
+            values[s, :n] = gather_tokens(p.value_cache, p.block_tables[s], n)
         device = torch.device("cuda")
         q = torch.from_numpy(p.query).to(device).unsqueeze(2)                      # [B, H, 1, D]
         k = torch.from_numpy(keys).to(device).permute(0, 2, 1, 3).contiguous()     # [B, Hkv, T, D]

@@ -31,7 +31,8 @@ from ..devices import backends
 from ..variant import mla_runner, registry, runner
 from ..checking.compare import compare
 from ..results import CsvAppender, new_run_dir
-from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
+from ..problem.validate import MAX_BLOCK_SIZE
+from ..variant.limits import Unsupported
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
 
 DENSE_BASELINE = "cupy.dense"
@@ -357,10 +358,10 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
 
 def validate(config: "SweepConfig") -> None:
     """Refuse what cannot be run, before a run folder exists (ValueError, one line)."""
-    bad = [b for b in config.block_sizes if b not in POW2_BLOCK_SIZES]
+    bad = [b for b in config.block_sizes if not 1 <= b <= MAX_BLOCK_SIZE]
     if bad:
-        raise ValueError(f"--block-sizes {','.join(map(str, bad))}: block sizes must be powers of two in "
-                         f"{POW2_BLOCK_SIZES[0]}..{POW2_BLOCK_SIZES[-1]} (got {','.join(map(str, config.block_sizes))})")
+        raise ValueError(f"--block-sizes {','.join(map(str, bad))}: block sizes must be integers in "
+                         f"1..{MAX_BLOCK_SIZE} (got {','.join(map(str, config.block_sizes))})")
     if not config.block_sizes:
         raise ValueError("--block-sizes: no block size given")
     if config.backend == "gpu" and not backends.gpu_present():

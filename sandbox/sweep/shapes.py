@@ -19,14 +19,16 @@ BlockManager produces), with the same lengths at every block size; its truth is 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 
 import numpy as np
 
+import reference
+
 from ..problem import dtypes
-from ..checking.check import grouped_attention
-from ..problem.options import AttentionOptions, alibi_paper_slopes
+from ..problem.option_schema import Context
+from ..problem.option_tokens import NO_OPTIONS, OptionTokens, parse_option_tokens
+from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem, shuffled_blocks
 from ..problem.validate import first_read_tokens
 from . import mla_shapes
@@ -36,92 +38,6 @@ SHAPE_FORMAT = "SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] [q=Q] [share
 # A shared-prefix shape's sequences each have 1..SUFFIX_MAX tokens of their own after the shared prompt
 # (seeded, the same at every block size): what parallel sampling has generated so far.
 SUFFIX_MAX = 16
-
-
-# ---------------------------------------------------------------- options
-
-OPTION_NAMES = ("window", "softcap", "alibi", "kscale", "vscale")
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """Attention options of a shape, as the command line gives them (see parse_options)."""
-
-    window: int = -1             # window_left: tokens before the query position still read (-1: no window)
-    softcap: float = 0.0         # logits soft-cap (0: off)
-    alibi: bool = False          # the ALiBi paper's slopes
-    kscale: float | None = None  # None: 1.0, or 1 / max finite for an fp8 cache
-    vscale: float | None = None
-
-    @property
-    def text(self) -> str:
-        """Canonical "window=1024,softcap=30,alibi,kscale=0.5,vscale=2"; "" when none is set."""
-        parts = []
-        if self.window >= 0:
-            parts.append(f"window={self.window}")
-        if self.softcap > 0:
-            parts.append(f"softcap={self.softcap:g}")
-        if self.alibi:
-            parts.append("alibi")
-        if self.kscale is not None:
-            parts.append(f"kscale={self.kscale:g}")
-        if self.vscale is not None:
-            parts.append(f"vscale={self.vscale:g}")
-        return ",".join(parts)
-
-    def scales(self, kv_dtype: str) -> tuple[float, float]:
-        """(k_scale, v_scale): as given, else 1 / max finite for an fp8 cache (values span the format), else 1."""
-        default = 1.0 / dtypes.FP8_MAX_FINITE[kv_dtype] if dtypes.is_fp8(kv_dtype) else 1.0
-        return (default if self.kscale is None else self.kscale, default if self.vscale is None else self.vscale)
-
-    def attention(self, num_heads: int, kv_dtype: str) -> AttentionOptions:
-        k_scale, v_scale = self.scales(kv_dtype)
-        return AttentionOptions(k_scale=k_scale, v_scale=v_scale, window_left=self.window,
-                                logits_soft_cap=self.softcap,
-                                alibi_slopes=alibi_paper_slopes(num_heads) if self.alibi else None).validate(num_heads)
-
-
-NO_OPTIONS = Options()
-
-
-def _number(name: str, value: str, what: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{what}: {name} must be a positive finite number, got {value!r}")
-    return x
-
-
-def parse_options(text: str, what: str = "--options") -> Options:
-    """"window=1024,softcap=30,alibi,kscale=0.5,vscale=2" -> Options; ValueError (one line) naming the bad item."""
-    fields: dict = {}
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        name, sep, value = item.partition("=")
-        name = name.strip().lower()
-        value = value.strip()
-        if name not in OPTION_NAMES:
-            raise ValueError(f"{what} {text!r}: unknown option {name!r} (known: window=N, softcap=X, alibi, "
-                             f"kscale=X, vscale=X)")
-        if name in fields:
-            raise ValueError(f"{what} {text!r}: {name} given twice")
-        if name == "alibi":
-            if sep and value.lower() != "paper":
-                raise ValueError(f"{what} {text!r}: alibi takes no value (the paper's slopes), got alibi={value}")
-            fields["alibi"] = True
-        elif not sep or not value:
-            raise ValueError(f"{what} {text!r}: {name} needs a value ({name}=...)")
-        elif name == "window":
-            if not re.fullmatch(r"\d+", value):
-                raise ValueError(f"{what} {text!r}: window must be an integer >= 0 (tokens before the query "
-                                 f"position still read), got {value!r}")
-            fields["window"] = int(value)
-        else:
-            fields[name] = _number(name, value, f"{what} {text!r}")
-    return Options(**fields)
 
 
 # ---------------------------------------------------------------- shapes
@@ -138,7 +54,7 @@ class Shape:
     kv_dtype: str | None = None  # the cache's (None: the query's; or an fp8 format)
     query_len: int = 1           # query tokens per sequence (1: decode)
     group_size: int = 0          # > 0: groups of group_size sequences share the context_len-token prompt
-    options: Options = NO_OPTIONS
+    options: OptionTokens = NO_OPTIONS
 
     def __post_init__(self):
         for field in ("num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "query_len"):
@@ -163,7 +79,7 @@ class Shape:
                              f"group size")
         if not self.group_size and self.query_len > self.context_len:
             raise ValueError(f"shape q={self.query_len}: more query tokens than the context's {self.context_len}")
-        self.options.attention(self.num_heads, kv)  # ValueError for options the problem cannot take
+        self.attention_options(kv)  # ValueError for options the problem cannot take
 
     @property
     def base(self) -> str:
@@ -209,8 +125,11 @@ class Shape:
     def replace(self, **changes) -> "Shape":
         return dataclasses.replace(self, **changes)
 
-    def attention_options(self) -> AttentionOptions:
-        return self.options.attention(self.num_heads, self.kv_dtype)
+    def option_context(self, kv_dtype: str | None = None) -> Context:
+        return Context(num_heads=self.num_heads, head_dim=self.head_dim, kv_format=kv_dtype or self.kv_dtype)
+
+    def attention_options(self, kv_dtype: str | None = None) -> AttentionOptions:
+        return self.options.attention(self.option_context(kv_dtype))
 
     def columns(self) -> dict:
         """The shape columns of a sweep.csv row."""
@@ -244,7 +163,7 @@ def parse_shape(text: str) -> Shape:
         else:
             option_words.append(word)
     if option_words:
-        extra["options"] = parse_options(",".join(option_words), what=f"shape {text!r}")
+        extra["options"] = parse_option_tokens(",".join(option_words), what=f"shape {text!r}")
     try:
         return Shape(int(seqs), int(tokens), int(heads), int(kv_heads), int(head_dim), dtype or "fp16", kv_dtype,
                      **extra)
@@ -317,7 +236,7 @@ def default_shapes(on_gpu: bool, quick: bool) -> list[Shape]:
 
 
 def expand(shapes: list[Shape], query_lens=(), shared_prefix: int | None = None, group_size: int | None = None,
-           options: Options | None = None) -> list[Shape]:
+           options: OptionTokens | None = None) -> list[Shape]:
     """The command line's additions to a list of shapes, duplicates dropped, in order:
 
     options: applied to every shape (replacing a shape's own);
@@ -453,8 +372,8 @@ def expected_output(tokens: Tokens) -> np.ndarray:
     shape = tokens.shape
     scale = 1.0 / np.sqrt(shape.head_dim)
     q, first = shape.query_len, tokens.first_read()
-    return np.concatenate([grouped_attention(tokens.query[s * q:(s + 1) * q], tokens.keys[s, first:],
-                                             tokens.values[s, first:], scale, first, tokens.options)
+    return np.concatenate([reference.sequence_attention(tokens.query[s * q:(s + 1) * q], tokens.keys[s, first:],
+                                                        tokens.values[s, first:], scale, first, **tokens.options.kwargs())
                            for s in range(shape.num_seqs)])
 
 
@@ -471,12 +390,10 @@ def shared_problem(shape: Shape, block_size: int, seed: int) -> DecodeProblem:
     DecodeProblem.shared(how="fork")), each then appending its suffix_lens() tokens; NaN in unread slots."""
     if not shape.group_size:
         raise ValueError(f"shape {shape.name} shares no prompt (shared=G)")
-    k_scale, v_scale = shape.options.scales(shape.kv_dtype)
     return DecodeProblem.shared(
         seed, num_groups=shape.num_seqs // shape.group_size, group_size=shape.group_size, prefix_len=shape.context_len,
         suffix_lens=suffix_lens(shape, seed), how="fork", num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
         head_dim=shape.head_dim, block_size=block_size, dtype=shape.dtype,
-        kv_dtype=None if shape.kv_dtype == shape.dtype else shape.kv_dtype, k_scale=k_scale, v_scale=v_scale,
-        window_left=shape.options.window, logits_soft_cap=shape.options.softcap,
-        alibi_slopes="paper" if shape.options.alibi else None,
-        query_lens=shape.query_len if shape.query_len > 1 else None)
+        kv_dtype=None if shape.kv_dtype == shape.dtype else shape.kv_dtype,
+        query_lens=shape.query_len if shape.query_len > 1 else None,
+        **shape.options.problem_keywords(shape.option_context()))

@@ -5,7 +5,8 @@ A variant is one module with:
     prepare(problem, backend) -> Prepared           untimed: layout conversion, upload, compile
 and Prepared has:
     launch() -> None                                the only timed part (asynchronous on a GPU)
-    result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes)
+    result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes); with
+                problem.options.return_lse (feature "lse"): (out, lse float32 [num_query_tokens, num_heads])
 Optional:
     compile_report(block_size, head_dim, dtype, arch) -> dict   static resources (see sandbox.analysis.resources)
     Prepared.launch_parts() -> [(name, callable), ...]          each kernel launch of launch(), alone
@@ -31,6 +32,11 @@ from ..problem.dtypes import FP8_DTYPES, QUERY_DTYPES
 from ..problem.options import FEATURES
 
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# What the strategy and check draw for a variant that takes any block size (Limits.block_sizes None): the
+# powers of two and as many sizes that are not (FlashAttention 3 takes 1, 2, 3 or 19; FlashMLA's tests use
+# 2, 61, 69; hybrid models in vLLM use blocks of 528 and 2112 tokens). Any size in 1..4096 is valid.
+OTHER_BLOCK_SIZES = (3, 5, 19, 61, 69, 100, 528, 2112)
+ANY_BLOCK_SIZES = POW2_BLOCK_SIZES + OTHER_BLOCK_SIZES
 
 
 class Unsupported(ValueError):
@@ -40,8 +46,11 @@ class Unsupported(ValueError):
     `unsupported`; any other exception from a variant is an `error`.
     """
 DTYPES = ("float32", "float16")
-# What a variant that speaks every precision and option declares (Limits(**FULL_SUPPORT)).
-FULL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES, options=FEATURES)
+# What the Numba and CUDA C kernels implement (Limits(**KERNEL_SUPPORT)): every query dtype, both fp8 caches
+# with per-tensor scales, and the options that change the logits or scale K/V. A kernel that implements more
+# of the option table (sinks, lse, kv_scales, the nvfp4 cache) names it in its own Limits.
+KERNEL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES, options=("window", "softcap", "alibi", "kv_scale"))
+assert set(KERNEL_SUPPORT["options"]) <= set(FEATURES), "KERNEL_SUPPORT names a feature the option table lacks"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +58,14 @@ class Limits:
     """Declared support. None means "any".
 
     dtypes: query (and output) dtypes; the cache may always have the query's dtype.
-    kv_dtypes: fp8 cache formats accepted besides that (with any of `dtypes`).
-    options: the AttentionOptions features accepted ("kv_scale", "window", "softcap", "alibi").
+    kv_dtypes: cache formats accepted besides that (with any of `dtypes`): fp8 dtype names and "nvfp4"
+        (sandbox.problem.dtypes.KV_FORMATS).
+    options: the option table's features accepted (sandbox.problem.options.FEATURES: "window", "softcap",
+        "alibi", "kv_scale", "sinks", "lse", ...).
     max_query_len: query tokens per sequence (1: decode only; None: any, with query_start).
     """
 
-    block_sizes: tuple[int, ...] | None = POW2_BLOCK_SIZES
+    block_sizes: tuple[int, ...] | None = POW2_BLOCK_SIZES  # None: any block size in 1..4096
     head_dims: tuple[int, ...] | None = None
     dtypes: tuple[str, ...] = DTYPES
     backends: tuple[str, ...] = ("gpu", "cpu")
@@ -73,7 +84,7 @@ class Limits:
             refuse("head_dim", problem.head_dim, self.head_dims)
         if np.dtype(problem.dtype).name not in self.dtypes:
             refuse("dtype", np.dtype(problem.dtype).name, self.dtypes)
-        kv = np.dtype(problem.kv_dtype).name
+        kv = problem.kv_format
         if kv != np.dtype(problem.dtype).name and kv not in self.kv_dtypes:
             refuse("kv_dtype", kv, ("the query's dtype",) + self.kv_dtypes)
         for feature in problem.options.features:

@@ -26,8 +26,9 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
     return variant.prepare(problem, resolved, config), resolved
 
 
-def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None) -> np.ndarray:
-    """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype."""
+def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
+    """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype; with
+    problem.options.return_lse, (out, lse float32 [num_query_tokens, num_heads])."""
     problem.validate()
     variant = registry.get(name, problem="decode")
     resolved = backends.resolve(backend, variant.family)
@@ -39,25 +40,26 @@ def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config
                                   config)
     prepared = variant.prepare(problem, resolved, config)
     prepared.launch()
-    return np.asarray(prepared.result())
+    result = prepared.result()
+    return tuple(np.asarray(x) for x in result) if isinstance(result, tuple) else np.asarray(result)
 
 
 def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
-        k_scale=1.0, v_scale=1.0, window_left=-1, logits_soft_cap=0.0, alibi_slopes=None,
-        backend="auto", config=None) -> np.ndarray:
+        backend="auto", config=None, **options):
     """The public entry point: run variant `name` on host NumPy inputs.
 
     Returns [num_seqs, num_heads, head_dim] (decode) or [total_q, num_heads, head_dim] (with
-    query_start) in the query's dtype. Inputs may be strided views: the variant receives
-    C-contiguous copies. NaN or inf in a query row propagates to that row's output (the logits
-    of that head are NaN); everything else is validated before any launch. config: the variant's
-    tunables for this run ({"threads": 64}; sandbox.tunables(name) lists them), None for its defaults.
+    query_start) in the query's dtype; with return_lse=True, (out, lse) with lse float32 [num_query_tokens,
+    num_heads]. `options` are the option table's fields (AttentionOptions; docs/options.md lists them),
+    each off by default. Inputs may be strided views: the variant receives C-contiguous copies. NaN or
+    inf in a query row propagates to that row's output (the logits of that head are NaN); everything
+    else is validated before any launch. config: the variant's tunables for this run ({"threads": 64};
+    sandbox.tunables(name) lists them), None for its defaults.
     """
     def contiguous(x):
         return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x
 
-    options = AttentionOptions.from_kwargs(k_scale, v_scale, window_left, logits_soft_cap,
-                                           contiguous(alibi_slopes))
+    attention = AttentionOptions.from_kwargs(**{k: contiguous(v) for k, v in options.items()})
     problem = DecodeProblem(*(contiguous(x) for x in (query, key_cache, value_cache, block_tables, context_lens)),
-                            scale, options=options, query_start=contiguous(query_start))
+                            scale, options=attention, query_start=contiguous(query_start))
     return run_problem(name, problem, backend, config)

@@ -1,0 +1,99 @@
+"""The host side of a launch: threads per block, CUDA's limits checked before any launch, uploads, Launch.
+
+Bfloat16 and fp8 arrays travel as their bits (codecs.device_view) and come back through
+codecs.host_view. A Launch compiles for its exact argument types in prepare (untimed), so the timed
+launch never compiles; under the simulator it runs inside simulator.simulator_switching().
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from sandbox.devices.grid import check_grid
+from sandbox.variant import Unsupported
+
+from .codecs import BITS_VIEW, device_view, host_view
+from .device import MAX_HEAD_DIM, SIMULATED, WARP
+from .simulator import simulator_switching
+
+MAX_THREADS = 128  # per block on a GPU
+# The simulator pays per thread and per thread per barrier (one Python thread each): few threads
+# there. Every loop in the kernels strides by blockDim, so any count is correct.
+SIM_MAX_THREADS = 16
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def launch_threads(work: int, simulated: bool | None = None) -> int:
+    """Threads per block for `work` parallel items: a power of two, a whole number of warps on a
+    GPU (the shuffle reductions need full warps), at most MAX_THREADS (SIM_MAX_THREADS simulated;
+    read at each call, so a test may raise it)."""
+    if SIMULATED if simulated is None else simulated:
+        return min(SIM_MAX_THREADS, next_pow2(work))
+    return min(MAX_THREADS, max(WARP, next_pow2(work)))
+
+
+def check_head_dim(name: str, head_dim: int) -> None:
+    if head_dim > MAX_HEAD_DIM:
+        raise Unsupported(f"{name} supports head_dim <= {MAX_HEAD_DIM}, got {head_dim}")
+
+
+def check_launch(kernel_name: str, grid, threads) -> None:
+    """sandbox.devices.grid.check_grid, refusing as Unsupported: a problem whose grid no GPU launches."""
+    try:
+        check_grid(kernel_name, grid, threads)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+
+
+def upload(array):
+    """A C-contiguous device copy (the simulator's fake device array under the simulator);
+    bfloat16 and fp8 arrays travel as their bits (device_view)."""
+    return cuda.to_device(np.ascontiguousarray(device_view(np.asarray(array))))
+
+
+def output_array(problem):
+    """The device output [num_query_tokens, num_heads, head_dim] in the query's device type."""
+    return cuda.device_array(problem.query.shape, BITS_VIEW.get(problem.dtype.name, problem.dtype))
+
+
+def tokens_read(problem) -> np.ndarray:
+    """int64 [num_seqs]: tokens each sequence's query reads (context_len, or what the window keeps)."""
+    return problem.context_lens.astype(np.int64) - problem.first_read_tokens()
+
+
+class Launch:
+    """A configured kernel and its device arguments: launch() only launches, result() downloads.
+
+    The grid and block are checked against CUDA's limits first (Unsupported naming `name`).
+    """
+
+    def __init__(self, kernel, grid, threads, shared_bytes, args, outputs, name="numba kernel", out_dtype=None):
+        check_launch(name, grid, threads)
+        precompile(kernel, args)
+        self.configured = kernel[grid, threads, 0, shared_bytes]
+        self.grid, self.threads, self.shared_bytes = grid, threads, shared_bytes
+        self.args = args
+        self.outputs = outputs
+        self.out_dtype = out_dtype
+
+    def launch(self) -> None:
+        if SIMULATED:
+            with simulator_switching():
+                self.configured(*self.args)
+        else:
+            self.configured(*self.args)
+
+    def result(self):
+        out = self.outputs.copy_to_host()
+        return out if self.out_dtype is None else host_view(out, self.out_dtype)
+
+
+
+def precompile(kernel, args) -> None:
+    """Compile for the exact argument types now (prepare), so the timed launch never compiles."""
+    if not SIMULATED:
+        from numba import typeof
+        kernel.compile(tuple(typeof(a) for a in args))

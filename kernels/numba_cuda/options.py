@@ -1,0 +1,97 @@
+"""Attention options in the Numba kernels: their arguments (in the option table's order), the per-logit hook,
+and what a kernel is specialised on.
+
+Every attention kernel takes, after (query, key_cache, value_cache, block_tables, context_lens):
+    scale    float32: the softmax scale times the table's scale factors (k_scale: scale * (q . k * k_scale))
+    options  OptionArgs: the table's kernel arguments (sandbox.problem.options.KERNEL_ARGS), in table order
+             (today window_left int32, soft_cap float32, alibi_slopes float32 [num_heads], v_scale float32);
+             an option not in use passes a neutral value its code never reads.
+A window and v_scale are read at run time (a window only moves the first token read, v_scale multiplies
+the output once); every other option is compiled in only when a problem uses it: kernels are specialised
+on (query dtype, cache dtype, the option flags outside RUNTIME_FLAGS), so plain problems run the plain
+code. logit_hook(flags) is the per-logit step (soft-cap, then ALiBi) a kernel is built with.
+"""
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+from numba import cuda, float32, int32, types
+
+from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS
+
+from .launch import upload
+
+OPT = dict(KERNEL_FLAGS)
+OPT_WINDOW, OPT_SOFTCAP, OPT_ALIBI, OPT_VSCALE = (OPT[n] for n in ("OPT_WINDOW", "OPT_SOFTCAP", "OPT_ALIBI",
+                                                                   "OPT_VSCALE"))
+# Options the Numba kernels read as runtime values: kernels are not specialised on these bits.
+RUNTIME_FLAGS = OPT_WINDOW | OPT_VSCALE
+
+OptionArgs = collections.namedtuple("OptionArgs", [arg.name for arg in KERNEL_ARGS])
+# The Numba type of each C type a kernel argument of the table may have.
+NUMBA_TYPES = {"float": float32, "int": int32, "const float*": types.Array(float32, 1, "C")}
+
+
+@cuda.jit(device=True, inline="always")
+def first_token(context_len, window_left):
+    """The first token a decode query at position context_len - 1 reads (the window's start)."""
+    if window_left < 0:
+        return 0
+    return max(0, context_len - 1 - window_left)
+
+
+def logit_hook(flags: int):
+    """The device function (logit, soft_cap, slope, distance) -> logit a kernel built with `flags` applies
+    to each scaled logit: cap * tanh(logit / cap) with OPT_SOFTCAP, then + slope * distance (t - position)
+    with OPT_ALIBI; without either, the logit as it is."""
+    return _HOOKS[bool(flags & OPT_SOFTCAP), bool(flags & OPT_ALIBI)]
+
+
+def _make_hook(soft_cap_on: bool, alibi_on: bool):
+    @cuda.jit(device=True, inline="always")
+    def hook(logit, soft_cap, slope, distance):
+        if soft_cap_on:
+            logit = soft_cap * math.tanh(logit / soft_cap)
+        if alibi_on:
+            logit += slope * float32(distance)
+        return logit
+    return hook
+
+
+_HOOKS = {(s, a): _make_hook(s, a) for s in (False, True) for a in (False, True)}
+
+
+def kernel_flags(problem) -> int:
+    """The option flags an attention kernel is specialised on for `problem`."""
+    return problem.options.kernel_flags() & ~RUNTIME_FLAGS
+
+
+def kernel_key(problem) -> tuple[str, str, int]:
+    """(query dtype name, cache dtype name, specialised option flags): what an attention kernel is built for."""
+    return problem.dtype.name, problem.kv_dtype.name, kernel_flags(problem)
+
+
+def report_flags(logit_options: bool) -> int:
+    """compile_report's `logit_options`: the kernel built with soft-cap and ALiBi, or (False) the plain one."""
+    return OPT_SOFTCAP | OPT_ALIBI if logit_options else 0
+
+
+def option_types():
+    """The Numba type of OptionArgs (for compile_ptx signatures)."""
+    return types.NamedTuple([NUMBA_TYPES[arg.ctype] for arg in KERNEL_ARGS], OptionArgs)
+
+
+def option_args(problem) -> OptionArgs:
+    """The problem's kernel option values, arrays uploaded."""
+    return OptionArgs(*(upload(v) if isinstance(v, np.ndarray) else v for v in problem.options.kernel_values()))
+
+
+def decode_args(problem) -> tuple:
+    """Device (query, key_cache, value_cache, block_tables, context_lens), the float32 scale, then OptionArgs:
+    the first arguments of every attention kernel."""
+    p = problem
+    scale = np.float32(p.softmax_scale * p.options.scale_factor())
+    return (upload(p.query), upload(p.key_cache), upload(p.value_cache), upload(p.block_tables),
+            upload(p.context_lens), scale, option_args(p))
