@@ -13,6 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The C++ standard headers a CUDA translation unit gets without asking: nvcc's
+// host headers pull them in (cuda_runtime.h -> <cmath>, <cstdlib>, <new>, ...,
+// libstdc++'s own <cmath> -> <type_traits>), and real kernels use std::tuple,
+// std::pair, std::numeric_limits or std::is_same without including anything.
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <new>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
