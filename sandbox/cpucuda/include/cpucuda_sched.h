@@ -13,7 +13,11 @@
 // Racecheck (compiled with -fsanitize=thread): each fiber is also a TSan
 // fiber. Switches carry no happens-before (no_sync) except the first switch
 // into a thread in each block, which inherits the scheduler's history (so a
-// block is ordered after the previous one). Ordering between the threads of a
+// block is ordered after the previous one). TSan is told of a switch only when
+// the next fiber differs from the one it believes runs (g.tsan_cur): fibers
+// hand over to each other directly, and the scheduler, whose code TSan does
+// not instrument, switches back to its own TSan fiber only at the end of a
+// block and before each first switch. Ordering between the threads of a
 // block comes only from explicit release/acquire pairs: at __syncthreads every
 // arriving thread releases a barrier object and every released thread
 // acquires it (two objects alternate, so a fast thread's next release never
@@ -124,9 +128,10 @@ struct Runtime {
     unsigned nstacks;
     size_t stack_size;
     Fiber* cur;
-    void** tsan_fibers;         // racecheck: one TSan fiber per fiber slot (kept across blocks)
+    void** tsan_fibers;         // racecheck: one TSan fiber per fiber slot (kept across blocks and launches)
     unsigned ntsan;
     void* tsan_main;
+    void* tsan_cur;             // the TSan fiber TSan believes runs
     Context main_ctx;
     void* main_fake_stack;
     const void* main_stack_bottom;
@@ -192,10 +197,16 @@ CPUCUDA_RUNTIME static const char* where(const Fiber* f) {
 
 // ---------------------------------------------------------------- switching
 
-CPUCUDA_RUNTIME static inline void switch_to_main(Fiber* f, bool finished) {
 #if CPUCUDA_TSAN
-    __tsan_switch_to_fiber(g.tsan_main, cpucuda_tsan_no_sync);
+CPUCUDA_RUNTIME static inline void tsan_to_main() {
+    if (g.tsan_cur != g.tsan_main) {
+        __tsan_switch_to_fiber(g.tsan_main, cpucuda_tsan_no_sync);
+        g.tsan_cur = g.tsan_main;
+    }
+}
 #endif
+
+CPUCUDA_RUNTIME static inline void switch_to_main(Fiber* f, bool finished) {
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(finished ? nullptr : &f->fake_stack, g.main_stack_bottom, g.main_stack_size);
 #else
@@ -212,10 +223,17 @@ CPUCUDA_RUNTIME static inline void resume(Fiber* f) {
     g.cur = f;
     g.threadIdx = f->tid;
 #if CPUCUDA_TSAN
-    // The first switch per block synchronises: the thread starts after
-    // everything the scheduler saw (the previous block, the poisoning).
-    __tsan_switch_to_fiber(f->tsan, f->tsan_first ? 0u : cpucuda_tsan_no_sync);
-    f->tsan_first = false;
+    if (f->tsan_first) {
+        // The first switch per block synchronises: the thread starts after everything the
+        // scheduler saw (the previous block, the poisoning), and from the scheduler's own
+        // fiber, never from the thread that ran before it.
+        tsan_to_main();
+        __tsan_switch_to_fiber(f->tsan, 0u);
+        f->tsan_first = false;
+    } else if (g.tsan_cur != f->tsan) {
+        __tsan_switch_to_fiber(f->tsan, cpucuda_tsan_no_sync);
+    }
+    g.tsan_cur = f->tsan;
 #endif
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(&g.main_fake_stack, f->stack_lo, f->stack_size);
@@ -762,7 +780,7 @@ CPUCUDA_RUNTIME static void init_block(unsigned bx, unsigned by, unsigned bz) {
     poison_fill(g.dyn_smem, g.dyn_size);
 }
 
-CPUCUDA_RUNTIME static int run_block() {
+CPUCUDA_RUNTIME static int run_fibers() {
     const unsigned n = g.nthreads;
     for (;;) {
         bool ran = false;
@@ -782,9 +800,16 @@ CPUCUDA_RUNTIME static int run_block() {
             return g.rc;
         }
     }
+    return 0;
+}
+
+CPUCUDA_RUNTIME static int run_block() {
+    const int rc = run_fibers();
 #if CPUCUDA_TSAN
-    __tsan_acquire(&g_sync_exit);  // the next block starts after everything this one did
+    tsan_to_main();  // TSan's current fiber is the scheduler's again
+    if (!rc) __tsan_acquire(&g_sync_exit);  // the next block starts after everything this one did
 #endif
+    if (rc) return rc;
     if (!canary_intact()) {
         set_error("write past the end of dynamic shared memory (%zu bytes requested at launch) in block (%u,%u,%u)",
                   g.dyn_size, g.blockIdx.x, g.blockIdx.y, g.blockIdx.z);
@@ -821,7 +846,7 @@ CPUCUDA_RUNTIME static int run_grid(const LaunchConfig* cfg, void (*body)(void*)
     g.poison = cfg->poison;
     g.poison_seed = cfg->poison_seed;
 #if CPUCUDA_TSAN
-    g.tsan_main = __tsan_get_current_fiber();
+    g.tsan_main = g.tsan_cur = __tsan_get_current_fiber();
 #endif
     if (g.nthreads == 0 || g.nthreads > 1024) {
         set_error("block of %u threads: must be 1..1024", g.nthreads);
