@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import pch as _pch
+from . import ptx as _ptx
 from . import source as _source
 from .errors import CpuCompileError
 from .modes import build_mode
@@ -185,19 +186,6 @@ def entry_code(names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def refuse_inline_asm(code: str, headers) -> None:
-    """Inline PTX cannot run on the CPU: refuse it before g++ (which would say something obscure)."""
-    found = _source.find_inline_asm(code, CODE_LABEL)
-    for path in headers:
-        found += _source.find_inline_asm(path.read_text(errors="replace"), str(path))
-    if found:
-        file, line = found[0]
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise CpuCompileError(f"{file}:{line}: inline PTX (asm) cannot run on the CPU: sandbox.cpucuda compiles "
-                              f"CUDA C with g++ for x86-64, so PTX instructions have no meaning here{more}; "
-                              "use the CUDA intrinsic instead, or guard the asm with #ifndef __CPUCUDA__")
-
-
 def mode_flags(mode: str) -> list[str]:
     """The g++ flags of ``mode`` (its BuildMode's; ``SANDBOX_CPUCUDA_OPT`` replaces the normal mode's -O2)."""
     flags = list(build_mode(mode).flags)
@@ -236,8 +224,7 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
     code = substituted(code)
     opts = parse_options(options)
     headers = _source.user_includes(code, opts.include_dirs)
-    refuse_inline_asm(code, headers)
-    rewritten = _source.rewrite_shared(code)
+    rewritten = _source.rewrite_shared(_ptx.translate_source(code))
     shared_names = dict(rewritten.names)
     dynamic_names = list(rewritten.dynamic)
     with_constants, constants = _source.rewrite_constants(rewritten.source)
@@ -291,21 +278,22 @@ def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict, dyn
     every -I folder that holds it; the copies of one header are hard links of
     one file, so ``#pragma once`` still sees one file.
     """
-    rewrite = {p: _declares(p.read_text(errors="replace"), "__shared__")
-               or _declares(p.read_text(errors="replace"), "__constant__") for p in headers}
+    texts = {p: p.read_text(errors="replace") for p in headers}
+    rewrite = {p: _declares(t, "__shared__") or _declares(t, "__constant__") or _ptx.has_asm(t)
+               for p, t in texts.items()}
     if not any(rewrite.values()):
         return []
     folders: list[Path] = []
     for k, path in enumerate(headers):
-        text = path.read_text(errors="replace")
+        text = texts[path]
         rels = [path.relative_to(d) for d in include_dirs if path.is_relative_to(d)]
         if not rels:
             if rewrite[path]:
-                raise CpuCompileError(f"{path}: declares __shared__ or __constant__ but is not under an -I folder; "
-                                      "pass its folder with -I")
+                raise CpuCompileError(f"{path}: declares __shared__ or __constant__ or holds inline PTX but is not "
+                                      "under an -I folder; pass its folder with -I")
             continue
         if rewrite[path]:
-            rewritten = _source.rewrite_shared(text, tag=f"h{k}_")
+            rewritten = _source.rewrite_shared(_ptx.translate_source(text), tag=f"h{k}_")
             shared_names.update(rewritten.names)
             dynamic_names.extend(rewritten.dynamic)
             text, _ = _source.rewrite_constants(rewritten.source)
@@ -357,6 +345,20 @@ def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names
         Path(tmp).unlink(missing_ok=True)
 
 
+_REFUSAL = re.compile(r"^(.*?):(\d+):\d+: error: static assertion failed: " + re.escape(_ptx.REFUSAL) + r" (.*)$")
+
+
+def _ptx_refusals(lines: list[str], src: Path) -> list[str]:
+    """"file:line: inline PTX ..." for each asm statement ptx.py refused (a static_assert g++ reached)."""
+    out = []
+    for ln in lines:
+        m = _REFUSAL.match(ln)
+        if m:
+            file = CODE_LABEL if m.group(1) == str(src) else m.group(1)
+            out.append(f"{file}:{m.group(2)}: inline PTX {m.group(3)}")
+    return list(dict.fromkeys(out))
+
+
 _LINKER_FAILED = re.compile(r"^collect2: error: ld returned")
 _LINKER_LINE = re.compile(r"^(?:\S*/)?(?:ld|ld\.\w+|collect2)(?:\.exe)?: ")
 
@@ -371,6 +373,10 @@ def _explain(stderr: str, src: Path, names: list[str]) -> str:
         if line >= first_entry_line:
             bad.add(names[(line - first_entry_line) // 3])
     lines = stderr.splitlines()
+    refused = _ptx_refusals(lines, src)
+    if refused:
+        more = f"\n(and {len(refused) - 1} more inline PTX statement(s) refused)" if len(refused) > 1 else ""
+        return "\n".join(refused[:10]) + more
     first = next((i for i, ln in enumerate(lines) if ": error" in ln), 0)
     if lines[first:first + 1] and _LINKER_FAILED.match(lines[first]):
         # The linker's own lines come before collect2's summary: show them, not only the summary.

@@ -12,8 +12,9 @@ preprocessor lines:
   a pointer to the launch's dynamic shared buffer of exactly ``shared_mem``
   bytes. Rewrites keep every line where it was, so g++ and ASan line numbers
   match the original source;
-* register ``__constant__`` variables so Python can fill them (get_global);
-* find inline PTX (``asm(...)``), which cannot run on the CPU.
+* register ``__constant__`` variables so Python can fill them (get_global).
+
+Inline PTX is translated by ptx.py.
 
 What the parser does not understand raises ``CpuCompileError`` with the line.
 """
@@ -321,27 +322,6 @@ def locate(src: str, pos: int, default_file: str) -> tuple[str, int]:
     if pos < base_pos:
         return file, base_line
     return file, base_line + src.count("\n", base_pos, pos)
-
-
-# ---------------------------------------------------------------- inline PTX
-
-_ASM_WORDS = {"asm", "__asm__", "__asm"}
-_ASM_QUALIFIERS = {"volatile", "__volatile__", "__volatile", "goto", "inline"}
-
-
-def find_inline_asm(src: str, default_file: str) -> list[tuple[str, int]]:
-    """Where ``src`` has ``asm(...)`` / ``asm volatile(...)`` statements: (file, line) each."""
-    tokens = tokenize(src)
-    found = []
-    for i, tok in enumerate(tokens):
-        if tok.kind != "word" or tok.text not in _ASM_WORDS:
-            continue
-        j = i + 1
-        while j < len(tokens) and tokens[j].text in _ASM_QUALIFIERS:
-            j += 1
-        if j < len(tokens) and tokens[j].text == "(":
-            found.append(locate(src, tok.start, default_file))
-    return found
 
 
 # ---------------------------------------------------------------- __constant__

@@ -56,6 +56,7 @@
 #include "cpucuda_math.h"
 #include "cpucuda_sched.h"
 #include "cpucuda_device.h"
+#include "cpucuda_ptx.h"
 #include "cpucuda_launch.h"
 // NVRTC offers assert() without an include; so do we (ours: see assert.h).
 #include "assert.h"
