@@ -147,7 +147,7 @@ def explain(report: str, name: str, build, info) -> str:
     verb = {"read": "read", "write": "wrote"}
     return (f"kernel {name!r}: data race ({kind}) on {target}{block}: {t_now} {verb[now.kind]} {now.size} bytes at "
             f"{now.where}; {t_before} {verb[before.kind]} {before.size} bytes at {before.where}, with no barrier "
-            f"between them (__syncthreads, or __syncwarp within a warp)")
+            f"between them (__syncthreads, a tile's sync, or __syncwarp within a warp)")
 
 
 def _target(report: str, address: int, build, info) -> str:

@@ -41,7 +41,7 @@ namespace cpucuda {
 
 template <class T> using type_t = T;  // lets rewritten __shared__ arrays name their type
 
-enum FiberState : int { READY = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3 };
+enum FiberState : int { READY = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3, AT_GROUP = 4 };
 
 struct Fiber {
     Context ctx;
@@ -63,7 +63,19 @@ struct Fiber {
     void* tsan;          // its TSan fiber (racecheck)
     bool tsan_first;     // the next switch into it is its first in this block
     void* sync_obj;      // the object it released at its pending barrier / warp operation
+    unsigned group;      // AT_GROUP: the tile it waits for (see GroupWait)
 };
+
+// A barrier of a tile wider than a warp (cooperative_groups::thread_block_tile<N>, N = 64 ... 1024):
+// the N consecutive threads from N * k. One record per tile size and tile: [log2(N) - 6][k].
+struct GroupWait {
+    unsigned arrived;    // threads of the tile waiting
+    unsigned parity;     // which of two TSan sync objects is in use
+    const char* what;
+    const char* file;    // where the first one waits (every other must wait there too)
+    int line;
+};
+static const unsigned kGroupClasses = 5;  // tiles of 64, 128, 256, 512 and 1024 threads
 
 // Lanes of a warp may wait in several rendezvous at once when their masks
 // are disjoint (tiles of a cooperative-groups partition); each lane records
@@ -121,6 +133,8 @@ struct Runtime {
     int bar_line;
     unsigned bar_parity;
     Warp warps[32];
+    GroupWait groups[kGroupClasses][16];
+    unsigned groups_waiting;    // threads waiting at tile barriers
     // Fibers and their stacks (kept across launches).
     Fiber* fibers;
     unsigned fiber_cap;
@@ -150,6 +164,7 @@ static Runtime g;
 static char g_sync_bar[2];
 static char g_sync_warp[32][33][2];  // [warp][group leader lane, 32: coalesced groups][parity]
 static char g_sync_exit;
+static char g_sync_group[kGroupClasses][16][2];
 #endif
 
 static const size_t kPage = 4096;
@@ -314,6 +329,60 @@ CPUCUDA_RUNTIME static bool release_block_barrier() {
     g.bar_arrived = 0;
     g.bar_parity ^= 1u;
     return true;
+}
+
+// ---------------------------------------------------------------- tiles wider than a warp
+
+// The tile of `size` threads (a power of two from 64 to 1024) that holds the calling thread: a barrier
+// of its threads alone. The block's size must be a multiple of the tile's (checked by the caller).
+CPUCUDA_RUNTIME static void group_barrier(unsigned size, const char* what, const char* file, int line) {
+    Fiber* f = g.cur;
+    const unsigned cls = (unsigned)__builtin_ctz(size) - 6u, k = f->linear / size;
+    GroupWait& w = g.groups[cls][k];
+    if (w.arrived == 0) {
+        w.what = what;
+        w.file = file;
+        w.line = line;
+    } else if (!same_site(file, line, w.file, w.line)) {
+        const Fiber* other = nullptr;
+        for (unsigned i = k * size; i < (k + 1) * size && !other; ++i)
+            if (g.fibers[i].state == AT_GROUP && g.fibers[i].group == cls * 16 + k) other = &g.fibers[i];
+        fiber_fail("divergent tile barrier: %s reached %s at %s:%d while %s waits at %s at %s:%d (every thread of a "
+                   "thread_block_tile<%u> must reach the same sync)", where(f), what, file, line,
+                   other ? where(other) : "another thread", w.what, w.file, w.line, size);
+    }
+    w.arrived++;
+    g.groups_waiting++;
+    f->state = AT_GROUP;
+    f->group = cls * 16 + k;
+    f->what = what;
+    f->file = file;
+    f->line = line;
+#if CPUCUDA_TSAN
+    f->sync_obj = &g_sync_group[cls][k][w.parity];
+    __tsan_release(f->sync_obj);
+#endif
+    switch_to_main(f, false);
+#if CPUCUDA_TSAN
+    __tsan_acquire(f->sync_obj);
+#endif
+}
+
+CPUCUDA_RUNTIME static bool release_groups() {
+    if (g.groups_waiting == 0) return false;
+    bool any = false;
+    for (unsigned cls = 0; cls < kGroupClasses; ++cls)
+        for (unsigned k = 0; k < 16; ++k) {
+            GroupWait& w = g.groups[cls][k];
+            const unsigned size = 64u << cls;
+            if (w.arrived == 0 || w.arrived != size) continue;
+            for (unsigned i = k * size; i < (k + 1) * size; ++i) g.fibers[i].state = READY;
+            g.groups_waiting -= size;
+            w.arrived = 0;
+            w.parity ^= 1u;
+            any = true;
+        }
+    return any;
 }
 
 // ---------------------------------------------------------------- warps
@@ -484,11 +553,33 @@ CPUCUDA_RUNTIME static bool release_coalesced() {
 CPUCUDA_RUNTIME static void describe_deadlock() {
     unsigned at_bar = 0, done = 0;
     const Fiber* warp_waiter = nullptr;
+    const Fiber* group_waiter = nullptr;
     for (unsigned i = 0; i < g.nthreads; ++i) {
         const Fiber& f = g.fibers[i];
         if (f.state == AT_BARRIER) at_bar++;
         else if (f.state == AT_WARP) { if (!warp_waiter) warp_waiter = &f; }
+        else if (f.state == AT_GROUP) { if (!group_waiter) group_waiter = &f; }
         else if (f.state == DONE) done++;
+    }
+    if (group_waiter && !warp_waiter) {
+        const unsigned cls = group_waiter->group / 16, k = group_waiter->group % 16, size = 64u << cls;
+        unsigned gone = 0;
+        const Fiber* other = nullptr;
+        for (unsigned i = k * size; i < (k + 1) * size; ++i) {
+            const Fiber& o = g.fibers[i];
+            if (o.state == DONE) gone++;
+            else if (o.state != AT_GROUP && !other) other = &o;
+        }
+        if (other)
+            set_error("deadlock in block (%u,%u,%u): %u thread(s) of a thread_block_tile<%u> wait at %s at %s:%d; "
+                      "%s waits at %s at %s:%d instead", g.blockIdx.x, g.blockIdx.y, g.blockIdx.z,
+                      g.groups[cls][k].arrived, size, group_waiter->what, group_waiter->file, group_waiter->line,
+                      where(other), other->what, other->file, other->line);
+        else
+            set_error("deadlock in block (%u,%u,%u): %u thread(s) of a thread_block_tile<%u> wait at %s at %s:%d for "
+                      "%u that have exited", g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, g.groups[cls][k].arrived,
+                      size, group_waiter->what, group_waiter->file, group_waiter->line, gone);
+        return;
     }
     if (warp_waiter) {
         const Warp& w = g.warps[warp_waiter->warp];
@@ -774,6 +865,8 @@ CPUCUDA_RUNTIME static void init_block(unsigned bx, unsigned by, unsigned bz) {
         g.warps[w] = Warp{lanes == 32 ? ~0u : (1u << lanes) - 1u, 0, 0, 0};
     }
     g.bar_parity = 0;
+    memset(g.groups, 0, sizeof g.groups);
+    g.groups_waiting = 0;
     for (unsigned r = 0; r < g_nregions; ++r)
         if (g_regions[r].dyn) *g_regions[r].dyn = g.dyn_smem;
         else poison_fill(g_regions[r].p, g_regions[r].n);
@@ -794,6 +887,7 @@ CPUCUDA_RUNTIME static int run_fibers() {
         if (g.done == n) break;
         bool released = release_warps();
         released |= release_block_barrier();
+        released |= release_groups();
         if (!released) released = release_coalesced();
         if (!ran && !released) {
             describe_deadlock();
