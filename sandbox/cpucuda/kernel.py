@@ -16,7 +16,7 @@ from . import poison as _poison
 from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError
 from .modes import (ORDERS, build_mode, default_asan, default_poison, default_racecheck, default_thread_order,
                     resolve_poison, resolve_racecheck)
-from .source import find_kernels
+from .source import find_kernels, translate_cucomplex as _translate_cucomplex
 from .substitute import substituted
 
 # One launch at a time per process: the runtime in each shared object keeps
@@ -176,6 +176,9 @@ class CpuRawKernel:
     ``kernel(grid, block, args, shared_mem=0)`` with NumPy arrays (passed as
     pointers, written in place) and NumPy scalars (passed by value with their
     exact C type). ``name`` may also be a name expression (``"k<16, float>"``).
+    ``translate_cucomplex=True`` does what CuPy does: ``#include <cuComplex.h>``
+    becomes CuPy's bridge to ``complex<float>`` / ``complex<double>``
+    (``<cupy/complex.cuh>``, included first).
 
     Extras beyond CuPy (keyword-only): ``asan=True`` runs launches under
     AddressSanitizer in a child process; ``racecheck=True`` (or ``"strict"``)
@@ -194,9 +197,12 @@ class CpuRawKernel:
                  racecheck=None, poison=None, _program=None):
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"name must be the kernel's name, got {name!r}")
+        options = tuple(options) if not isinstance(options, str) else (options,)
+        if translate_cucomplex and _program is None and isinstance(code, str):
+            code, options = _translate_cucomplex(code, options)
         self.code = code
         self.name = name
-        self.options = tuple(options) if not isinstance(options, str) else (options,)
+        self.options = options
         self.backend = backend
         self.asan = _resolve_asan(asan, sanitize)
         self.thread_order = thread_order
@@ -307,8 +313,11 @@ class CpuRawModule:
             raise ValueError("CpuRawModule needs code= (CUDA C source); path= (cubin/PTX) cannot run on the CPU")
         if isinstance(name_expressions, str):
             raise TypeError("name_expressions must be a list of strings, not a str")
+        options = tuple(options) if not isinstance(options, str) else (options,)
+        if translate_cucomplex and isinstance(code, str):
+            code, options = _translate_cucomplex(code, options)
         self.code = code
-        self.options = tuple(options) if not isinstance(options, str) else (options,)
+        self.options = options
         self.backend = backend
         self.name_expressions = tuple(name_expressions or ())
         self.asan = _resolve_asan(asan, sanitize)

@@ -279,6 +279,19 @@ def _rewrite_one(text: str, in_function: bool, uid: str, line: int, names: dict[
     return " ".join(out)
 
 
+# ---------------------------------------------------------------- CuPy's translate_cucomplex
+
+_CUCOMPLEX_INCLUDE = re.compile(r"^\s*#\s*include\s*<\s*cuComplex\.h\s*>.*$", re.M)
+
+
+def translate_cucomplex(src: str, options: tuple) -> tuple[str, tuple]:
+    """What CuPy's ``translate_cucomplex=True`` does: each ``#include <cuComplex.h>`` line becomes
+    ``#include <cupy/cuComplex_bridge.h>`` (cuFloatComplex is then complex<float>, cuCaddf its +, ...)
+    and cupy/complex.cuh comes first (here a forced include, so no line moves)."""
+    return (_CUCOMPLEX_INCLUDE.sub("#include <cupy/cuComplex_bridge.h>  // translate_cucomplex", src),
+            tuple(options) + ("-include", "cupy/complex.cuh"))
+
+
 # ---------------------------------------------------------------- includes
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)

@@ -2,6 +2,7 @@
 // every kernel source compiled by sandbox.cpucuda. One translation unit per
 // shared object, so everything here has internal linkage or is inline.
 #pragma once
+#ifndef CPUCUDA_RUNTIME_H  // a guard as well: #pragma once does not survive a precompiled header everywhere
 #define CPUCUDA_RUNTIME_H 1
 
 #include <float.h>
@@ -75,3 +76,5 @@ CPUCUDA_EXPORT CPUCUDA_RUNTIME const char* cpucuda_constant_name(unsigned i) {
     return i < cpucuda::g_nconstants ? cpucuda::g_constants[i].name : nullptr;
 }
 CPUCUDA_EXPORT CPUCUDA_RUNTIME const void* cpucuda_last_dynamic_shared(void) { return cpucuda::g.last_dyn_smem; }
+
+#endif  // CPUCUDA_RUNTIME_H
