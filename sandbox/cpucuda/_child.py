@@ -47,6 +47,7 @@ class Server:
             lib.cpucuda_constant.restype = ctypes.c_void_p
             lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
             lib.cpucuda_last_dynamic_shared.restype = ctypes.c_void_p
+            lib.cpucuda_set_buffers.argtypes = [ctypes.c_void_p, ctypes.c_uint]
             self.libs[path] = lib
         if self.last is not None and self.last is not lib:
             self.last.cpucuda_release()  # two memory mappings per fiber stack: keep one library's
@@ -86,6 +87,8 @@ class Server:
                 buffers[bid] = (addr, n)
             else:
                 buffers[bid] = (base + offset, n)
+        pairs = [v for addr, n in buffers.values() for v in (addr, n)]
+        lib.cpucuda_set_buffers((ctypes.c_uint64 * max(len(pairs), 1))(*pairs), len(buffers))
         # Before the launch: an ASan error ends this process, and the parent needs them to name the argument.
         _abi.send(self.reply_fd, {"addresses": buffers})
         argv = _abi.Arguments(len(job["args"]))

@@ -41,6 +41,7 @@ def _load(path) -> ctypes.CDLL:
         lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
         lib.cpucuda_constant_name.restype = ctypes.c_char_p
         lib.cpucuda_constant_name.argtypes = [ctypes.c_uint]
+        lib.cpucuda_set_buffers.argtypes = [ctypes.c_void_p, ctypes.c_uint]
         # Modules compiled from the same text share one loaded library: keep the initial values, so a
         # module that never set a constant does not see another module's values (each launch rewrites all).
         initial = {}
@@ -281,6 +282,7 @@ class CpuRawKernel:
                 _last_lib[0].cpucuda_release()
             _last_lib[0] = lib
             self._program.load_constants(lib, build.so_path)
+            lib.cpucuda_set_buffers(*_args.buffer_ranges(items))
             rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))
         if rc:
             raise_launch_error(self.name, rc, err.value.decode(errors="replace"))

@@ -246,7 +246,8 @@ def _rewrite_one(text: str, in_function: bool, uid: str, line: int, names: dict[
                 f"{text.strip()!r}"
             )
         declarators.append((m.group(1), m.group(2).replace(" ", "")))
-    align = "alignas(16) " + "".join(f"alignas({a}) " for a in aligns)
+    # 256-bit alignment at least, as shared memory on a GPU has it for the arrays code loads tiles from (wmma).
+    align = "alignas(32) " + "".join(f"alignas({a}) " for a in aligns)
     out = []
     for k, (name, dims) in enumerate(declarators):
         store = f"__cpucuda_shared_{name}_{uid}_{k}"

@@ -64,6 +64,19 @@ struct Fiber {
     bool tsan_first;     // the next switch into it is its first in this block
     void* sync_obj;      // the object it released at its pending barrier / warp operation
     unsigned group;      // AT_GROUP: the tile it waits for (see GroupWait)
+    const struct Collective* coll;  // W_COLLECTIVE: the arguments every lane must agree on, and the work
+};
+
+// A warp-collective operation of all 32 lanes (nvcuda::wmma): the arguments each lane passes must be
+// the same in every lane (compared at arrival), and `run`, if any, is called once on release with
+// each lane's `data`, before any lane resumes (so it may read every lane's fragments and write
+// them, as a tensor core instruction does in one step).
+struct Collective {
+    int nargs;
+    uint64_t args[4];
+    const char* names[4];
+    void* data;
+    void (*run)(void* const* lane_data);
 };
 
 // A barrier of a tile wider than a warp (cooperative_groups::thread_block_tile<N>, N = 64 ... 1024):
@@ -88,7 +101,7 @@ struct Warp {
 };
 
 enum WarpKind : int { W_SYNC, W_SHFL, W_BALLOT, W_ANY, W_ALL, W_ADD, W_MIN, W_MAX, W_MATCH_ANY, W_MATCH_ALL,
-                      W_COALESCE, W_AND, W_OR, W_XOR };
+                      W_COALESCE, W_AND, W_OR, W_XOR, W_COLLECTIVE };
 enum BarrierKind : int { B_SYNC, B_COUNT, B_AND, B_OR };
 enum LaunchFlags : int { F_STRICT = 1 };  // racecheck: only __syncwarp orders memory between lanes
 enum PoisonKind : int { POISON_NAN = 0, POISON_FINITE = 1 };
@@ -421,6 +434,17 @@ CPUCUDA_RUNTIME static uint64_t warp_rendezvous(int kind, unsigned mask, uint64_
         if (overlaps && (!same_site(file, line, o.file, o.line) || kind != o.wkind))
             fiber_fail("divergent warp operation: %s reached %s at %s:%d while lanes of its warp wait at %s at %s:%d",
                        where(f), what, file, line, o.what, o.file, o.line);
+        if (overlaps && kind == W_COLLECTIVE) {
+            const Collective *mine = f->coll, *theirs = o.coll;
+            if (mine->run != theirs->run)
+                fiber_fail("%s at %s:%d: lanes %u and %u of warp %u pass fragments of different shapes or types",
+                           what, file, line, f->lane, l, f->warp);
+            for (int a = 0; a < mine->nargs; ++a)
+                if (mine->args[a] != theirs->args[a])
+                    fiber_fail("%s at %s:%d: lanes of warp %u disagree on the %s (lane %u: 0x%llx, lane %u: 0x%llx); "
+                               "every lane of the warp must pass the same", what, file, line, f->warp, mine->names[a],
+                               f->lane, (unsigned long long)mine->args[a], l, (unsigned long long)theirs->args[a]);
+        }
     }
     f->wval = val;
     f->wsrc = src;
@@ -452,6 +476,11 @@ CPUCUDA_RUNTIME static uint64_t warp_rendezvous(int kind, unsigned mask, uint64_
 
 // Results of one complete group `m` (all its lanes have arrived).
 CPUCUDA_RUNTIME static void release_group(Warp& w, Fiber* lanes, unsigned m, int kind) {
+    if (kind == W_COLLECTIVE && lanes[__builtin_ctz(m)].coll->run) {
+        void* data[32];
+        for (unsigned l = 0; l < 32; ++l) data[l] = lanes[l].coll->data;
+        lanes[__builtin_ctz(m)].coll->run(data);
+    }
     uint64_t ballot = 0, acc = 0;
     bool first = true;
     for (unsigned l = 0; l < 32; ++l) {
@@ -659,12 +688,34 @@ CPUCUDA_RUNTIME static void release_fibers() {
     g.nstacks = 0;
 }
 
+// 256-byte aligned, as a GPU's shared memory window: code may rely on 256-bit alignment (wmma).
 CPUCUDA_RUNTIME static unsigned char* alloc_dynamic_shared(size_t n) {
+    void* p = nullptr;
 #if CPUCUDA_ASAN
-    return (unsigned char*)malloc(n ? n : 1);  // exact size: ASan bounds it
+    if (posix_memalign(&p, 256, n ? n : 1)) return nullptr;  // exact size: ASan bounds it
 #else
-    return (unsigned char*)malloc(n + canary_size(n));
+    if (posix_memalign(&p, 256, n + canary_size(n))) return nullptr;
 #endif
+    return (unsigned char*)p;
+}
+
+// The argument arrays of the launch (set from Python before it): GPU allocations start 256-byte
+// aligned, NumPy's only 16-byte, so alignment rules are checked on the offset into an argument.
+struct Buffer { uintptr_t base; size_t n; };
+static Buffer* g_buffers;
+static unsigned g_nbuffers;
+
+CPUCUDA_RUNTIME static const Buffer* buffer_of(const void* p) {
+    const uintptr_t a = (uintptr_t)p;
+    for (unsigned i = 0; i < g_nbuffers; ++i)
+        if (a >= g_buffers[i].base && a < g_buffers[i].base + (g_buffers[i].n ? g_buffers[i].n : 1)) return &g_buffers[i];
+    return nullptr;
+}
+
+// Whether p would be `bytes`-aligned on a GPU: its offset into an argument array, else its address.
+CPUCUDA_RUNTIME static bool gpu_aligned(const void* p, unsigned bytes) {
+    const Buffer* b = buffer_of(p);
+    return (((uintptr_t)p - (b ? b->base : 0)) % bytes) == 0;
 }
 
 // A write past the dynamic shared memory shows as a changed canary.
