@@ -49,10 +49,15 @@ def _expected(z, w, s, t, dtype):
                 np.rint((z * 3).real) + 1j * np.rint((z * 3).imag)]
 
 
+@pytest.fixture(scope="module")
+def module():
+    return CpuRawModule(code=CODE, name_expressions=["complex_ops<float>", "complex_ops<double>"])
+
+
 @pytest.mark.parametrize("dtype, rtol", [(np.complex64, 2e-5), (np.complex128, 1e-12)])
-def test_complex_functions_against_numpy(dtype, rtol):
+def test_complex_functions_against_numpy(module, dtype, rtol):
     ctype = "float" if dtype == np.complex64 else "double"
-    mod = CpuRawModule(code=CODE, name_expressions=[f"complex_ops<{ctype}>"])
+    mod = module
     rng = np.random.default_rng(8)
     n = 200
     z = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
