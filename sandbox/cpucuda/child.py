@@ -116,14 +116,25 @@ class _Arena:
     """A file mapped by this process and the child; arrays are copied in at 256-byte aligned offsets."""
 
     def __init__(self, size: int):
-        folder = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        fd, self.path = tempfile.mkstemp(prefix=f"cpucuda-arena-{os.getpid()}-", dir=folder)
         self.size = max(size, mmap.PAGESIZE)
+        fd, self.path = tempfile.mkstemp(prefix=f"cpucuda-arena-{os.getpid()}-", dir=self._folder(self.size))
         os.ftruncate(fd, self.size)
         self.map = mmap.mmap(fd, self.size)
         os.close(fd)
         self.bytes = np.frombuffer(self.map, dtype=np.uint8)
         self.linked = True
+
+    @staticmethod
+    def _folder(size: int) -> str | None:
+        """/dev/shm when it has room to spare (containers often give it 64 MiB: a full one would end the
+        process with SIGBUS at the first write), else the temporary folder."""
+        try:
+            st = os.statvfs("/dev/shm")
+            if os.access("/dev/shm", os.W_OK) and st.f_bavail * st.f_frsize >= 2 * size:
+                return "/dev/shm"
+        except OSError:
+            pass
+        return None
 
     @staticmethod
     def layout(arrays: dict) -> tuple[dict, int]:
