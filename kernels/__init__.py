@@ -1,1 +1,1 @@
-"""Kernel variants, one module each; sandbox.registry maps names to them."""
+"""Kernel variants, one module each; sandbox.variant.registry maps names to them."""

@@ -17,7 +17,7 @@ LIMITS = Limits(block_sizes=None, head_dims=None, backends=("cpu",), max_query_l
 
 
 def paged_attention_gather(problem) -> np.ndarray:
-    """float32 [num_query_tokens, num_heads, head_dim] for a DecodeProblem (see sandbox/problem.py)."""
+    """float32 [num_query_tokens, num_heads, head_dim] for a DecodeProblem (see sandbox/problem/decode.py)."""
     p, opts = problem, problem.options
     num_heads, head_dim = p.num_heads, p.head_dim
     group = num_heads // p.num_kv_heads

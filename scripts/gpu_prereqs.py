@@ -7,7 +7,7 @@ next check) or as a command; every failure is listed, then the exit status is 3 
 missing). Besides imports it compiles and launches a one-line Numba kernel, compiles and launches a
 CuPy RawKernel that includes <cuda_fp16.h> and <cuda_bf16.h> and adds two __half, finds g++ and
 libasan (the CPU-executor tests still run on the GPU machine), finds the CUDA headers NVRTC needs
-(sandbox/nvrtc.py), and prints the driver's CUDA version beside the major version of the installed
+(sandbox/analysis/nvrtc.py), and prints the driver's CUDA version beside the major version of the installed
 CUDA wheels, saying plainly when the driver is too old for them.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ extern "C" __global__ void add_half(const __half *a, const __half *b, __half *ou
     out[threadIdx.x] = __hadd(a[threadIdx.x], b[threadIdx.x]);
 }
 """
-from sandbox.backends import raw_module
+from sandbox.devices.backends import raw_module
 kernel = raw_module("gpu", code, ("-std=c++17",)).get_function("add_half")
 a = cupy.full(32, 1.5, dtype=cupy.float16)
 b = cupy.full(32, 2.25, dtype=cupy.float16)
@@ -91,12 +91,12 @@ def checks() -> list[Check]:
         Check("libasan (gcc's AddressSanitizer runtime, e.g. apt install libasan8: the ASan tests need it)",
               (py, "-c", "from sandbox.cpucuda.asan import libasan; libasan()")),
         Check("the CUDA headers NVRTC needs (cuda_fp16.h: pip 'nvidia-cuda-runtime' / cuda-toolkit[cudart])",
-              (py, "-c", "from sandbox.nvrtc import cuda_include_dir; cuda_include_dir()")),
+              (py, "-c", "from sandbox.analysis.nvrtc import cuda_include_dir; cuda_include_dir()")),
         Check("a GPU seen by numba.cuda in real mode: a one-line kernel compiled and launched", (py, "-c", NUMBA_KERNEL), 2),
         Check("a GPU seen by CuPy: a RawKernel with <cuda_fp16.h> and <cuda_bf16.h> adding two __half, "
               "compiled and launched", (py, "-c", CUPY_HALF_KERNEL), 2),
-        Check("a GPU seen by sandbox.backends.gpu_present() (cuda.bindings.driver)",
-              (py, "-c", "from sandbox.backends import gpu_present; assert gpu_present()"), 2),
+        Check("a GPU seen by sandbox.devices.backends.gpu_present() (cuda.bindings.driver)",
+              (py, "-c", "from sandbox.devices.backends import gpu_present; assert gpu_present()"), 2),
     ]
     return out
 

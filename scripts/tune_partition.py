@@ -15,8 +15,9 @@ import argparse
 import sys
 
 import sandbox  # noqa: F401  (picks numba's mode before anything imports numba.cuda)
-from sandbox import backends, registry
-from sandbox.compare import compare
+from sandbox.devices import backends
+from sandbox.variant import registry
+from sandbox.checking.compare import compare
 from sandbox.sweep import bandwidth, device, shapes, timing
 from sandbox.sweep.run import Environment
 

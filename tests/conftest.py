@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import sandbox  # noqa: F401  (chooses the Numba simulator before anything imports numba.cuda)
-from sandbox.backends import gpu_present
+from sandbox.devices.backends import gpu_present
 
 settings.register_profile("ci", max_examples=15, deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 import reference
-from sandbox import backends, registry, runner
-from sandbox.check import expected_output
-from sandbox.compare import assert_close
+from sandbox.devices import backends
+from sandbox.variant import registry, runner
+from sandbox.checking.check import expected_output
+from sandbox.checking.compare import assert_close
 from sandbox.sweep import bandwidth, shapes
 from sandbox.sweep.run import backend_label
-from sandbox.validate import validate_write_inputs
+from sandbox.problem.validate import validate_write_inputs
 
 ON_GPU = backends.gpu_present()
 BLOCK_SIZES = shapes.DEFAULT_BLOCK_SIZES if ON_GPU else (1, 16, 256)

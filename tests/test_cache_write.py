@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 import reference
-from sandbox import dtypes, registry
-from sandbox.cache_write import write_cache
+from sandbox.problem import dtypes
+from sandbox.variant import registry
+from sandbox.variant.cache_write import write_cache
 
 # (key/value dtype, cache dtype): the inputs' own dtype, or fp8 with any query dtype.
 PAIRS = [(d, d) for d in dtypes.QUERY_DTYPES] + [(d, f) for d in dtypes.QUERY_DTYPES for f in dtypes.FP8_DTYPES]

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 from hypothesis import given, strategies as st
 
-from sandbox.cascade_plan import plan
+from sandbox.paging.cascade_plan import plan
 from sandbox.problem import DecodeProblem
 
 

@@ -700,7 +700,7 @@ extern "C" __global__ void lowp(const __nv_fp8_e4m3* kv, const __nv_bfloat16* q,
 
 
 def test_same_lowp_source_compiles_with_nvrtc_for_sm90_and_runs_here():
-    nvrtc = pytest.importorskip("sandbox.nvrtc")
+    nvrtc = pytest.importorskip("sandbox.analysis.nvrtc")
     pytest.importorskip("cuda.bindings.nvrtc")
     try:
         nvrtc.cuda_include_dir()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kernels.cupy_raw import common
-from sandbox import registry
+from sandbox.variant import registry
 from sandbox.cpucuda import CpuKernelRaceError, CpuRawKernel, CpuRawModule, modes, substitute_source
 from sandbox.cpucuda.source import tokenize
 from sandbox.problem import DecodeProblem

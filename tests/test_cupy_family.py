@@ -18,12 +18,14 @@ import reference
 from kernels.cupy_raw import common, dense, gqa, rows, v1, v2
 from kernels.cupy_raw import write_cache as cupy_write_cache
 from kernels.wrong import cupy_ignores_table, cupy_off_by_one
-from sandbox import backends, nvrtc, registry
-from sandbox.check import check_problem, expected_output
-from sandbox.compare import assert_close, compare
+from sandbox.devices import backends
+from sandbox.analysis import nvrtc
+from sandbox.variant import registry
+from sandbox.checking.check import check_problem, expected_output
+from sandbox.checking.compare import assert_close, compare
 from sandbox.cpucuda import last_poison, modes
 from sandbox.problem import DecodeProblem
-from sandbox.runner import run_problem
+from sandbox.variant.runner import run_problem
 
 ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 WRONG = {"wrong.cupy.ignores_table": cupy_ignores_table, "wrong.cupy.off_by_one": cupy_off_by_one}
@@ -156,7 +158,7 @@ def test_registry_walk_covers_the_family():
 # ---- every CUDA C variant under the executor's checking modes (CPU only) ---------------------------
 
 # Each mode is switched process-wide (sandbox.cpucuda.modes: the SANDBOX_CPUCUDA_* variables), so the
-# kernels the launchers build through sandbox.backends.raw_module run in it without any option passing.
+# kernels the launchers build through sandbox.devices.backends.raw_module run in it without any option passing.
 CPU_MODES = {
     "asan": dict(asan=True),
     "racecheck": dict(racecheck=True),

@@ -13,9 +13,12 @@ import pytest
 
 from kernels.cupy_raw import cascade, common, multi
 from kernels.wrong import cupy_cascade_partial_block, cupy_causal_off_by_one
-from sandbox import cascade_plan, cpucuda, nvrtc, registry
-from sandbox.check import expected_output
-from sandbox.compare import assert_close, compare
+from sandbox.paging import cascade_plan
+from sandbox import cpucuda
+from sandbox.analysis import nvrtc
+from sandbox.variant import registry
+from sandbox.checking.check import expected_output
+from sandbox.checking.compare import assert_close, compare
 from sandbox.problem import DecodeProblem
 
 SMALL = dict(num_heads=8, num_kv_heads=2, head_dim=64, dtype="float32")

@@ -18,9 +18,11 @@ import reference
 import sandbox
 from kernels.cupy_raw import common, dense, gqa, rows, v1, v2
 from kernels.cupy_raw import write_cache as cupy_write_cache
-from sandbox import backends, nvrtc, registry
-from sandbox.check import check_problem, expected_output
-from sandbox.compare import assert_close
+from sandbox.devices import backends
+from sandbox.analysis import nvrtc
+from sandbox.variant import registry
+from sandbox.checking.check import check_problem, expected_output
+from sandbox.checking.compare import assert_close
 from sandbox.problem import DecodeProblem
 from sandbox.variant import FULL_SUPPORT
 
@@ -292,7 +294,7 @@ def test_precisions_and_options_compile_for_gpu_targets(arch):
             res = compiled.resources[expr]
             assert 0 < res.registers <= 128 and res.spill_stores == 0, (expr, res)
         if path == v1.PATH and arch == "sm_90":  # 16 fp8 values per load: 128-bit loads for K and V
-            from sandbox import sass
+            from sandbox.analysis import sass
             try:
                 sass.nvdisasm_path()
             except sass.SassError as exc:  # nvdisasm missing: tests/test_sass.py says so too

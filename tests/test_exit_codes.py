@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import kernels.numpy_gather as gather
-from sandbox import backends, cli, registry
+from sandbox.devices import backends
+from sandbox import cli
+from sandbox.variant import registry
 from sandbox.commands import check as check_cmd
 from sandbox.variant import Limits
 
@@ -104,7 +106,7 @@ def test_check_prints_the_pasteable_problem_of_a_failure(monkeypatch, capsys):
     line = next(l for l in out.splitlines() if "problem=" in l)
     call = line.split("problem=", 1)[1]
     assert call.startswith("DecodeProblem.random(") and "..." not in call
-    from sandbox.problem import DecodeProblem  # noqa: F401  (the printed call runs as is)
+    from sandbox.problem.decode import DecodeProblem  # noqa: F401  (the printed call runs as is)
     rebuilt = eval(call)
     assert repr(rebuilt) == call
 

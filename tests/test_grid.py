@@ -1,11 +1,11 @@
-"""sandbox.grid: CUDA's grid and block limits, refused before any launch, on the CPU executor as on a GPU."""
+"""sandbox.devices.grid: CUDA's grid and block limits, refused before any launch, on the CPU executor as on a GPU."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sandbox import backends
-from sandbox.grid import CheckedKernel, CheckedModule, check_grid
+from sandbox.devices import backends
+from sandbox.devices.grid import CheckedKernel, CheckedModule, check_grid
 
 
 def test_limits_accept_the_largest_legal_launch_and_normalize():

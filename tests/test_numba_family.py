@@ -17,11 +17,14 @@ from numba import cuda, float32  # after conftest imported sandbox: simulator ex
 import reference
 from kernels.numba_cuda import common
 from kernels.numba_cuda.common import REDUCE_SCRATCH, block_max, block_sum
-from sandbox import dtypes, registry, resources, run_problem, sass
-from sandbox.backends import numba_simulated, resolve
-from sandbox.check import expected_output
-from sandbox.compare import assert_close
-from sandbox.occupancy import occupancy
+from sandbox.problem import dtypes
+from sandbox.variant import registry
+from sandbox.analysis import resources, sass
+from sandbox import run_problem
+from sandbox.devices.backends import numba_simulated, resolve
+from sandbox.checking.check import expected_output
+from sandbox.checking.compare import assert_close
+from sandbox.analysis.occupancy import occupancy
 from sandbox.problem import DecodeProblem
 from sandbox.variant import POW2_BLOCK_SIZES, Unsupported
 
@@ -233,7 +236,7 @@ def test_every_thread_of_a_block_gets_the_same_static_shared_array(monkeypatch):
 def test_variants_with_racing_allocations_and_nan_poisoned_memory(monkeypatch, name):
     """Each kernel with its static shared and local arrays born NaN and allocated by all threads at
     once: also catches reading such memory before this launch wrote it (dynamic shared starts zeroed)."""
-    from sandbox import runner
+    from sandbox.variant import runner
 
     problem = DecodeProblem.random(11, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, block_size=16,
                                    context_lens=[40])
@@ -432,7 +435,7 @@ def test_bf16_encoding_rounds_to_nearest_even_like_ml_dtypes():
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # x / scale past float32: inf, saturated
 @pytest.mark.parametrize("name", dtypes.FP8_DTYPES)
 def test_fp8_encoding_equals_quantize_fp8_on_every_tie_and_trap(name):
-    """common.ENCODE_FP8 is sandbox.dtypes.quantize_fp8 (the write_cache contract) bit for bit: every
+    """common.ENCODE_FP8 is sandbox.problem.dtypes.quantize_fp8 (the write_cache contract) bit for bit: every
     fp8 value, every midpoint (ties to even), one float32 ulp either side, subnormals, saturation
     past the max and at inf, NaN with its sign, float32 denormals, random bit patterns; at scale 1
     (where the ties are exact) and at scales that are not powers of two."""
@@ -485,7 +488,7 @@ def test_window_never_touches_the_blocks_before_it(name):
     """Windows starting at k*bs, k*bs + 1 and mid-block, with the freed blocks at -1 and NaN: the
     output matches, and every table lookup and K/V load is inside a sequence's window."""
     from kernels.numba_cuda import split
-    from sandbox import runner
+    from sandbox.variant import runner
 
     problem = DecodeProblem.random(31, num_seqs=4, num_heads=4, num_kv_heads=2, head_dim=32, block_size=4,
                                    context_lens=[37, 30, 23, 9], window_left=12, dtype="bfloat16", kv_dtype="e4m3",
@@ -582,7 +585,7 @@ def test_numba_kernels_compile_for_bf16_queries_and_e4m3_caches_at_sm_90():
     """Every numba kernel with a bfloat16 query and output, an e4m3 cache and soft-cap/ALiBi compiled
     in (and the writer bf16 -> e4m3), compile_ptx + nvJitLink in a real-mode child: no float64, no
     spills, no generic LD/ST in the machine code, shuffles in block/split."""
-    from sandbox.other_mode import call_in_numba_mode
+    from sandbox.devices.other_mode import call_in_numba_mode
 
     names = NUMBA + registry.cache_writers("numba")
     reports = call_in_numba_mode(False, "kernels.numba_cuda.common:compile_reports", names, 16, 128,

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from kernels.numba_cuda import multi
-from sandbox.backends import resolve
-from sandbox.check import check_problem, expected_output
-from sandbox.compare import assert_close
+from sandbox.devices.backends import resolve
+from sandbox.checking.check import check_problem, expected_output
+from sandbox.checking.compare import assert_close
 from sandbox.problem import DecodeProblem
 from sandbox.variant import Unsupported
 

@@ -1,6 +1,6 @@
-"""The Numba CUDA simulator's shared memory is poisoned before every block (sandbox/numba_poison.py).
+"""The Numba CUDA simulator's shared memory is poisoned before every block (sandbox/devices/numba_poison.py).
 
-Tests run under the simulator (no GPU here; sandbox.backends chooses it), so kernels keep their threads few:
+Tests run under the simulator (no GPU here; sandbox.devices.backends chooses it), so kernels keep their threads few:
 each barrier costs the simulator about 270 us per thread.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sandbox import backends, numba_poison
+from sandbox.devices import backends, numba_poison
 
 pytestmark = pytest.mark.skipif(not backends.numba_simulated(), reason="needs the Numba CUDA simulator (no GPU)")
 

@@ -4,11 +4,11 @@ import pytest
 from hypothesis import Phase, example, find, given, settings
 from hypothesis import strategies as st
 
-from sandbox.compare import TOLERANCES, compare
-from sandbox.options import AttentionOptions
+from sandbox.checking.compare import TOLERANCES, compare
+from sandbox.problem.options import AttentionOptions
 from sandbox.problem import DecodeProblem
-from sandbox.strategies import decode_problems
-from sandbox.validate import validate_decode_inputs
+from sandbox.problem.strategies import decode_problems
+from sandbox.problem.validate import validate_decode_inputs
 
 
 @given(st.integers(0, 2**31 - 1), st.sampled_from([1, 2, 16, 256]), st.integers(1, 5))

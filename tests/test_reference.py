@@ -3,9 +3,9 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 import reference
-from sandbox.check import gather_sequence, gathered_decode
+from sandbox.checking.check import gather_sequence, gathered_decode
 from sandbox.problem import DecodeProblem
-from sandbox.strategies import decode_problems
+from sandbox.problem.strategies import decode_problems
 
 small_problems = decode_problems(head_dims=(8, 16), max_tokens=300, max_num_seqs=3)
 

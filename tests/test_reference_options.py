@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 import reference
-from sandbox.check import gathered_decode
-from sandbox.options import alibi_paper_slopes
+from sandbox.checking.check import gathered_decode
+from sandbox.problem.options import alibi_paper_slopes
 from sandbox.problem import DecodeProblem
-from sandbox.strategies import decode_problems
+from sandbox.problem.strategies import decode_problems
 
 everything = decode_problems(head_dims=(8, 16), max_tokens=120, max_num_seqs=3, dtypes=("float32", "float16", "bfloat16"),
                              kv_dtypes=("float8_e4m3fn", "float8_e5m2"), options=("kv_scale", "window", "softcap", "alibi"),

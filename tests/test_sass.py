@@ -1,4 +1,4 @@
-"""sandbox.sass: the census of a SASS listing (parsing), and the real kernels' machine code for sm_90 checked
+"""sandbox.analysis.sass: the census of a SASS listing (parsing), and the real kernels' machine code for sm_90 checked
 against what their designs claim (16-byte K/V loads, no local memory, no float64), without a GPU."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kernels.cupy_raw import common, gqa
-from sandbox import nvrtc, sass
+from sandbox.analysis import nvrtc, sass
 
 LISTING = """\
 \t.target\tsm_90
@@ -155,7 +155,7 @@ def test_a_sweep_run_folder_gets_the_census_beside_the_resources(tmp_path):
 
 
 def test_the_wheel_lookup_behind_nvdisasm_and_the_cuda_headers():
-    from sandbox.cuda_wheels import in_nvidia_wheels, pathfinder_lookup
+    from sandbox.analysis.cuda_wheels import in_nvidia_wheels, pathfinder_lookup
 
     found = in_nvidia_wheels("bin/nvdisasm", ("nvidia.cuda_nvdisasm", "nvidia.cu13"))
     assert found is not None and found.name == "nvdisasm" and found.parent.parent.name == "cu13"

@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sandbox import backends, cli, registry
-from sandbox.check import expected_output
+from sandbox.devices import backends
+from sandbox import cli
+from sandbox.variant import registry
+from sandbox.checking.check import expected_output
 from sandbox.commands import sweep as sweep_cmd
 from sandbox.sweep import bandwidth, device, goals, plots, run, shapes, static_resources, summary, timing
 from sandbox.variant import Limits, Unsupported
@@ -114,7 +116,7 @@ def test_flush_is_at_least_twice_the_l2_and_256_mib():
 
 
 def test_device_info_is_empty_without_a_gpu_and_complete_with_one():
-    from sandbox.backends import gpu_present
+    from sandbox.devices.backends import gpu_present
     info = device.device_info()
     if not gpu_present():
         assert info == {}
@@ -147,7 +149,7 @@ def test_torch_sdpa_peer_matches_the_reference_where_torch_sees_the_gpu():
     from sandbox.sweep import peers
     if not peers.torch_available():
         pytest.skip("PyTorch with CUDA is not importable here (the sandbox never requires it)")
-    from sandbox.compare import assert_close
+    from sandbox.checking.compare import assert_close
     from sandbox.problem import DecodeProblem
     problem = DecodeProblem.random(12, num_seqs=3, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16,
                                    context_lens=[5, 40, 33], dtype="float16")  # unequal lengths: the mask path
@@ -449,7 +451,7 @@ def test_summary_and_plots_from_synthetic_gpu_rows(tmp_path):
 
 
 def test_static_resources_written_when_the_module_exists(tmp_path, monkeypatch):
-    fake = types.ModuleType("sandbox.resources")
+    fake = types.ModuleType("sandbox.analysis.resources")
     calls = []
 
     def collect_many(variants=None, configs=(), head_dim=128, arch="sm_90", images=False):
@@ -458,7 +460,7 @@ def test_static_resources_written_when_the_module_exists(tmp_path, monkeypatch):
                 for sizes, d, kv in configs for v in variants for b in sizes]
 
     fake.collect_many = collect_many
-    monkeypatch.setitem(sys.modules, "sandbox.resources", fake)
+    monkeypatch.setitem(sys.modules, "sandbox.analysis.resources", fake)
     rows, note = static_resources.collect_into(tmp_path, ["numpy.gather"], (1, 16))
     assert note == "" and len(rows) == 4
     # float16 at every block size; bfloat16 and an e4m3 cache at block size 16 only (compile time)
@@ -483,7 +485,7 @@ def test_sweep_csv_values_round_trip_through_compare_loader(tmp_path):
 
 def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
     """Everything a GPU sweep does except the device calls: labels, flushes, goals, dense baseline, CPU-only refusal."""
-    from sandbox import backends
+    from sandbox.devices import backends
     from sandbox.sweep import meta
 
     flushes = []

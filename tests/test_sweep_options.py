@@ -12,8 +12,11 @@ import types
 import numpy as np
 import pytest
 
-from sandbox import cli, dtypes, registry, resources
-from sandbox.check import expected_output
+from sandbox import cli
+from sandbox.problem import dtypes
+from sandbox.variant import registry
+from sandbox.analysis import resources
+from sandbox.checking.check import expected_output
 from sandbox.commands import resources as resources_cmd, sweep as sweep_cmd
 from sandbox.sweep import diff, goals, run, shapes, summary
 from sandbox.variant import Limits, Unsupported

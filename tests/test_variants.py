@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from hypothesis import Phase, given, settings
 
-from sandbox import registry
-from sandbox.check import check_problem, edge_case_problems, option_edge_cases
-from sandbox.dtypes import FP8_DTYPES, QUERY_DTYPES
-from sandbox.options import FEATURES
+from sandbox.variant import registry
+from sandbox.checking.check import check_problem, edge_case_problems, option_edge_cases
+from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
+from sandbox.problem.options import FEATURES
 from sandbox.problem import DecodeProblem
-from sandbox.strategies import problems_for
+from sandbox.problem.strategies import problems_for
 from sandbox.variant import Unsupported
 
 # Shapes per family: the Numba simulator (~270 us per thread-barrier) and the CPU executor are

@@ -1,7 +1,7 @@
 """cupy.cascade: attention over a shared prompt computed once for every sequence that shares it, then merged.
 
 Idea (cascade inference): sequences whose block tables start with the same full physical blocks (fork
-for parallel sampling or beams, prefix caching) form a group (sandbox.cascade_plan.plan, in the
+for parallel sampling or beams, prefix caching) form a group (sandbox.paging.cascade_plan.plan, in the
 untimed prepare). The group's prefix (tokens 0..P-1) is a multi-query problem: every query row of
 every member (query token x head of a KV head) attends to it with its own position's causal mask,
 window and ALiBi, in tiles of up to 32 rows (16 at head dim 256) read through the first member's
@@ -14,7 +14,7 @@ earliest window start among its rows); only full blocks shared by every member c
 partly full or copy-on-write-split last block is each sequence's own).
 Limits: as cupy.multi (block sizes 1..256, head dims 32..256, every dtype, fp8 cache and option, any
 query length and decode).
-prepare() returns a CascadePrepared: .plan (the sandbox.cascade_plan groups), .shared_prefixes
+prepare() returns a CascadePrepared: .plan (the sandbox.paging.cascade_plan groups), .shared_prefixes
 ([(seqs, prefix tokens)]), bytes_moved() (K/V of the tokens read with each group's prefix counted
 once, plus query, output, table entries read, context_lens, query_start: problem.bytes_moved()'s
 counting), bytes_loaded() (what the thread blocks load: the prefix once per prefix tile and KV head),
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox import cascade_plan
+from sandbox.paging import cascade_plan
 
 from . import common, multi
 
@@ -98,7 +98,7 @@ class CascadePrepared(multi.MultiPrepared):
 
     def __init__(self, launches, out, keep, out_dtype, problem, work, plan=(), prefixes=()):
         super().__init__(launches, out, keep, out_dtype, problem, work)
-        self.plan = list(plan)                 # [sandbox.cascade_plan.Group]
+        self.plan = list(plan)                 # [sandbox.paging.cascade_plan.Group]
         self.shared_prefixes = list(prefixes)  # [(seqs, prefix tokens)]
 
     def bytes_moved(self) -> int:
@@ -116,7 +116,7 @@ def prepare_with_prefixes(name: str, problem, backend: str, groups, prefixes,
 
 
 def plan_for(problem) -> list:
-    """sandbox.cascade_plan.plan of the problem's tables."""
+    """sandbox.paging.cascade_plan.plan of the problem's tables."""
     return cascade_plan.plan(problem.block_tables, problem.context_lens, problem.block_size)
 
 

@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from sandbox import backends
+from sandbox.devices import backends
 from sandbox.variant import Unsupported
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
@@ -182,7 +182,7 @@ def vec_elems(dtype) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _compiled(path: str, expressions: tuple, arch: str):
-    from sandbox import nvrtc
+    from sandbox.analysis import nvrtc
     return nvrtc.compile_cubin(load_source(path), expressions, arch=arch, options=OPTIONS, name=pathlib.Path(path).name)
 
 
@@ -191,7 +191,7 @@ def compile_report(path, expression: str, arch: str, threads_per_block: int, dyn
     """Static resources of kernel `expression` compiled NVRTC -> cubin for `arch` (sm_80, sm_90).
 
     Keys: registers, static_shared_bytes, dynamic_shared_bytes, local_bytes, spill_stores, spill_loads,
-    threads_per_block, path, arch, kernel, image ((cubin, mangled name), for sandbox.sass).
+    threads_per_block, path, arch, kernel, image ((cubin, mangled name), for sandbox.analysis.sass).
     """
     arch = arch if str(arch).startswith("sm_") else f"sm_{arch}"
     compiled = _compiled(str(path), tuple(dict.fromkeys([expression, *extra_expressions])), arch)
@@ -266,7 +266,7 @@ class Prepared:
 
 
 class SplitKVPrepared(Prepared):
-    """A split-KV variant's two launches: the partition kernel, then the reduce (sandbox.variant's launch_parts)."""
+    """A split-KV variant's two launches: the partition kernel, then the reduce (sandbox.variant.limits's launch_parts)."""
 
     def _run(self, i: int) -> None:
         kernel, grid, block, args, shared_mem = self.launches[i]

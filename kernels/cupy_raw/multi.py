@@ -226,7 +226,7 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
 def backends_full(shape, backend):
     """A float32 scratch array filled with NaN: a slot the merge reads without a tile having written it
     poisons the output."""
-    from sandbox import backends
+    from sandbox.devices import backends
     return backends.to_device(np.full(shape, np.nan, np.float32), backend)
 
 

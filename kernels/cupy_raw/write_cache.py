@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox import backends, dtypes
+from sandbox.devices import backends
+from sandbox.problem import dtypes
 
 from . import common
 

@@ -48,8 +48,8 @@ import threading
 import numpy as np
 from numba import config, cuda, float32, int32, types, uint8, uint16, uint32
 
-from sandbox.dtypes import FP8_DTYPES, FP8_MAX_FINITE
-from sandbox.grid import check_grid
+from sandbox.problem.dtypes import FP8_DTYPES, FP8_MAX_FINITE
+from sandbox.devices.grid import check_grid
 from sandbox.variant import Unsupported
 
 SIMULATED = bool(config.ENABLE_CUDASIM)
@@ -301,7 +301,7 @@ BITS_VIEW = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np
 
 def dtype_name(dtype) -> str:
     """Canonical sandbox dtype name ('bf16', np.float16, ml_dtypes.bfloat16 -> 'bfloat16', ...)."""
-    from sandbox.dtypes import canonical
+    from sandbox.problem.dtypes import canonical
     return canonical(dtype)
 
 
@@ -447,7 +447,7 @@ def check_head_dim(name: str, head_dim: int) -> None:
 
 
 def check_launch(kernel_name: str, grid, threads) -> None:
-    """sandbox.grid.check_grid, refusing as Unsupported: a problem whose grid no GPU launches."""
+    """sandbox.devices.grid.check_grid, refusing as Unsupported: a problem whose grid no GPU launches."""
     try:
         check_grid(kernel_name, grid, threads)
     except ValueError as exc:
@@ -574,10 +574,10 @@ def kernel_resources(pyfunc, signature: tuple, arch: str) -> dict:
     Needs numba.cuda in real mode (no GPU needed). The code does not depend on block size or head
     dim (both are runtime values), so one compile per (kernel, signature, arch) serves every row.
     """
-    from sandbox.resources import link_ptx, parse_arch
+    from sandbox.analysis.resources import link_ptx, parse_arch
 
     if SIMULATED:
-        raise RuntimeError("compile_ptx is unavailable under the simulator: call through sandbox.resources")
+        raise RuntimeError("compile_ptx is unavailable under the simulator: call through sandbox.analysis.resources")
     cc = parse_arch(arch)
     ptx, _ = cuda.compile_ptx(pyfunc, signature, cc=cc)
     info = link_ptx(ptx, arch)
@@ -608,12 +608,12 @@ def report(kernels, threads_per_block: int, dynamic_shared_bytes: int, note: str
 def compile_reports(names, block_size: int = 16, head_dim: int = 128, dtype: str = "float16", arch: str = "sm_90",
                     kv_dtype: str | None = None, logit_options: bool = False) -> dict:
     """{name: compile_report(block_size, head_dim, dtype, arch, kv_dtype=..., logit_options=...)} for registered numba
-    variants and cache writers, in this process (real mode: call through sandbox.other_mode from a
+    variants and cache writers, in this process (real mode: call through sandbox.devices.other_mode from a
     simulator process). Any precision the kernels take, e.g. dtype "bfloat16", kv_dtype "float8_e4m3fn"."""
-    from sandbox import registry
+    from sandbox.variant import registry
 
     if SIMULATED:
-        raise RuntimeError("compile_ptx is unavailable under the simulator: use sandbox.other_mode.call_in_numba_mode")
+        raise RuntimeError("compile_ptx is unavailable under the simulator: use sandbox.devices.other_mode.call_in_numba_mode")
     out = {}
     for name in names:
         entry = registry.get_cache_writer(name) if name in registry.CACHE_WRITERS else registry.get(name)

@@ -10,7 +10,7 @@ three steps, each a device function, with the block-wide reductions between them
 
 Threads stride over tokens (score, exponentiate) and over head_dim (weigh) by `tid`/`threads`, which
 the kernel passes in: the functions never touch numba.cuda, so the simulator calls them directly
-(sandbox/numba_poison.py) and on a GPU they inline into the kernel.
+(sandbox/devices/numba_poison.py) and on a GPU they inline into the kernel.
 """
 from __future__ import annotations
 

@@ -16,10 +16,11 @@ import os
 
 import numpy as np
 
-from .. import backends, registry
-from ..check import check_problem, edge_case_problems, option_edge_cases
-from ..dtypes import FP8_MAX_FINITE
-from ..problem import DecodeProblem
+from ..devices import backends
+from ..variant import registry
+from ..checking.check import check_problem, edge_case_problems, option_edge_cases
+from ..problem.dtypes import FP8_MAX_FINITE
+from ..problem.decode import DecodeProblem
 
 # flag -> (environment variable, value, what the output calls it)
 MODES = {

@@ -1,7 +1,7 @@
 """python -m sandbox list: every registered variant with its family and limits."""
 from __future__ import annotations
 
-from .. import registry
+from ..variant import registry
 
 
 def add_arguments(parser) -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import registry, resources
+from ..variant import registry
+from ..analysis import resources
 from . import align, select_names
-from ..variant import POW2_BLOCK_SIZES
+from ..variant.limits import POW2_BLOCK_SIZES
 
 
 def _split(values):
@@ -114,7 +115,7 @@ def main(args) -> int:
         print(json.dumps(rows, indent=1))
     else:
         print(f"{args.arch}, {label}, head_dim {args.head_dim}; shared memory in bytes per block, local in "
-              "bytes per thread; occupancy = resident warps / 64 per SM (sandbox.occupancy)")
+              "bytes per thread; occupancy = resident warps / 64 per SM (sandbox.analysis.occupancy)")
         print(table(rows))
         notes = {row["variant"]: row["note"] for row in rows if row.get("note")}
         for name, note in notes.items():

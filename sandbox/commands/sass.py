@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import resources, sass
+from ..analysis import resources, sass
 from . import align
 from .resources import (_split, add_precision_arguments, not_supported_line, precision, precision_label, select,
                         without_report_line)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import backends, registry
+from ..devices import backends
+from ..variant import registry
 from ..sweep import shapes as shapes_mod, timing
 from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
 from . import block_size_list, select_names

@@ -11,7 +11,7 @@ the whole process through an environment variable read at every launch:
     SANDBOX_CPUCUDA_POISON_SEED=N       the finite poison's seed (default: a new one per launch)
 
 ``modes(...)`` sets them for a ``with`` block, so kernels built by code you do
-not control (``sandbox.backends.raw_module``, the kernels/cupy_raw launchers)
+not control (``sandbox.devices.backends.raw_module``, the kernels/cupy_raw launchers)
 run in those modes too. A kernel's own setting wins over the environment.
 """
 from __future__ import annotations

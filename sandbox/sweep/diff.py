@@ -247,7 +247,7 @@ def _static_rows(path: Path, keys: tuple) -> dict:
 
 def _precision(dtype: str, kv_dtype: str) -> str:
     """"" for the default float16 kernels, else "bf16" / "fp16:e4m3" (a line's label)."""
-    from .. import dtypes
+    from ..problem import dtypes
     if dtype in ("", "float16") and kv_dtype in ("", dtype):
         return ""
     try:

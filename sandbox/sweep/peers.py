@@ -10,8 +10,8 @@ import importlib.util
 
 import numpy as np
 
-from ..check import gather_sequence
-from ..variant import Limits
+from ..checking.check import gather_sequence
+from ..variant.limits import Limits
 
 
 def torch_available() -> bool:

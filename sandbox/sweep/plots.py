@@ -173,7 +173,7 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
     return written
 
 
-# Resource columns by meaning; sandbox.resources names them, we find them by keyword.
+# Resource columns by meaning; sandbox.analysis.resources names them, we find them by keyword.
 RESOURCE_PANELS = (
     ("registers", ("registers", "regs"), "registers per thread"),
     ("shared", ("shared", "smem"), "shared memory per block (KiB, static + dynamic)"),

@@ -6,7 +6,7 @@ an L2 flush on a GPU; wall clock on the CPU) -> one row appended to sweep.csv at
 
 A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
 reduce) both launches and the host gap between them are inside the timed region. Where the prepared
-object also has `launch_parts()` (see sandbox/variant.py), each kernel is timed alone as well
+object also has `launch_parts()` (see sandbox/variant/limits.py), each kernel is timed alone as well
 (`parts_us`; the first, the partition kernel, also in `partition_us`).
 
 Exit status (SweepOutcome.exit_code): 1 when any point of our variants is wrong or raised (`error`),
@@ -24,10 +24,11 @@ from typing import Callable
 
 import numpy as np
 
-from .. import backends, registry, runner
-from ..compare import compare
+from ..devices import backends
+from ..variant import registry, runner
+from ..checking.compare import compare
 from ..results import CsvAppender, new_run_dir
-from ..variant import POW2_BLOCK_SIZES, Unsupported
+from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, peers, shapes as shapes_mod, timing
 
 DENSE_BASELINE = "cupy.dense"
@@ -178,7 +179,7 @@ class _ShapeData:
         key = block_size if self.shape.group_size else "every block size"
         if self._expected[0] != key:
             if self.shape.group_size:
-                from ..check import expected_output
+                from ..checking.check import expected_output
                 truth = expected_output(self.problem(block_size))
             else:
                 truth = shapes_mod.expected_output(self.tokens)
@@ -271,7 +272,7 @@ def point_bytes(prepared, problem) -> int:
 
 
 def launch_parts(prepared) -> list:
-    """[(name, callable)] from prepared.launch_parts() (sandbox/variant.py's protocol), or [] without it."""
+    """[(name, callable)] from prepared.launch_parts() (sandbox/variant/limits.py's protocol), or [] without it."""
     method = getattr(prepared, "launch_parts", None)
     if method is None:
         return []

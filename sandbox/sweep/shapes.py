@@ -23,11 +23,11 @@ import re
 
 import numpy as np
 
-from .. import dtypes
-from ..check import grouped_attention
-from ..options import AttentionOptions, alibi_paper_slopes
-from ..problem import DecodeProblem, shuffled_blocks
-from ..validate import first_read_tokens
+from ..problem import dtypes
+from ..checking.check import grouped_attention
+from ..problem.options import AttentionOptions, alibi_paper_slopes
+from ..problem.decode import DecodeProblem, shuffled_blocks
+from ..problem.validate import first_read_tokens
 
 _PATTERN = re.compile(r"^(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(?:x(\w+)(?::(\w+))?)?$")
 SHAPE_FORMAT = "SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] [q=Q] [shared=G] [OPTIONS]"

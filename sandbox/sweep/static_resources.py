@@ -1,5 +1,5 @@
-"""Static resources per variant x block size (registers, shared memory, spills, occupancy), via sandbox.resources,
-and the census of the same cubins' machine code (global loads by width, local memory, ...), via sandbox.sass.
+"""Static resources per variant x block size (registers, shared memory, spills, occupancy), via sandbox.analysis.resources,
+and the census of the same cubins' machine code (global loads by width, local memory, ...), via sandbox.analysis.sass.
 
 Compiled for the GPU goal configuration (head dim 128, float16, sm_90) at every block size of the sweep,
 whatever its shapes: these numbers describe the H200 kernels even when the sweep itself runs on the CPU.
@@ -44,11 +44,11 @@ def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dt
     """(rows, note): rows (every precision of configs(); `dtype` and `kv_dtype` columns) also written to
     run_dir/resources.csv, their SASS census to run_dir/sass.csv; note says why either is missing, if so."""
     try:
-        resources = importlib.import_module("sandbox.resources")
+        resources = importlib.import_module("sandbox.analysis.resources")
     except ModuleNotFoundError as exc:
-        if exc.name != "sandbox.resources":
-            return [], f"note: sandbox.resources could not be imported ({exc}); resources.csv skipped"
-        return [], "note: sandbox.resources is not available yet: static resources (resources.csv) skipped"
+        if exc.name != "sandbox.analysis.resources":
+            return [], f"note: sandbox.analysis.resources could not be imported ({exc}); resources.csv skipped"
+        return [], "note: sandbox.analysis.resources is not available yet: static resources (resources.csv) skipped"
     try:
         rows = resources.collect_many(variants=list(names), configs=configs(block_sizes, dtype, extra),
                                       head_dim=head_dim, arch=arch, images=True)
@@ -57,7 +57,7 @@ def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dt
     compiled = [dict(r) for r in rows]
     rows = [{k: v for k, v in r.items() if k != "images"} for r in compiled]
     if not rows:
-        return [], "note: sandbox.resources reported nothing for these variants"
+        return [], "note: sandbox.analysis.resources reported nothing for these variants"
     write_csv(Path(run_dir) / "resources.csv", rows)
     return rows, _write_census(Path(run_dir) / "sass.csv", [r for r in compiled if "images" in r])
 
@@ -67,7 +67,7 @@ def _write_census(path: Path, compiled: list[dict]) -> str:
     if not compiled:
         return ""
     try:
-        from sandbox import sass
+        from sandbox.analysis import sass
         write_csv(path, sass.census_rows(compiled))
     except Exception as exc:  # the census is extra evidence: never lose the sweep for it
         return f"note: SASS census failed ({type(exc).__name__}: {exc}); sass.csv skipped"

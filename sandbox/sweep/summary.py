@@ -1,7 +1,7 @@
 """The summary printed at the end of a sweep (and saved as summary.txt): who wins where, what broke, the goals."""
 from __future__ import annotations
 
-from .. import dtypes
+from ..problem import dtypes
 from . import goals as goals_mod
 
 CPU_BANNER = "CPU EMULATION: wall-clock times of the Numba simulator / CUDA C executor / NumPy, NOT GPU performance"

@@ -4,7 +4,7 @@
     census(sass) -> Census                              instructions by class; global accesses by width
     collect(variants, block_sizes, head_dim, dtype, arch) -> list of rows, one per (variant, block size, kernel)
 
-Why: `sandbox.resources` says whether a kernel fits an SM (registers, shared memory, spills); the
+Why: `sandbox.analysis.resources` says whether a kernel fits an SM (registers, shared memory, spills); the
 instructions say whether it does what its design claims: 16-byte K/V loads (LDG.E.128), no local
 memory (LDL/STL), no float64 math, how many barriers and shuffles. These are static counts, not a
 profile: an instruction inside a loop counts once, however often it runs.
@@ -196,7 +196,7 @@ def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = 
             keep_sass: bool = False, progress=None, kv_dtype: str | None = None) -> list[dict]:
     """One row per (variant, block size, kernel) with COLUMNS (and `sass`, the listing, if keep_sass).
 
-    Compiles through sandbox.resources (the same configurations it reports), so a variant that
+    Compiles through sandbox.analysis.resources (the same configurations it reports), so a variant that
     cannot take the configuration gives a row with `skipped`, one that fails to compile `error`.
     dtype: the query's (bfloat16 too); kv_dtype: an fp8 cache (None: the query's dtype).
     """
@@ -208,7 +208,7 @@ def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = 
 
 
 def census_rows(resource_rows, keep_sass: bool = False) -> list[dict]:
-    """collect()'s rows from sandbox.resources rows collected with images=True."""
+    """collect()'s rows from sandbox.analysis.resources rows collected with images=True."""
     rows = []
     for row in resource_rows:
         base = {k: row[k] for k in ("variant", "block_size", "head_dim", "dtype", "arch")}

@@ -7,24 +7,25 @@
 
 Walks the registry (variants and cache writers of every family) and asks each module that defines
 `compile_report(block_size, head_dim, dtype, arch)` for its registers, shared memory, local memory
-and spills, then adds the theoretical occupancy (sandbox.occupancy). dtype is the query's (float32,
+and spills, then adds the theoretical occupancy (sandbox.analysis.occupancy). dtype is the query's (float32,
 float16, bfloat16); kv_dtype an fp8 cache (float8_e4m3fn, float8_e5m2; None: the query's dtype), passed
 as compile_report(..., kv_dtype=...) only when given. A module whose compile_report takes no kv_dtype
 (or refuses it: TypeError, sandbox.Unsupported) gives a `skipped` row saying so. Numba's compile_ptx
 needs numba.cuda in real mode, so a simulator process runs the collection in a real-mode child.
 
 Also here, for any PTX producer: `link_ptx(ptx, arch)` links with nvJitLink and parses its log.
-`collect(..., images=True)` also returns each kernel's cubin, for sandbox.sass to disassemble.
+`collect(..., images=True)` also returns each kernel's cubin, for sandbox.analysis.sass to disassemble.
 """
 from __future__ import annotations
 
 import inspect
 import re
 
-from . import dtypes as dtypes_mod, registry
-from .backends import numba_simulated
+from ..problem import dtypes as dtypes_mod
+from ..variant import registry
+from ..devices.backends import numba_simulated
 from .occupancy import occupancy
-from .variant import POW2_BLOCK_SIZES, Unsupported
+from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
 
 ARCHS = ("sm_80", "sm_90")
 DTYPES = dtypes_mod.QUERY_DTYPES  # float32, float16, bfloat16
@@ -32,7 +33,7 @@ KV_DTYPES = dtypes_mod.FP8_DTYPES  # besides the query's own
 # nvJitLink's summary line for sm_90 counts 1 KB more shared memory than the kernel declares
 # (observed: a kernel without shared memory reports 1024 bytes smem on sm_90, 0 on sm_80; one with
 # 256 bytes reports 1280 / 256; NVRTC's ptxas reports 256 on both). We subtract it; the runtime's
-# per-block reserve is added back by sandbox.occupancy.
+# per-block reserve is added back by sandbox.analysis.occupancy.
 LINKER_EXTRA_SMEM = {"sm_90": 1024, "sm_80": 0}
 COLUMNS = ("variant", "family", "block_size", "head_dim", "dtype", "kv_dtype", "arch", "registers", "static_shared_bytes",
            "dynamic_shared_bytes", "local_bytes", "spill_stores", "spill_loads", "threads_per_block",
@@ -263,8 +264,8 @@ def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), 
     configs = [(tuple(int(b) for b in sizes), *precision(dtype, kv)) for sizes, dtype, kv in configs]
     _modules(variants)  # unknown names fail here, in this process, with the valid list
     if numba_simulated():
-        from .other_mode import call_in_numba_mode
-        return call_in_numba_mode(False, "sandbox.resources:_collect_many_here", variants, configs, head_dim, arch,
+        from ..devices.other_mode import call_in_numba_mode
+        return call_in_numba_mode(False, "sandbox.analysis.resources:_collect_many_here", variants, configs, head_dim, arch,
                                   images=images)
     return _collect_many_here(variants, configs, head_dim, arch, progress, images)
 

@@ -1,8 +1,9 @@
 """Run a registered cache-write kernel: validate, prepare, launch, return the caches."""
 from __future__ import annotations
 
-from . import backends, registry
-from .validate import validate_write_inputs
+from ..devices import backends
+from . import registry
+from ..problem.validate import validate_write_inputs
 
 
 def write_cache(name, key_cache, value_cache, key, value, slot_mapping, k_scale=1.0, v_scale=1.0, backend="auto"):
@@ -16,8 +17,8 @@ def write_cache(name, key_cache, value_cache, key, value, slot_mapping, k_scale=
     writer = registry.get_cache_writer(name)
     resolved = backends.resolve(backend, writer.family)
     if writer.family == "numba" and backends.numba_needs_other_process(resolved):
-        from .other_mode import call_in_numba_mode
-        return call_in_numba_mode(resolved == "cpu", "sandbox.cache_write:write_cache",
+        from ..devices.other_mode import call_in_numba_mode
+        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.cache_write:write_cache",
                                   name, key_cache, value_cache, key, value, slot_mapping, k_scale, v_scale, resolved)
     prepared = writer.module.prepare_write(key_cache, value_cache, key, value, slot_mapping, resolved,
                                            k_scale=k_scale, v_scale=v_scale)

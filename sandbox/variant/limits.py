@@ -7,7 +7,7 @@ and Prepared has:
     launch() -> None                                the only timed part (asynchronous on a GPU)
     result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes)
 Optional:
-    compile_report(block_size, head_dim, dtype, arch) -> dict   static resources (see sandbox.resources)
+    compile_report(block_size, head_dim, dtype, arch) -> dict   static resources (see sandbox.analysis.resources)
     Prepared.launch_parts() -> [(name, callable), ...]          each kernel launch of launch(), alone
 
 launch_parts (the sweep's per-kernel times): a prepared object whose launch() issues more than one
@@ -27,8 +27,8 @@ from typing import Protocol
 
 import numpy as np
 
-from .dtypes import FP8_DTYPES, QUERY_DTYPES
-from .options import FEATURES
+from ..problem.dtypes import FP8_DTYPES, QUERY_DTYPES
+from ..problem.options import FEATURES
 
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 

@@ -30,7 +30,7 @@ def call_in_numba_mode(simulated: bool, function: str, *args, **kwargs):
         request, response = os.path.join(tmp, "request.pkl"), os.path.join(tmp, "response.pkl")
         with open(request, "wb") as f:
             pickle.dump((function, args, kwargs), f)
-        proc = subprocess.run([sys.executable, "-m", "sandbox.other_mode", request, response],
+        proc = subprocess.run([sys.executable, "-m", "sandbox.devices.other_mode", request, response],
                               env=env, capture_output=True, text=True)
         if not os.path.exists(response):
             raise ChildProcessError_(f"child process for {function} died (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -40,7 +40,7 @@ def call_in_numba_mode(simulated: bool, function: str, *args, **kwargs):
         return value
     kind, message = value
     if kind == "Unsupported":
-        from .variant import Unsupported
+        from ..variant.limits import Unsupported
         raise Unsupported(message)
     if kind == "ValueError":
         raise ValueError(message)
@@ -55,7 +55,7 @@ def _serve(request: str, response: str) -> None:
         value = getattr(importlib.import_module(module_name), attr)(*args, **kwargs)
         payload = (True, value)
     except ValueError as exc:
-        from .variant import Unsupported
+        from ..variant.limits import Unsupported
         payload = (False, ("Unsupported" if isinstance(exc, Unsupported) else "ValueError", str(exc)))
     except BaseException:
         payload = (False, ("error", traceback.format_exc()))

@@ -8,9 +8,9 @@ import numpy as np
 import reference
 
 from .compare import Comparison, compare
-from .dtypes import FP8_MAX_FINITE
-from .options import PLAIN, AttentionOptions
-from .problem import DecodeProblem
+from ..problem.dtypes import FP8_MAX_FINITE
+from ..problem.options import PLAIN, AttentionOptions
+from ..problem.decode import DecodeProblem
 
 # Above this many (sequence, head, token) triples the token loop of reference.paged_decode takes
 # minutes; gathered_decode (tested equal to it) does the same float64 math per sequence.
@@ -180,7 +180,7 @@ class CheckResult:
 
 def check_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> CheckResult:
     """Run `name` on `problem` and compare with the truth; errors are captured, not raised."""
-    from .runner import run_problem
+    from ..variant.runner import run_problem
 
     try:
         got = run_problem(name, problem, backend)

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from .dtypes import FP8_MAX_FINITE
 from .options import FEATURES
-from .problem import DecodeProblem
-from .variant import DTYPES, POW2_BLOCK_SIZES
+from .decode import DecodeProblem
+from ..variant.limits import DTYPES, POW2_BLOCK_SIZES
 
 
 @st.composite

@@ -36,7 +36,7 @@ def configure_numba() -> None:
     """Pick simulator mode from GPU presence before numba.cuda is first imported."""
     if "NUMBA_ENABLE_CUDASIM" not in os.environ and "numba.cuda" not in sys.modules:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu_present() else "1"
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # shared memory poisoned per block: sandbox/numba_poison.py
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # shared memory poisoned per block: sandbox/devices/numba_poison.py
         from . import numba_poison; numba_poison.install()  # noqa: E702
 
 
@@ -114,13 +114,13 @@ def synchronize(backend: str) -> None:
 def raw_module(backend: str, code: str, options=(), name_expressions=None, **cpu_options):
     """cupy.RawModule on a GPU, the CPU executor's CpuRawModule elsewhere; same call either way.
 
-    Either is wrapped in sandbox.grid.CheckedModule: every launch of a kernel it returns checks its
+    Either is wrapped in sandbox.devices.grid.CheckedModule: every launch of a kernel it returns checks its
     grid and block against CUDA's limits first (ValueError naming the kernel and the dimension).
     """
     from .grid import CheckedModule
     if backend == "gpu":
         import cupy
         return CheckedModule(cupy.RawModule(code=code, options=tuple(options), name_expressions=name_expressions))
-    from .cpucuda import CpuRawModule
+    from ..cpucuda import CpuRawModule
     return CheckedModule(CpuRawModule(code=code, options=tuple(options), name_expressions=name_expressions,
                                       **cpu_options))

@@ -280,7 +280,7 @@ class DecodeProblem:
         are shared (prefix caching). Physical blocks are then relabelled in a seeded order. The rest
         (dtypes, options, NaN in unread slots, query_lens) is as in random().
         """
-        from .paging import BlockManager
+        from ..paging import BlockManager
 
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)

@@ -19,7 +19,7 @@ poisons each array stored in it) and ``BlockManager.run`` (poisons before
 the block). One more patch rides on the same hook because it is about the
 same simulator and is what makes the poisoned kernels affordable: a device
 function whose code never reaches ``numba.cuda`` is called directly (see
-``_direct_device_calls``). ``install()`` is idempotent; ``sandbox.backends.configure_numba``
+``_direct_device_calls``). ``install()`` is idempotent; ``sandbox.devices.backends.configure_numba``
 calls it when it chooses the simulator. numba.cuda is not imported early:
 the patch is applied when the simulator's kernel module is first imported
 (an import hook), or at once if it already is.
