@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from sandbox import registry
+from sandbox.variant import registry
 from sandbox.cpucuda import CpuRawKernel, CpuRawModule, modes
 from sandbox.problem import DecodeProblem
 

@@ -145,7 +145,7 @@ def test_warp_collective_misuse_is_reported_with_the_line(module, how, block, me
 def test_nvrtc_compiles_wmma_kernels_for_sm80_and_sm90():
     """The compile reports cover wmma kernels: NVRTC finds crt/mma.h, ptxas reports resources, the SASS census counts
     the tensor-core instructions (HMMA)."""
-    from sandbox import nvrtc, sass
+    from sandbox.analysis import nvrtc, sass
 
     names = [_name(SHAPES[1], CASES[1])]
     for arch in ("sm_80", "sm_90"):
