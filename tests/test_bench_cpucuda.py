@@ -1,14 +1,21 @@
-"""Speed of the CPU executor's barriers: 16 blocks x 128 threads x 50 __syncthreads per launch.
+"""Speed of the CPU executor: barriers (16 blocks x 128 threads x 100 __syncthreads per launch), racecheck beside a
+normal launch (that kernel, and cupy.v1 / cupy.rows on a decode problem), and the cold g++ compile of one cupy.v1
+instantiation and of a batch of 9 block sizes with and without the precompiled runtime header.
 
-The bar is 0.5 s per launch. `pytest` runs with --benchmark-disable (the body runs once, untimed);
-time it with `pytest tests/test_bench_cpucuda.py --benchmark-enable`.
+The bar for the barrier launch is 0.5 s. `pytest` runs with --benchmark-disable: the barrier launch then runs once,
+untimed, and the heavier benchmarks are skipped; time them all with
+`pytest tests/test_bench_cpucuda.py --benchmark-enable` (docs/executor.md has the figures).
 """
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
 
-from sandbox.cpucuda import CpuRawKernel
+from sandbox.variant import registry
+from sandbox.cpucuda import CpuRawKernel, CpuRawModule, modes
+from sandbox.problem import DecodeProblem
 
 BARRIERS = r"""
 extern "C" __global__ void barriers(float* out, int rounds) {
@@ -23,13 +30,16 @@ extern "C" __global__ void barriers(float* out, int rounds) {
     out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
 }
 """
-BLOCKS, THREADS, ROUNDS = 16, 128, 25  # 50 __syncthreads per thread
+BLOCKS, THREADS, ROUNDS = 16, 128, 50  # 100 __syncthreads per thread
 
 
-@pytest.fixture(scope="module")
-def workload():
-    """(launch, check): one launch of the barrier workload and its validation against NumPy."""
-    kernel = CpuRawKernel(BARRIERS, "barriers")
+def _timed_only(benchmark):
+    if benchmark.disabled:
+        pytest.skip("a timing: runs with --benchmark-enable")
+
+
+def _barrier_workload(racecheck: bool):
+    kernel = CpuRawKernel(BARRIERS, "barriers", racecheck=racecheck)
     out = np.zeros(BLOCKS * THREADS, np.float32)
 
     def launch():
@@ -40,7 +50,14 @@ def workload():
         expected = sum(((t + 1) % THREADS + r) for r in range(ROUNDS)).astype(np.float32)
         np.testing.assert_array_equal(out.reshape(BLOCKS, THREADS), np.tile(expected, (BLOCKS, 1)))
 
-    kernel.compile()
+    return launch, check
+
+
+@pytest.fixture(scope="module")
+def workload():
+    """(launch, check): one launch of the barrier workload and its validation against NumPy."""
+    launch, check = _barrier_workload(False)
+    launch()
     return launch, check
 
 
@@ -56,3 +73,74 @@ def test_bench_barriers(benchmark, workload):
     launch()  # validate, then time
     check()
     benchmark(launch)
+
+
+# ---------------------------------------------------------------- racecheck beside a normal launch
+
+DECODE = dict(seed=11, num_seqs=8, num_heads=8, num_kv_heads=8, head_dim=128, block_size=16, context_lens=[512] * 8,
+              dtype="float16")
+
+
+def _decode_workload(name: str, racecheck: bool):
+    problem = DecodeProblem.random(**DECODE)
+    with modes(racecheck=racecheck):
+        prepared = registry.get(name).module.prepare(problem, "cpu")
+
+    def launch():
+        with modes(racecheck=racecheck):
+            prepared.launch()
+
+    return launch, prepared
+
+
+@pytest.mark.parametrize("mode", ["normal", "racecheck"])
+@pytest.mark.benchmark(group="cpucuda-racecheck-barriers")
+def test_bench_racecheck_barriers(benchmark, mode):
+    """16 x 128 threads x 100 barriers, a warm racecheck launch (child started, fibers made) beside a normal one."""
+    _timed_only(benchmark)
+    launch, check = _barrier_workload(mode == "racecheck")
+    launch()
+    check()
+    benchmark(launch)
+
+
+@pytest.mark.parametrize("mode", ["normal", "racecheck"])
+@pytest.mark.parametrize("name", ["cupy.v1", "cupy.rows"])
+def test_bench_racecheck_decode(benchmark, name, mode):
+    """8 sequences x 8 heads x head dim 128 x 512 tokens (block size 16, float16): racecheck beside normal."""
+    _timed_only(benchmark)
+    benchmark.group = f"cpucuda-racecheck-{name}"
+    launch, prepared = _decode_workload(name, mode == "racecheck")
+    launch()  # validate (against a normal launch), then time
+    normal, expected = _decode_workload(name, False)
+    normal()
+    np.testing.assert_allclose(prepared.result().astype(np.float32), expected.result().astype(np.float32),
+                               rtol=1e-3, atol=1e-3)
+    benchmark(launch)
+
+
+# ---------------------------------------------------------------- cold compiles
+
+@pytest.mark.parametrize("pch", ["pch", "no-pch"])
+@pytest.mark.parametrize("batch", [1, 9], ids=["one", "batch9"])
+def test_bench_cold_compile(benchmark, tmp_path, monkeypatch, pch, batch):
+    """g++ on cupy.v1 (float16, head dim 128): one instantiation, or the 9 block sizes a launcher compiles together,
+    with an empty object cache each round; the precompiled runtime header, when used, is built before timing."""
+    _timed_only(benchmark)
+    from kernels.cupy_raw import common, v1
+
+    monkeypatch.setenv("SANDBOX_CPUCUDA_CACHE", str(tmp_path))
+    monkeypatch.setenv("SANDBOX_CPUCUDA_PCH", "1" if pch == "pch" else "0")
+    code = common.load_source(v1.PATH)
+    names = [v1.kernel_name(b, 128, "float16") for b in common.POW2_BLOCK_SIZES][:batch]
+    CpuRawModule(code=code, options=common.OPTIONS, name_expressions=[v1.kernel_name(8, 64, "float32")]).compile()
+
+    def empty_cache():
+        for path in tmp_path.iterdir():
+            if path.name != "pch":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return (), {}
+
+    benchmark.group = f"cpucuda-compile-{'one' if batch == 1 else 'batch9'}"
+    benchmark.pedantic(lambda: CpuRawModule(code=code, options=common.OPTIONS, name_expressions=names).compile(),
+                       setup=empty_cache, rounds=3)

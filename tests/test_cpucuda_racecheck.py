@@ -151,6 +151,25 @@ def test_racecheck_from_environment_and_modes(monkeypatch):
         CpuRawKernel(RACY, "neighbour", asan=True, racecheck=True)(1, 64, (out, np.int32(1)))
 
 
+def test_one_child_serves_launches_until_one_reports(racy):
+    """Launches reuse the racecheck child (its libraries, fibers and TSan fibers); a launch that reported a race
+    gets a fresh child next time, since TSan reports each distinct race once per process."""
+    from sandbox.cpucuda import child
+
+    k = racy.get_function("neighbour")
+    out = np.zeros(64, np.float32)
+    k(1, 64, (out, np.int32(1)))
+    first = child._SERVERS["ThreadSanitizer"].proc.pid
+    k(1, 64, (out, np.int32(1)))
+    assert child._SERVERS["ThreadSanitizer"].proc.pid == first
+    for _ in range(2):  # the same race, reported again by the next child
+        with pytest.raises(CpuKernelRaceError):
+            k(1, 64, (out, np.int32(0)))
+    k(1, 64, (out, np.int32(1)))
+    assert child._SERVERS["ThreadSanitizer"].proc.pid != first
+    np.testing.assert_array_equal(out, (np.arange(64) + 1) % 64)
+
+
 def test_race_in_a_user_header_names_the_header(tmp_path):
     (tmp_path / "stage.cuh").write_text("#pragma once\n__device__ float stage(float v) {\n"
                                         "    __shared__ float s[32];\n    s[threadIdx.x] = v;\n"

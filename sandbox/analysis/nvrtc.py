@@ -73,6 +73,21 @@ def cuda_include_dir() -> str:
     raise NvrtcError("cuda_fp16.h not found: install the CUDA runtime wheel (nvidia-cuda-runtime / cuda-toolkit[cudart])")
 
 
+@functools.lru_cache(maxsize=None)
+def include_dirs() -> tuple[str, ...]:
+    """Folders NVRTC searches: the runtime wheel's headers, and the one holding crt/mma.h (nvidia-cuda-crt,
+    cuda-toolkit[crt]) when that is another: <mma.h> (nvcuda::wmma) includes crt/mma.h."""
+    from .cuda_wheels import in_nvidia_wheels
+    folders = [cuda_include_dir()]
+    crt = in_nvidia_wheels("include/crt/mma.h", ("nvidia.cu13", "nvidia.cuda_crt", "nvidia.cuda_nvcc"))
+    if crt is not None and str(crt.parent.parent) not in folders:
+        folders.append(str(crt.parent.parent))
+    return tuple(folders)
+
+
+_MISSING_CRT = 'cannot open source file "crt/mma.h"'
+
+
 def _check(result, what: str, program=None):
     err = result[0]
     from cuda.bindings import nvrtc
@@ -146,11 +161,14 @@ def compile_cubin(code: str, name_expressions=(), arch: str = "sm_90", options=(
     try:
         for expr in name_expressions:
             _check(nvrtc.nvrtcAddNameExpression(program, expr.encode()), f"nvrtcAddNameExpression({expr!r})", program)
-        opts = list(cupy_options(options)) + [f"-arch={arch}", f"-I{cuda_include_dir()}", "--ptxas-options=-v"]
+        opts = (list(cupy_options(options)) + [f"-arch={arch}"] + [f"-I{d}" for d in include_dirs()]
+                + ["--ptxas-options=-v"])
         (err,) = nvrtc.nvrtcCompileProgram(program, len(opts), [o.encode() for o in opts])
         log = _log(program)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise NvrtcError(f"NVRTC compile for {arch} failed ({err.name}), options {opts}:\n{log}")
+            hint = ("\n<mma.h> needs crt/mma.h: install nvidia-cuda-crt (pip install 'cuda-toolkit[crt]')"
+                    if _MISSING_CRT in log else "")
+            raise NvrtcError(f"NVRTC compile for {arch} failed ({err.name}), options {opts}:\n{log}{hint}")
         size = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize", program)
         cubin = b" " * size
         _check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN", program)

@@ -1,71 +1,129 @@
-"""Child process of a sanitizer launch (see child.py). Not imported by the package.
+"""Child process of the sanitizer launches (see child.py). Not imported by the package.
 
-Runs as ``python -B -S -E _child.py IN OUT PTRS`` with the sanitizer runtime
-preloaded: reads the pickled launch from IN, copies each array into a malloc
-of exactly its size (so ASan knows its bounds and TSan names the heap block),
-writes the buffer addresses to PTRS (so the parent can name the argument a
-report points into), fills the __constant__ variables the parent set,
-launches, and pickles the written arrays and any runtime error to OUT. An
-ASan error aborts this process before OUT is written; TSan reports races and
-carries on. The parent reads reports from stderr. Only the standard library
-is used: the child starts fast.
+Runs as ``python -B -S -E _child.py CMD_FD REPLY_FD`` with the sanitizer runtime preloaded and
+serves launches until its command pipe closes. Each command is a length-prefixed pickle: a
+launch names the shared object, the entry, the arguments and where each array lies in the
+arena (a file mapped by both processes). Under ThreadSanitizer the kernel works on the arena
+itself; under AddressSanitizer each array is first copied into a malloc of exactly its size,
+so a one-past-the-end access is caught, and the written ones are copied back. The reply gives
+the buffer addresses (the parent names the argument a report points into), the address of
+dynamic shared memory, the runtime's return code and message.
+
+Libraries stay loaded and keep their fibers; under TSan all of them share one pool of TSan
+fibers (creating one costs about 0.8 ms). Reports go to stderr (a file the parent reads after
+each launch); an ASan error aborts this process, which the parent sees as the reply pipe
+closing. Only the standard library is used: the child starts fast.
 """
 import ctypes
-import pickle
+import mmap
 import sys
 
 import _abi
 
+class Server:
+    """What stays alive between launches: libraries, the arena mapping, the TSan fiber pool."""
 
-def main(inp: str, out: str, ptrs: str) -> int:
-    with open(inp, "rb") as f:
-        job = pickle.load(f)
-    lib = ctypes.CDLL(job["lib"])
-    lib.cpucuda_malloc.restype = ctypes.c_void_p
-    lib.cpucuda_malloc.argtypes = [ctypes.c_size_t]
-    lib.cpucuda_constant.restype = ctypes.c_void_p
-    lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
-    lib.cpucuda_last_dynamic_shared.restype = ctypes.c_void_p
+    def __init__(self, reply_fd: int):
+        self.reply_fd = reply_fd
+        self.libs = {}
+        self.last = None  # the library whose fiber stacks are mapped
+        self.arena_path, self.arena = None, None
+        self.libc = ctypes.CDLL(None)
+        self.tsan_pool = None
+        # getattr: a double-underscore attribute would be name-mangled inside the class
+        self.create_fiber = getattr(self.libc, "__tsan_create_fiber", None)  # the TSan runtime is preloaded
+        if self.create_fiber is not None:
+            self.create_fiber.restype = ctypes.c_void_p
+            self.create_fiber.argtypes = [ctypes.c_uint]
+            self.tsan_pool = []
 
-    for name, data in job.get("constants", {}).items():
-        size = ctypes.c_size_t()
-        addr = lib.cpucuda_constant(name.encode(), ctypes.byref(size))
-        if addr:
-            ctypes.memmove(addr, data, min(len(data), size.value))
+    def library(self, path: str):
+        lib = self.libs.get(path)
+        if lib is None:
+            lib = ctypes.CDLL(path)
+            lib.cpucuda_malloc.restype = ctypes.c_void_p
+            lib.cpucuda_malloc.argtypes = [ctypes.c_size_t]
+            lib.cpucuda_free.argtypes = [ctypes.c_void_p]
+            lib.cpucuda_constant.restype = ctypes.c_void_p
+            lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+            lib.cpucuda_last_dynamic_shared.restype = ctypes.c_void_p
+            lib.cpucuda_set_buffers.argtypes = [ctypes.c_void_p, ctypes.c_uint]
+            self.libs[path] = lib
+        if self.last is not None and self.last is not lib:
+            self.last.cpucuda_release()  # two memory mappings per fiber stack: keep one library's
+        self.last = lib
+        return lib
 
-    buffers = {}  # buffer id -> (address, nbytes)
-    for bid, data in job["buffers"].items():
-        addr = lib.cpucuda_malloc(len(data))
-        ctypes.memmove(addr, data, len(data))
-        buffers[bid] = (addr, len(data))
-    with open(ptrs, "w") as f:
-        for bid, (addr, n) in buffers.items():
-            f.write(f"{bid} {addr} {n}\n")
+    def map_arena(self, path: str, size: int) -> int:
+        if path != self.arena_path or self.arena is None or len(self.arena) < size:
+            if self.arena is not None:
+                self.arena.close()
+            with open(path, "r+b") as f:
+                self.arena = mmap.mmap(f.fileno(), size)
+            self.arena_path = path
+        return ctypes.addressof(ctypes.c_char.from_buffer(self.arena))
 
-    n = len(job["args"])
-    # 16 bytes per argument, 16-byte aligned (a cuDoubleComplex by value), as args.Packed lays them out
-    slots = (ctypes.c_uint64 * (2 * max(n, 1) + 2))()
-    base = ctypes.addressof(slots) + (-ctypes.addressof(slots)) % 16
-    argv = (ctypes.c_void_p * max(n, 1))(*[base + 16 * i for i in range(max(n, 1))])
-    for i, (kind, value) in enumerate(job["args"]):
-        if kind == "buffer":
-            ctypes.c_uint64.from_address(base + 16 * i).value = buffers[value][0]
-        elif kind == "null":
-            ctypes.c_uint64.from_address(base + 16 * i).value = 0
-        else:  # raw little-endian bytes of a scalar
-            ctypes.memmove(base + 16 * i, value, len(value))
+    def adopt_tsan_fibers(self, lib, n: int) -> None:
+        if self.tsan_pool is None or not hasattr(lib, "cpucuda_tsan_adopt"):
+            return
+        while len(self.tsan_pool) < n:
+            self.tsan_pool.append(self.create_fiber(0))
+        pool = (ctypes.c_void_p * len(self.tsan_pool))(*self.tsan_pool)
+        lib.cpucuda_tsan_adopt(pool, len(self.tsan_pool))
 
-    fn = _abi.launch_function(lib, job["entry"])
-    cfg = _abi.make_config(*job["config"])
-    err = ctypes.create_string_buffer(_abi.ERROR_BUFFER)
-    rc = fn(argv, ctypes.byref(cfg), err, len(err))
-    with open(ptrs, "a") as f:
-        f.write(f"dyn {lib.cpucuda_last_dynamic_shared() or 0} {job['config'][2]}\n")
-    written = {bid: ctypes.string_at(addr, size) for bid, (addr, size) in buffers.items() if bid in job["writable"]}
-    with open(out, "wb") as f:
-        pickle.dump({"rc": rc, "error": err.value.decode(errors="replace"), "buffers": written}, f)
-    return 0
+    def launch(self, job: dict) -> dict:
+        lib = self.library(job["lib"])
+        for name, data in job["constants"].items():
+            size = ctypes.c_size_t()
+            addr = lib.cpucuda_constant(name.encode(), ctypes.byref(size))
+            if addr:
+                ctypes.memmove(addr, data, min(len(data), size.value))
+        base = self.map_arena(job["arena"], job["arena_size"]) if job["buffers"] else 0
+        buffers = {}  # buffer id -> (address the kernel sees, nbytes)
+        for bid, (offset, n) in job["buffers"].items():
+            if job["copy"]:  # an exact-size malloc: ASan bounds it
+                addr = lib.cpucuda_malloc(n or 1)
+                ctypes.memmove(addr, base + offset, n)
+                buffers[bid] = (addr, n)
+            else:
+                buffers[bid] = (base + offset, n)
+        pairs = [v for addr, n in buffers.values() for v in (addr, n)]
+        lib.cpucuda_set_buffers((ctypes.c_uint64 * max(len(pairs), 1))(*pairs), len(buffers))
+        # Before the launch: an ASan error ends this process, and the parent needs them to name the argument.
+        _abi.send(self.reply_fd, {"addresses": buffers})
+        argv = _abi.Arguments(len(job["args"]))
+        for i, (kind, value) in enumerate(job["args"]):
+            if kind == "buffer":
+                argv.set_pointer(i, buffers[value][0])
+            elif kind == "null":
+                argv.set_pointer(i, 0)
+            else:  # raw little-endian bytes of a scalar
+                argv.set_bytes(i, value)
+        config = job["config"]
+        self.adopt_tsan_fibers(lib, config[1][0] * config[1][1] * config[1][2])
+        fn = _abi.launch_function(lib, job["entry"])
+        cfg = _abi.make_config(*config)
+        err = ctypes.create_string_buffer(_abi.ERROR_BUFFER)
+        rc = fn(argv.argv, ctypes.byref(cfg), err, len(err))
+        self.libc.fflush(None)  # the kernel's printf reaches the file before the parent reads it
+        if job["copy"]:
+            for bid, (offset, n) in job["buffers"].items():
+                addr = buffers[bid][0]
+                if bid in job["writable"]:
+                    ctypes.memmove(base + offset, addr, n)
+                lib.cpucuda_free(addr)
+        return {"rc": rc, "error": err.value.decode(errors="replace"),
+                "dynamic_shared": (lib.cpucuda_last_dynamic_shared() or 0, config[2])}
+
+
+def main(cmd_fd: int, reply_fd: int) -> int:
+    server = Server(reply_fd)
+    while True:
+        job = _abi.receive(cmd_fd)
+        if job is None:  # the parent closed the pipe (or exited)
+            return 0
+        _abi.send(reply_fd, {"pong": True} if job.get("ping") else server.launch(job))
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))

@@ -176,6 +176,13 @@ def _convert_one(kernel: str, i: int, p: Param, value):
     raise TypeError(f"{where}: unsupported argument {_describe(value)}")
 
 
+def buffer_ranges(items: list) -> tuple:
+    """(ctypes uint64 array of (address, nbytes) pairs, count) of the array arguments, for cpucuda_set_buffers."""
+    arrays = [it for it in items if isinstance(it, np.ndarray)]
+    pairs = (ctypes.c_uint64 * max(2 * len(arrays), 1))(*[v for a in arrays for v in (a.ctypes.data, a.nbytes)])
+    return pairs, len(arrays)
+
+
 def pack(items: list) -> Packed:
     """Build ``void* args[]`` for converted items (see :func:`convert`)."""
     packed = Packed(len(items))

@@ -23,11 +23,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import pch as _pch
+from . import ptx as _ptx
 from . import source as _source
 from .errors import CpuCompileError
+from .modes import build_mode
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
-CACHE_VERSION = "cpucuda-2"
+CACHE_VERSION = "cpucuda-3"
 # How messages name the cached copy of a source given as a string (`code`).
 CODE_LABEL = "<code>"
 
@@ -40,12 +43,10 @@ _BASE_FLAGS = [
     # Probe every page of large frames, so a kernel whose locals outgrow its
     # fiber stack hits the guard page (reported) instead of a neighbour's stack.
     "-fstack-clash-protection",
+    # A device function declared but never defined is a link error here (with the
+    # linker's own lines), not a dlopen failure at the first launch.
+    "-Wl,-z,defs",
 ]
-_MODE_FLAGS = {
-    "normal": ["-O2"],  # SANDBOX_CPUCUDA_OPT=-O1 compiles big template modules about twice as fast
-    "asan": ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"],
-    "tsan": ["-O1", "-g", "-fsanitize=thread"],  # racecheck
-}
 # Defines a GPU compile would have; passed before the user's options so that
 # a user -U (say -U__CUDA_ARCH__) can remove them.
 _CUDA_DEFINES = ["-D__CUDACC__=1", "-D__CUDA_ARCH__=800", "-D__CPUCUDA__=1", "-D__NVCC__=1"]
@@ -185,45 +186,55 @@ def entry_code(names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def refuse_inline_asm(code: str, headers) -> None:
-    """Inline PTX cannot run on the CPU: refuse it before g++ (which would say something obscure)."""
-    found = _source.find_inline_asm(code, CODE_LABEL)
-    for path in headers:
-        found += _source.find_inline_asm(path.read_text(errors="replace"), str(path))
-    if found:
-        file, line = found[0]
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise CpuCompileError(f"{file}:{line}: inline PTX (asm) cannot run on the CPU: sandbox.cpucuda compiles "
-                              f"CUDA C with g++ for x86-64, so PTX instructions have no meaning here{more}; "
-                              "use the CUDA intrinsic instead, or guard the asm with #ifndef __CPUCUDA__")
-
-
-def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
-    """Compile ``code`` with launchers for ``names``; reuse the cached object if any."""
-    if mode not in _MODE_FLAGS:
-        raise ValueError(f"mode {mode!r}: use one of {sorted(_MODE_FLAGS)}")
-    from .substitute import substituted
-
-    code = substituted(code)
-    opts = parse_options(options)
-    headers = _source.user_includes(code, opts.include_dirs)
-    refuse_inline_asm(code, headers)
-    rewritten = _source.rewrite_shared(code)
-    shared_names = dict(rewritten.names)
-    dynamic_names = list(rewritten.dynamic)
-    with_constants, constants = _source.rewrite_constants(rewritten.source)
-    full = with_constants + entry_code(names)
-    mode_flags = list(_MODE_FLAGS[mode])
+def mode_flags(mode: str) -> list[str]:
+    """The g++ flags of ``mode`` (its BuildMode's; ``SANDBOX_CPUCUDA_OPT`` replaces the normal mode's -O2)."""
+    flags = list(build_mode(mode).flags)
     if mode == "normal" and os.environ.get("SANDBOX_CPUCUDA_OPT"):
         level = os.environ["SANDBOX_CPUCUDA_OPT"]
         if level not in ("-O0", "-O1", "-O2", "-O3"):
             raise ValueError(f"SANDBOX_CPUCUDA_OPT={level!r}: use -O0, -O1, -O2 or -O3")
-        mode_flags = [level]
-    flags = (["-std=" + opts.std] + mode_flags + _BASE_FLAGS + fiber_flags() + _CUDA_DEFINES + opts.flags)
+        flags = [level]
+    return flags
+
+
+def split_user_flags(opts: Options) -> tuple[list[str], list[str]]:
+    """The user's ``-D``/``-U`` options and their ``-include`` pairs, each in the order given.
+
+    Defines go before the runtime header (a user -U__CUDA_ARCH__ or -DNDEBUG reaches it); the
+    user's forced includes after it, so they can use CUDA's built-ins (and the precompiled
+    runtime header stays the first thing g++ reads).
+    """
+    defines, includes = [], []
+    i = 0
+    while i < len(opts.flags):
+        if opts.flags[i] == "-include":
+            includes += opts.flags[i:i + 2]
+            i += 2
+        else:
+            defines.append(opts.flags[i])
+            i += 1
+    return defines, includes
+
+
+def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
+    """Compile ``code`` with launchers for ``names``; reuse the cached object if any."""
+    from .substitute import substituted
+
+    flags = mode_flags(mode)
+    code = substituted(code)
+    opts = parse_options(options)
+    headers = _source.user_includes(code, opts.include_dirs)
+    rewritten = _source.rewrite_shared(_ptx.translate_source(code))
+    shared_names = dict(rewritten.names)
+    dynamic_names = list(rewritten.dynamic)
+    with_constants, constants = _source.rewrite_constants(rewritten.source)
+    full = with_constants + entry_code(names)
+    flags = ["-std=" + opts.std] + flags + _BASE_FLAGS + fiber_flags() + _CUDA_DEFINES
+    defines, pre_includes = split_user_flags(opts)
 
     h = hashlib.sha256()
-    h.update(json.dumps([CACHE_VERSION, mode, flags, [str(d) for d in opts.include_dirs], names,
-                         _compiler_version(), _runtime_fingerprint()]).encode())
+    h.update(json.dumps([CACHE_VERSION, mode, flags, defines, pre_includes, [str(d) for d in opts.include_dirs],
+                         names, _compiler_version(), _runtime_fingerprint()]).encode())
     h.update(full.encode())
     for path in headers:
         h.update(str(path).encode() + b"\0" + path.read_bytes())
@@ -237,12 +248,18 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
     overlay_flags = _write_overlay(headers, opts.include_dirs, overlay, shared_names, dynamic_names)
     if not so_path.exists():
         _atomic_write(src_path, full.encode())
-        include_flags = ["-I", str(INCLUDE_DIR)] + overlay_flags
+        include_flags = pch_flags(flags, defines) + ["-I", str(INCLUDE_DIR)] + overlay_flags
         for d in opts.include_dirs:
             include_flags += ["-I", str(d)]
-        _compile(src_path, so_path, flags, include_flags, names)
+        _compile(src_path, so_path, flags + defines, include_flags, pre_includes, names)
     return Build(so_path, src_path, {n: i for i, n in enumerate(names)}, shared_names, mode, tuple(dynamic_names),
                  tuple(constants))
+
+
+def pch_flags(flags: list[str], defines: list[str]) -> list[str]:
+    """``-I`` of the precompiled runtime header for this flag set (pch.py), built if missing; [] without one."""
+    return _pch.include_flags(compiler(), _compiler_version(), flags, defines, INCLUDE_DIR, _runtime_fingerprint(),
+                              cache_dir())
 
 
 def _declares(text: str, word: str) -> bool:
@@ -261,21 +278,22 @@ def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict, dyn
     every -I folder that holds it; the copies of one header are hard links of
     one file, so ``#pragma once`` still sees one file.
     """
-    rewrite = {p: _declares(p.read_text(errors="replace"), "__shared__")
-               or _declares(p.read_text(errors="replace"), "__constant__") for p in headers}
+    texts = {p: p.read_text(errors="replace") for p in headers}
+    rewrite = {p: _declares(t, "__shared__") or _declares(t, "__constant__") or _ptx.has_asm(t)
+               for p, t in texts.items()}
     if not any(rewrite.values()):
         return []
-    flags: list[str] = []
+    folders: list[Path] = []
     for k, path in enumerate(headers):
-        text = path.read_text(errors="replace")
+        text = texts[path]
         rels = [path.relative_to(d) for d in include_dirs if path.is_relative_to(d)]
         if not rels:
             if rewrite[path]:
-                raise CpuCompileError(f"{path}: declares __shared__ or __constant__ but is not under an -I folder; "
-                                      "pass its folder with -I")
+                raise CpuCompileError(f"{path}: declares __shared__ or __constant__ or holds inline PTX but is not "
+                                      "under an -I folder; pass its folder with -I")
             continue
         if rewrite[path]:
-            rewritten = _source.rewrite_shared(text, tag=f"h{k}_")
+            rewritten = _source.rewrite_shared(_ptx.translate_source(text), tag=f"h{k}_")
             shared_names.update(rewritten.names)
             dynamic_names.extend(rewritten.dynamic)
             text, _ = _source.rewrite_constants(rewritten.source)
@@ -285,8 +303,10 @@ def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict, dyn
         _atomic_write(first, f'#line 1 "{path}"\n{text}'.encode())
         for rel in rels[1:]:
             _atomic_link(first, overlay / rel)
-        flags += ["-idirafter", str(path.parent)]  # includes the scan could not resolve, after all else
-    return ["-I", str(overlay)] + list(dict.fromkeys(flags))
+        folders.append(path.parent)  # includes the scan could not resolve: after all else
+    # One -idirafter per folder: removing repeated *tokens* would drop every -idirafter but the first,
+    # and the folders after it would reach the linker as input files.
+    return ["-I", str(overlay)] + [f for d in dict.fromkeys(folders) for f in ("-idirafter", str(d))]
 
 
 def _atomic_link(source: Path, target: Path) -> None:
@@ -311,10 +331,10 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def _compile(src: Path, so_path: Path, flags, include_flags, names) -> None:
+def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names) -> None:
     fd, tmp = tempfile.mkstemp(dir=so_path.parent, prefix=so_path.name + ".", suffix=".tmp")
     os.close(fd)
-    cmd = [compiler(), *flags, *include_flags, "-include", "cpucuda_runtime.h", "-x", "c++", str(src),
+    cmd = [compiler(), *flags, *include_flags, "-include", "cpucuda_runtime.h", *pre_includes, "-x", "c++", str(src),
            "-x", "none", "-o", tmp]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -323,6 +343,24 @@ def _compile(src: Path, so_path: Path, flags, include_flags, names) -> None:
         os.replace(tmp, so_path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+_REFUSAL = re.compile(r"^(.*?):(\d+):\d+: error: static assertion failed: " + re.escape(_ptx.REFUSAL) + r" (.*)$")
+
+
+def _ptx_refusals(lines: list[str], src: Path) -> list[str]:
+    """"file:line: inline PTX ..." for each asm statement ptx.py refused (a static_assert g++ reached)."""
+    out = []
+    for ln in lines:
+        m = _REFUSAL.match(ln)
+        if m:
+            file = CODE_LABEL if m.group(1) == str(src) else m.group(1)
+            out.append(f"{file}:{m.group(2)}: inline PTX {m.group(3)}")
+    return list(dict.fromkeys(out))
+
+
+_LINKER_FAILED = re.compile(r"^collect2: error: ld returned")
+_LINKER_LINE = re.compile(r"^(?:\S*/)?(?:ld|ld\.\w+|collect2)(?:\.exe)?: ")
 
 
 def _explain(stderr: str, src: Path, names: list[str]) -> str:
@@ -335,7 +373,16 @@ def _explain(stderr: str, src: Path, names: list[str]) -> str:
         if line >= first_entry_line:
             bad.add(names[(line - first_entry_line) // 3])
     lines = stderr.splitlines()
+    refused = _ptx_refusals(lines, src)
+    if refused:
+        more = f"\n(and {len(refused) - 1} more inline PTX statement(s) refused)" if len(refused) > 1 else ""
+        return "\n".join(refused[:10]) + more
     first = next((i for i, ln in enumerate(lines) if ": error" in ln), 0)
+    if lines[first:first + 1] and _LINKER_FAILED.match(lines[first]):
+        # The linker's own lines come before collect2's summary: show them, not only the summary.
+        first = next((i for i, ln in enumerate(lines) if _LINKER_LINE.match(ln)), first)
+        shown = lines[first:first + 30]
+        return "the linker could not link the kernel's shared object:\n" + "\n".join(shown)
     shown = lines[first:first + 30]
     msg = "g++ could not compile the kernel source:\n" + "\n".join(shown)
     if bad:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import re
 import threading
@@ -13,9 +14,9 @@ from . import args as _args
 from . import compiler as _compiler
 from . import poison as _poison
 from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError
-from .modes import (ORDERS, default_asan, default_poison, default_racecheck, default_thread_order, resolve_poison,
-                    resolve_racecheck)
-from .source import find_kernels
+from .modes import (ORDERS, build_mode, default_asan, default_poison, default_racecheck, default_thread_order,
+                    resolve_poison, resolve_racecheck)
+from .source import find_kernels, translate_cucomplex as _translate_cucomplex
 from .substitute import substituted
 
 # One launch at a time per process: the runtime in each shared object keeps
@@ -40,6 +41,7 @@ def _load(path) -> ctypes.CDLL:
         lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
         lib.cpucuda_constant_name.restype = ctypes.c_char_p
         lib.cpucuda_constant_name.argtypes = [ctypes.c_uint]
+        lib.cpucuda_set_buffers.argtypes = [ctypes.c_void_p, ctypes.c_uint]
         # Modules compiled from the same text share one loaded library: keep the initial values, so a
         # module that never set a constant does not see another module's values (each launch rewrites all).
         initial = {}
@@ -64,9 +66,9 @@ def _resolve_asan(asan, sanitize):
 
 
 def stack_size(mode: str) -> int:
-    """Bytes per fiber stack: ``SANDBOX_CPUCUDA_STACK_KB`` (default 256; x4 under ASan, x2 under TSan)."""
+    """Bytes per fiber stack: ``SANDBOX_CPUCUDA_STACK_KB`` (default 256) times the mode's factor (ASan 4, TSan 2)."""
     kib = int(os.environ.get("SANDBOX_CPUCUDA_STACK_KB", "256"))
-    return kib * 1024 * {"asan": 4, "tsan": 2}.get(mode, 1)
+    return kib * 1024 * build_mode(mode).stack_factor
 
 
 def _dims(value, what: str, limits) -> tuple[int, int, int]:
@@ -89,8 +91,9 @@ class _Program:
     """Source and options, compiled on demand for a growing set of kernel names.
 
     Normal builds hold every name (one g++ run per batch); sanitizer builds
-    (asan, tsan) hold only the kernel launched, since they compile several
-    times slower and a check usually launches one configuration of a batch.
+    (asan, tsan: ``BuildMode.whole_module`` False) hold only the kernel launched,
+    since they compile several times slower and a check usually launches one
+    configuration of a batch.
     """
 
     def __init__(self, code: str, options, names):
@@ -110,7 +113,7 @@ class _Program:
                 self._builds = {k: b for k, b in self._builds.items() if k[0] != "normal"}
 
     def build(self, mode: str, name: str | None = None) -> _compiler.Build:
-        names = tuple(self.names) if mode == "normal" or name is None else (name,)
+        names = tuple(self.names) if build_mode(mode).whole_module or name is None else (name,)
         code = substituted(self.code)  # the mutation test's hook: see substitute.py
         key = (mode, names, code)
         with self._lock:
@@ -174,6 +177,9 @@ class CpuRawKernel:
     ``kernel(grid, block, args, shared_mem=0)`` with NumPy arrays (passed as
     pointers, written in place) and NumPy scalars (passed by value with their
     exact C type). ``name`` may also be a name expression (``"k<16, float>"``).
+    ``translate_cucomplex=True`` does what CuPy does: ``#include <cuComplex.h>``
+    becomes CuPy's bridge to ``complex<float>`` / ``complex<double>``
+    (``<cupy/complex.cuh>``, included first).
 
     Extras beyond CuPy (keyword-only): ``asan=True`` runs launches under
     AddressSanitizer in a child process; ``racecheck=True`` (or ``"strict"``)
@@ -192,9 +198,12 @@ class CpuRawKernel:
                  racecheck=None, poison=None, _program=None):
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"name must be the kernel's name, got {name!r}")
+        options = tuple(options) if not isinstance(options, str) else (options,)
+        if translate_cucomplex and _program is None and isinstance(code, str):
+            code, options = _translate_cucomplex(code, options)
         self.code = code
         self.name = name
-        self.options = tuple(options) if not isinstance(options, str) else (options,)
+        self.options = options
         self.backend = backend
         self.asan = _resolve_asan(asan, sanitize)
         self.thread_order = thread_order
@@ -254,15 +263,13 @@ class CpuRawKernel:
             raise
 
     def _launch(self, mode: str, config: tuple, items) -> None:
-        if mode != "normal":
-            from . import asan as _asan
-            from . import racecheck as _racecheck
-
+        runner = build_mode(mode).runner
+        if runner is not None:  # a sanitizer child process (asan.py, racecheck.py)
             build = self._program.build(mode, self.name)
-            runner = _asan if mode == "asan" else _racecheck
-            runner.launch(build, self.name, config, self.params, items, self._program.constant_bytes())
+            module = importlib.import_module(f".{runner}", __package__)
+            module.launch(build, self.name, config, self.params, items, self._program.constant_bytes())
             return
-        build = self._program.build("normal")
+        build = self._program.build(mode)
         lib = _load(build.so_path)
         fn = self._launchers.get(build.so_path)
         if fn is None:
@@ -275,6 +282,7 @@ class CpuRawKernel:
                 _last_lib[0].cpucuda_release()
             _last_lib[0] = lib
             self._program.load_constants(lib, build.so_path)
+            lib.cpucuda_set_buffers(*_args.buffer_ranges(items))
             rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))
         if rc:
             raise_launch_error(self.name, rc, err.value.decode(errors="replace"))
@@ -307,8 +315,11 @@ class CpuRawModule:
             raise ValueError("CpuRawModule needs code= (CUDA C source); path= (cubin/PTX) cannot run on the CPU")
         if isinstance(name_expressions, str):
             raise TypeError("name_expressions must be a list of strings, not a str")
+        options = tuple(options) if not isinstance(options, str) else (options,)
+        if translate_cucomplex and isinstance(code, str):
+            code, options = _translate_cucomplex(code, options)
         self.code = code
-        self.options = tuple(options) if not isinstance(options, str) else (options,)
+        self.options = options
         self.backend = backend
         self.name_expressions = tuple(name_expressions or ())
         self.asan = _resolve_asan(asan, sanitize)

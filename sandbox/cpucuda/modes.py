@@ -18,6 +18,41 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
+
+
+
+@dataclass(frozen=True)
+class BuildMode:
+    """One way to compile and run a kernel: a small, named set of g++ flags plus runtime choices.
+
+    A new mode is one row of BUILD_MODES: its flags (the precompiled runtime header and the cache
+    key follow them), how large its fiber stacks are, whether a launch runs in this process or in
+    a sanitizer child (``runner``: the module of this package whose ``launch()`` runs it), and
+    whether its shared object holds every kernel of a module or only the one launched.
+    """
+
+    name: str
+    flags: tuple[str, ...]
+    stack_factor: int = 1       # fiber stacks: this many times SANDBOX_CPUCUDA_STACK_KB
+    runner: str | None = None   # "asan", "racecheck": a child process with that sanitizer; None: in process
+    whole_module: bool = True   # False: sanitizer builds compile several times slower, so one kernel each
+
+
+BUILD_MODES = {m.name: m for m in (
+    BuildMode("normal", ("-O2",)),  # SANDBOX_CPUCUDA_OPT=-O1 compiles big template modules about twice as fast
+    BuildMode("asan", ("-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"), 4, "asan", False),
+    BuildMode("tsan", ("-O1", "-g", "-fsanitize=thread"), 2, "racecheck", False),  # racecheck
+)}
+
+
+def build_mode(name: str) -> BuildMode:
+    """The BuildMode called ``name``; a ValueError lists the known ones."""
+    try:
+        return BUILD_MODES[name]
+    except KeyError:
+        raise ValueError(f"mode {name!r}: use one of {sorted(BUILD_MODES)}") from None
+
 
 ORDERS = ("forward", "reverse")
 POISONS = ("nan", "finite")

@@ -9,7 +9,7 @@ everything the previous block did. So TSan reports two accesses to one
 address, at least one a write, by two threads of one block between the same
 two barriers: a race on a GPU, whatever order the CPU happened to run them in.
 
-Each launch runs in ``python -B -S -E _child.py`` with
+Launches run in a persistent child, ``python -B -S -E _child.py`` (child.py), with
 ``LD_PRELOAD=$(g++ -print-file-name=libtsan.so)`` and
 ``TSAN_OPTIONS=atexit_sleep_ms=0 report_thread_leaks=0 halt_on_error=0 exitcode=66``;
 the first report becomes a :class:`CpuKernelRaceError` naming the kernel,
@@ -76,8 +76,12 @@ def _explain_report(stderr: str, name: str, build, info) -> CpuKernelRaceError |
     return CpuKernelRaceError(message + "\n\n" + _trim(reports[0], build))
 
 
+# The kernel works on the arena itself: bounds are ASan's business, and a copy would cost TSan a
+# shadow update per byte. The arena is reused between launches, which is sound because every
+# launch is ordered after the previous one (each block starts after the scheduler, which acquired
+# everything the previous block did; a failed launch retires the child).
 SANITIZER = _child.Sanitizer("ThreadSanitizer", libtsan, _env, _explain_report,
-                             timeout_env="SANDBOX_CPUCUDA_RACECHECK_TIMEOUT")
+                             timeout_env="SANDBOX_CPUCUDA_RACECHECK_TIMEOUT", copy_buffers=False)
 
 
 def launch(build, name, config, params, items, constants=None) -> None:
@@ -143,11 +147,17 @@ def explain(report: str, name: str, build, info) -> str:
     verb = {"read": "read", "write": "wrote"}
     return (f"kernel {name!r}: data race ({kind}) on {target}{block}: {t_now} {verb[now.kind]} {now.size} bytes at "
             f"{now.where}; {t_before} {verb[before.kind]} {before.size} bytes at {before.where}, with no barrier "
-            f"between them (__syncthreads, or __syncwarp within a warp)")
+            f"between them (__syncthreads, a tile's sync, or __syncwarp within a warp)")
 
 
 def _target(report: str, address: int, build, info) -> str:
     """The array the racy address lies in: an argument, a __shared__ variable or dynamic shared memory."""
+    found = info.argument_at(address)
+    if found is not None:
+        bid, start = found
+        i, arr = info.owners[bid]
+        index = (address - start) // max(arr.itemsize, 1)
+        return f"argument {i} ({arr.dtype}, shape {arr.shape}, element {index} of the flattened array)"
     m = _GLOBAL.search(report)
     if m:
         var, start = m.group(1), int(m.group(3), 16)
@@ -159,11 +169,6 @@ def _target(report: str, address: int, build, info) -> str:
     m = _HEAP.search(report)
     if m:
         start = int(m.group(2), 16)
-        for bid, (addr, n) in info.addresses.items():
-            if addr == start:
-                i, arr = info.owners[bid]
-                index = (address - start) // max(arr.itemsize, 1)
-                return f"argument {i} ({arr.dtype}, shape {arr.shape}, element {index} of the flattened array)"
         if info.dynamic_shared and info.dynamic_shared[0] == start:
             names = ", ".join(dict.fromkeys(build.dynamic_names)) or "extern __shared__"
             return f"dynamic shared memory ({names}; byte offset {address - start})"

@@ -12,8 +12,9 @@ preprocessor lines:
   a pointer to the launch's dynamic shared buffer of exactly ``shared_mem``
   bytes. Rewrites keep every line where it was, so g++ and ASan line numbers
   match the original source;
-* register ``__constant__`` variables so Python can fill them (get_global);
-* find inline PTX (``asm(...)``), which cannot run on the CPU.
+* register ``__constant__`` variables so Python can fill them (get_global).
+
+Inline PTX is translated by ptx.py.
 
 What the parser does not understand raises ``CpuCompileError`` with the line.
 """
@@ -245,7 +246,8 @@ def _rewrite_one(text: str, in_function: bool, uid: str, line: int, names: dict[
                 f"{text.strip()!r}"
             )
         declarators.append((m.group(1), m.group(2).replace(" ", "")))
-    align = "alignas(16) " + "".join(f"alignas({a}) " for a in aligns)
+    # 256-bit alignment at least, as shared memory on a GPU has it for the arrays code loads tiles from (wmma).
+    align = "alignas(32) " + "".join(f"alignas({a}) " for a in aligns)
     out = []
     for k, (name, dims) in enumerate(declarators):
         store = f"__cpucuda_shared_{name}_{uid}_{k}"
@@ -276,6 +278,19 @@ def _rewrite_one(text: str, in_function: bool, uid: str, line: int, names: dict[
                 f"::cpucuda::register_region((void*)&{name}, sizeof({name}), nullptr);"
             )
     return " ".join(out)
+
+
+# ---------------------------------------------------------------- CuPy's translate_cucomplex
+
+_CUCOMPLEX_INCLUDE = re.compile(r"^\s*#\s*include\s*<\s*cuComplex\.h\s*>.*$", re.M)
+
+
+def translate_cucomplex(src: str, options: tuple) -> tuple[str, tuple]:
+    """What CuPy's ``translate_cucomplex=True`` does: each ``#include <cuComplex.h>`` line becomes
+    ``#include <cupy/cuComplex_bridge.h>`` (cuFloatComplex is then complex<float>, cuCaddf its +, ...)
+    and cupy/complex.cuh comes first (here a forced include, so no line moves)."""
+    return (_CUCOMPLEX_INCLUDE.sub("#include <cupy/cuComplex_bridge.h>  // translate_cucomplex", src),
+            tuple(options) + ("-include", "cupy/complex.cuh"))
 
 
 # ---------------------------------------------------------------- includes
@@ -321,27 +336,6 @@ def locate(src: str, pos: int, default_file: str) -> tuple[str, int]:
     if pos < base_pos:
         return file, base_line
     return file, base_line + src.count("\n", base_pos, pos)
-
-
-# ---------------------------------------------------------------- inline PTX
-
-_ASM_WORDS = {"asm", "__asm__", "__asm"}
-_ASM_QUALIFIERS = {"volatile", "__volatile__", "__volatile", "goto", "inline"}
-
-
-def find_inline_asm(src: str, default_file: str) -> list[tuple[str, int]]:
-    """Where ``src`` has ``asm(...)`` / ``asm volatile(...)`` statements: (file, line) each."""
-    tokens = tokenize(src)
-    found = []
-    for i, tok in enumerate(tokens):
-        if tok.kind != "word" or tok.text not in _ASM_WORDS:
-            continue
-        j = i + 1
-        while j < len(tokens) and tokens[j].text in _ASM_QUALIFIERS:
-            j += 1
-        if j < len(tokens) and tokens[j].text == "(":
-            found.append(locate(src, tok.start, default_file))
-    return found
 
 
 # ---------------------------------------------------------------- __constant__

@@ -1,8 +1,11 @@
 // Intercepts <cooperative_groups.h>: CUDA's cooperative groups on top of the
 // executor's barriers and warp operations.
 //
-// this_thread_block(); tiled_partition<N>(parent) and tiled_partition(parent, n)
-// (N, n a power of two <= 32: tiles never span warps); coalesced_threads()
+// this_thread_block() and this_thread_block(scratch) with block_tile_memory<MaxBlockSize>
+// (also cooperative_groups::experimental's); tiled_partition<N>(parent) (N a power of two up to
+// the block's size: N <= 32 a warp tile with every warp-level call, N = 64 ... 1024 a tile of
+// whole warps with sync, thread_rank, size / num_threads, meta_group_rank, meta_group_size and
+// cg::reduce) and tiled_partition(parent, n) (n <= 32); coalesced_threads()
 // (the lanes of the warp that reach the call together); labeled_partition(g,
 // label) (lanes with equal labels, via __match_any_sync); cg::reduce with
 // cg::plus / less / greater / bit_and / bit_or / bit_xor (<cooperative_groups/reduce.h>);
@@ -66,6 +69,23 @@ class thread_block : public thread_group {
 };
 
 static inline thread_block this_thread_block() { return thread_block(); }
+
+// Scratch memory for tiles wider than a warp (CUDA 11 needed it before sm_80): declared __shared__ and
+// handed to this_thread_block(). The executor keeps tile state itself; the block must fit MaxBlockSize.
+template <unsigned int MaxBlockSize = 1024>
+struct block_tile_memory {
+    static_assert(MaxBlockSize >= 1 && MaxBlockSize <= 1024, "block_tile_memory<MaxBlockSize>: 1 to 1024 threads");
+    alignas(16) unsigned char reserved[(MaxBlockSize + 31) / 32 * 8];
+};
+
+template <unsigned int MaxBlockSize>
+static inline thread_block this_thread_block(block_tile_memory<MaxBlockSize>&, CPUCUDA_SITE) {
+    if (details::block_size() > MaxBlockSize)
+        cpucuda::fiber_fail("this_thread_block(scratch) at %s:%d: the block has %u threads but its "
+                            "block_tile_memory<%u> holds tiles for at most %u", cpucuda_file, cpucuda_line,
+                            details::block_size(), MaxBlockSize, MaxBlockSize);
+    return thread_block();
+}
 
 // ---------------------------------------------------------------- grid
 
@@ -169,25 +189,58 @@ class thread_block_tile_base : public coalesced_group {
     unsigned long long thread_rank() const { return details::lane() & (width_ - 1); }
 };
 
-template <unsigned N, class Parent = void>
-class thread_block_tile : public thread_block_tile_base {
-    static_assert(N > 0 && N <= 32 && (N & (N - 1)) == 0,
-                  "thread_block_tile<N>: N must be a power of two <= 32 on sandbox.cpucuda");
+namespace details {
+// A tile of N = 64 ... 1024 threads: whole warps, consecutive in the block. Its barrier is the
+// scheduler's group barrier; warp-level calls (shfl, ballot, ...) exist for warp tiles only, as in CUDA.
+template <unsigned N>
+class multi_warp_tile : public thread_group {
+    unsigned meta_rank_, meta_size_;
 
   public:
-    thread_block_tile(unsigned parent_rank, unsigned parent_size)
-        : thread_block_tile_base(N, parent_rank, parent_size) {}
+    multi_warp_tile(unsigned parent_rank, unsigned parent_size, CPUCUDA_SITE)
+        : meta_rank_(parent_rank / N), meta_size_(parent_size / N) {
+        if (parent_size % N)
+            cpucuda::fiber_fail("tiled_partition<%u> at %s:%d: the parent group has %u threads, not a multiple of the "
+                                "tile size", N, cpucuda_file, cpucuda_line, parent_size);
+    }
+    void sync(CPUCUDA_SITE) const {
+        cpucuda::group_barrier(N, "thread_block_tile::sync", cpucuda_file, cpucuda_line);
+    }
+    unsigned long long thread_rank() const { return block_rank() % N; }
+    static constexpr unsigned long long size() { return N; }
+    static constexpr unsigned long long num_threads() { return N; }
+    unsigned long long meta_group_rank() const { return meta_rank_; }
+    unsigned long long meta_group_size() const { return meta_size_; }
+    bool is_valid() const { return true; }
+};
+}  // namespace details
+
+template <unsigned N, class Parent = void>
+class thread_block_tile
+    : public std::conditional_t<(N <= 32), thread_block_tile_base, details::multi_warp_tile<N>> {
+    static_assert(N > 0 && N <= 1024 && (N & (N - 1)) == 0, "thread_block_tile<N>: N must be a power of two <= 1024");
+    using base = std::conditional_t<(N <= 32), thread_block_tile_base, details::multi_warp_tile<N>>;
+
+  public:
+    thread_block_tile(unsigned parent_rank, unsigned parent_size, CPUCUDA_SITE)
+        : base(make(parent_rank, parent_size, cpucuda_file, cpucuda_line)) {}
     static constexpr unsigned long long num_threads() { return N; }
     static constexpr unsigned long long size() { return N; }
+
+  private:
+    static base make(unsigned parent_rank, unsigned parent_size, const char* file, int line) {
+        if constexpr (N <= 32) return base(N, parent_rank, parent_size);
+        else return base(parent_rank, parent_size, file, line);
+    }
 };
 
-template <unsigned N> static inline thread_block_tile<N> tiled_partition(const thread_block&) {
-    return thread_block_tile<N>(details::block_rank(), details::block_size());
+template <unsigned N> static inline thread_block_tile<N> tiled_partition(const thread_block&, CPUCUDA_SITE) {
+    return thread_block_tile<N>(details::block_rank(), details::block_size(), cpucuda_file, cpucuda_line);
 }
 template <unsigned N, unsigned M, class P>
-static inline thread_block_tile<N> tiled_partition(const thread_block_tile<M, P>& parent) {
+static inline thread_block_tile<N> tiled_partition(const thread_block_tile<M, P>& parent, CPUCUDA_SITE) {
     static_assert(N <= M, "a tile can only be split into smaller tiles");
-    return thread_block_tile<N>((unsigned)parent.thread_rank(), M);
+    return thread_block_tile<N>((unsigned)parent.thread_rank(), M, cpucuda_file, cpucuda_line);
 }
 static inline thread_block_tile_base tiled_partition(const thread_block&, unsigned n) {
     return thread_block_tile_base(n, details::block_rank(), details::block_size());
@@ -210,9 +263,23 @@ static inline coalesced_group labeled_partition(const coalesced_group& parent, L
 
 static inline void sync(const thread_block& g, CPUCUDA_SITE) { g.sync(cpucuda_file, cpucuda_line); }
 static inline void sync(const coalesced_group& g, CPUCUDA_SITE) { g.sync(cpucuda_file, cpucuda_line); }
+template <unsigned N>
+static inline void sync(const details::multi_warp_tile<N>& g, CPUCUDA_SITE) { g.sync(cpucuda_file, cpucuda_line); }
 template <class D = void> static inline void sync(const grid_group& g) { g.template sync<D>(); }
 template <class G> static inline unsigned long long thread_rank(const G& g) { return g.thread_rank(); }
 template <class G> static inline unsigned long long group_size(const G& g) { return g.size(); }
+
+// CUDA 11's spelling of the same (cg::experimental::block_tile_memory<TileCommunicationSize, MaxBlockSize>).
+namespace experimental {
+template <size_t TileCommunicationSize = 8, unsigned int MaxBlockSize = 1024>
+struct block_tile_memory : cooperative_groups::block_tile_memory<MaxBlockSize> {};
+template <size_t S, unsigned int MaxBlockSize>
+static inline thread_block this_thread_block(block_tile_memory<S, MaxBlockSize>& scratch, CPUCUDA_SITE) {
+    return cooperative_groups::this_thread_block(
+        static_cast<cooperative_groups::block_tile_memory<MaxBlockSize>&>(scratch), cpucuda_file, cpucuda_line);
+}
+using cooperative_groups::tiled_partition;
+}  // namespace experimental
 
 }  // namespace cooperative_groups
 

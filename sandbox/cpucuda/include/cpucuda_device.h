@@ -131,6 +131,17 @@ static inline unsigned __match_all_sync(unsigned mask, T value, int* pred, CPUCU
     return r;
 }
 namespace cpucuda {
+// A collective of the whole warp (see Collective in cpucuda_sched.h); `what` names it in messages.
+static inline void warp_collective(Collective* c, const char* what, const char* file, int line) {
+    Fiber* f = g.cur;
+    const unsigned existing = g.warps[f->warp].existing;
+    if (existing != ~0u)
+        fiber_fail("%s at %s:%d: a warp-collective operation needs all 32 lanes of the warp; warp %u of this block has "
+                   "%d thread(s)", what, file, line, f->warp, __builtin_popcount(existing));
+    f->coll = c;
+    warp_rendezvous(W_COLLECTIVE, ~0u, 0, -1, 0, what, file, line);
+}
+
 // The lanes of the calling warp that reach this call site together
 // (cooperative_groups::coalesced_threads()).
 static inline unsigned coalesced_lanes(const char* file, int line) {

@@ -2,6 +2,7 @@
 // every kernel source compiled by sandbox.cpucuda. One translation unit per
 // shared object, so everything here has internal linkage or is inline.
 #pragma once
+#ifndef CPUCUDA_RUNTIME_H  // a guard as well: #pragma once does not survive a precompiled header everywhere
 #define CPUCUDA_RUNTIME_H 1
 
 #include <float.h>
@@ -13,6 +14,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The C++ standard headers a CUDA translation unit gets without asking: nvcc's
+// host headers pull them in (cuda_runtime.h -> <cmath>, <cstdlib>, <new>, ...,
+// libstdc++'s own <cmath> -> <type_traits>), and real kernels use std::tuple,
+// std::pair, std::numeric_limits or std::is_same without including anything.
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <new>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -40,6 +57,7 @@
 #include "cpucuda_math.h"
 #include "cpucuda_sched.h"
 #include "cpucuda_device.h"
+#include "cpucuda_ptx.h"
 #include "cpucuda_launch.h"
 // NVRTC offers assert() without an include; so do we (ours: see assert.h).
 #include "assert.h"
@@ -58,3 +76,11 @@ CPUCUDA_EXPORT CPUCUDA_RUNTIME const char* cpucuda_constant_name(unsigned i) {
     return i < cpucuda::g_nconstants ? cpucuda::g_constants[i].name : nullptr;
 }
 CPUCUDA_EXPORT CPUCUDA_RUNTIME const void* cpucuda_last_dynamic_shared(void) { return cpucuda::g.last_dyn_smem; }
+// The next launch's argument arrays: n (address, bytes) pairs (see gpu_aligned in cpucuda_sched.h).
+CPUCUDA_EXPORT CPUCUDA_RUNTIME void cpucuda_set_buffers(const uint64_t* pairs, unsigned n) {
+    cpucuda::g_buffers = (cpucuda::Buffer*)realloc(cpucuda::g_buffers, (n ? n : 1) * sizeof(cpucuda::Buffer));
+    for (unsigned i = 0; i < n; ++i) cpucuda::g_buffers[i] = cpucuda::Buffer{(uintptr_t)pairs[2 * i], (size_t)pairs[2 * i + 1]};
+    cpucuda::g_nbuffers = n;
+}
+
+#endif  // CPUCUDA_RUNTIME_H

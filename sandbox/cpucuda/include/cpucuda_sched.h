@@ -13,7 +13,11 @@
 // Racecheck (compiled with -fsanitize=thread): each fiber is also a TSan
 // fiber. Switches carry no happens-before (no_sync) except the first switch
 // into a thread in each block, which inherits the scheduler's history (so a
-// block is ordered after the previous one). Ordering between the threads of a
+// block is ordered after the previous one). TSan is told of a switch only when
+// the next fiber differs from the one it believes runs (g.tsan_cur): fibers
+// hand over to each other directly, and the scheduler, whose code TSan does
+// not instrument, switches back to its own TSan fiber only at the end of a
+// block and before each first switch. Ordering between the threads of a
 // block comes only from explicit release/acquire pairs: at __syncthreads every
 // arriving thread releases a barrier object and every released thread
 // acquires it (two objects alternate, so a fast thread's next release never
@@ -37,7 +41,7 @@ namespace cpucuda {
 
 template <class T> using type_t = T;  // lets rewritten __shared__ arrays name their type
 
-enum FiberState : int { READY = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3 };
+enum FiberState : int { READY = 0, AT_BARRIER = 1, AT_WARP = 2, DONE = 3, AT_GROUP = 4 };
 
 struct Fiber {
     Context ctx;
@@ -59,7 +63,32 @@ struct Fiber {
     void* tsan;          // its TSan fiber (racecheck)
     bool tsan_first;     // the next switch into it is its first in this block
     void* sync_obj;      // the object it released at its pending barrier / warp operation
+    unsigned group;      // AT_GROUP: the tile it waits for (see GroupWait)
+    const struct Collective* coll;  // W_COLLECTIVE: the arguments every lane must agree on, and the work
 };
+
+// A warp-collective operation of all 32 lanes (nvcuda::wmma): the arguments each lane passes must be
+// the same in every lane (compared at arrival), and `run`, if any, is called once on release with
+// each lane's `data`, before any lane resumes (so it may read every lane's fragments and write
+// them, as a tensor core instruction does in one step).
+struct Collective {
+    int nargs;
+    uint64_t args[4];
+    const char* names[4];
+    void* data;
+    void (*run)(void* const* lane_data);
+};
+
+// A barrier of a tile wider than a warp (cooperative_groups::thread_block_tile<N>, N = 64 ... 1024):
+// the N consecutive threads from N * k. One record per tile size and tile: [log2(N) - 6][k].
+struct GroupWait {
+    unsigned arrived;    // threads of the tile waiting
+    unsigned parity;     // which of two TSan sync objects is in use
+    const char* what;
+    const char* file;    // where the first one waits (every other must wait there too)
+    int line;
+};
+static const unsigned kGroupClasses = 5;  // tiles of 64, 128, 256, 512 and 1024 threads
 
 // Lanes of a warp may wait in several rendezvous at once when their masks
 // are disjoint (tiles of a cooperative-groups partition); each lane records
@@ -72,7 +101,7 @@ struct Warp {
 };
 
 enum WarpKind : int { W_SYNC, W_SHFL, W_BALLOT, W_ANY, W_ALL, W_ADD, W_MIN, W_MAX, W_MATCH_ANY, W_MATCH_ALL,
-                      W_COALESCE, W_AND, W_OR, W_XOR };
+                      W_COALESCE, W_AND, W_OR, W_XOR, W_COLLECTIVE };
 enum BarrierKind : int { B_SYNC, B_COUNT, B_AND, B_OR };
 enum LaunchFlags : int { F_STRICT = 1 };  // racecheck: only __syncwarp orders memory between lanes
 enum PoisonKind : int { POISON_NAN = 0, POISON_FINITE = 1 };
@@ -117,6 +146,8 @@ struct Runtime {
     int bar_line;
     unsigned bar_parity;
     Warp warps[32];
+    GroupWait groups[kGroupClasses][16];
+    unsigned groups_waiting;    // threads waiting at tile barriers
     // Fibers and their stacks (kept across launches).
     Fiber* fibers;
     unsigned fiber_cap;
@@ -124,9 +155,10 @@ struct Runtime {
     unsigned nstacks;
     size_t stack_size;
     Fiber* cur;
-    void** tsan_fibers;         // racecheck: one TSan fiber per fiber slot (kept across blocks)
+    void** tsan_fibers;         // racecheck: one TSan fiber per fiber slot (kept across blocks and launches)
     unsigned ntsan;
     void* tsan_main;
+    void* tsan_cur;             // the TSan fiber TSan believes runs
     Context main_ctx;
     void* main_fake_stack;
     const void* main_stack_bottom;
@@ -145,6 +177,7 @@ static Runtime g;
 static char g_sync_bar[2];
 static char g_sync_warp[32][33][2];  // [warp][group leader lane, 32: coalesced groups][parity]
 static char g_sync_exit;
+static char g_sync_group[kGroupClasses][16][2];
 #endif
 
 static const size_t kPage = 4096;
@@ -192,10 +225,16 @@ CPUCUDA_RUNTIME static const char* where(const Fiber* f) {
 
 // ---------------------------------------------------------------- switching
 
-CPUCUDA_RUNTIME static inline void switch_to_main(Fiber* f, bool finished) {
 #if CPUCUDA_TSAN
-    __tsan_switch_to_fiber(g.tsan_main, cpucuda_tsan_no_sync);
+CPUCUDA_RUNTIME static inline void tsan_to_main() {
+    if (g.tsan_cur != g.tsan_main) {
+        __tsan_switch_to_fiber(g.tsan_main, cpucuda_tsan_no_sync);
+        g.tsan_cur = g.tsan_main;
+    }
+}
 #endif
+
+CPUCUDA_RUNTIME static inline void switch_to_main(Fiber* f, bool finished) {
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(finished ? nullptr : &f->fake_stack, g.main_stack_bottom, g.main_stack_size);
 #else
@@ -212,10 +251,17 @@ CPUCUDA_RUNTIME static inline void resume(Fiber* f) {
     g.cur = f;
     g.threadIdx = f->tid;
 #if CPUCUDA_TSAN
-    // The first switch per block synchronises: the thread starts after
-    // everything the scheduler saw (the previous block, the poisoning).
-    __tsan_switch_to_fiber(f->tsan, f->tsan_first ? 0u : cpucuda_tsan_no_sync);
-    f->tsan_first = false;
+    if (f->tsan_first) {
+        // The first switch per block synchronises: the thread starts after everything the
+        // scheduler saw (the previous block, the poisoning), and from the scheduler's own
+        // fiber, never from the thread that ran before it.
+        tsan_to_main();
+        __tsan_switch_to_fiber(f->tsan, 0u);
+        f->tsan_first = false;
+    } else if (g.tsan_cur != f->tsan) {
+        __tsan_switch_to_fiber(f->tsan, cpucuda_tsan_no_sync);
+    }
+    g.tsan_cur = f->tsan;
 #endif
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(&g.main_fake_stack, f->stack_lo, f->stack_size);
@@ -298,6 +344,60 @@ CPUCUDA_RUNTIME static bool release_block_barrier() {
     return true;
 }
 
+// ---------------------------------------------------------------- tiles wider than a warp
+
+// The tile of `size` threads (a power of two from 64 to 1024) that holds the calling thread: a barrier
+// of its threads alone. The block's size must be a multiple of the tile's (checked by the caller).
+CPUCUDA_RUNTIME static void group_barrier(unsigned size, const char* what, const char* file, int line) {
+    Fiber* f = g.cur;
+    const unsigned cls = (unsigned)__builtin_ctz(size) - 6u, k = f->linear / size;
+    GroupWait& w = g.groups[cls][k];
+    if (w.arrived == 0) {
+        w.what = what;
+        w.file = file;
+        w.line = line;
+    } else if (!same_site(file, line, w.file, w.line)) {
+        const Fiber* other = nullptr;
+        for (unsigned i = k * size; i < (k + 1) * size && !other; ++i)
+            if (g.fibers[i].state == AT_GROUP && g.fibers[i].group == cls * 16 + k) other = &g.fibers[i];
+        fiber_fail("divergent tile barrier: %s reached %s at %s:%d while %s waits at %s at %s:%d (every thread of a "
+                   "thread_block_tile<%u> must reach the same sync)", where(f), what, file, line,
+                   other ? where(other) : "another thread", w.what, w.file, w.line, size);
+    }
+    w.arrived++;
+    g.groups_waiting++;
+    f->state = AT_GROUP;
+    f->group = cls * 16 + k;
+    f->what = what;
+    f->file = file;
+    f->line = line;
+#if CPUCUDA_TSAN
+    f->sync_obj = &g_sync_group[cls][k][w.parity];
+    __tsan_release(f->sync_obj);
+#endif
+    switch_to_main(f, false);
+#if CPUCUDA_TSAN
+    __tsan_acquire(f->sync_obj);
+#endif
+}
+
+CPUCUDA_RUNTIME static bool release_groups() {
+    if (g.groups_waiting == 0) return false;
+    bool any = false;
+    for (unsigned cls = 0; cls < kGroupClasses; ++cls)
+        for (unsigned k = 0; k < 16; ++k) {
+            GroupWait& w = g.groups[cls][k];
+            const unsigned size = 64u << cls;
+            if (w.arrived == 0 || w.arrived != size) continue;
+            for (unsigned i = k * size; i < (k + 1) * size; ++i) g.fibers[i].state = READY;
+            g.groups_waiting -= size;
+            w.arrived = 0;
+            w.parity ^= 1u;
+            any = true;
+        }
+    return any;
+}
+
 // ---------------------------------------------------------------- warps
 
 // A warp operation is a rendezvous of the lanes in `mask`: each deposits its
@@ -334,6 +434,17 @@ CPUCUDA_RUNTIME static uint64_t warp_rendezvous(int kind, unsigned mask, uint64_
         if (overlaps && (!same_site(file, line, o.file, o.line) || kind != o.wkind))
             fiber_fail("divergent warp operation: %s reached %s at %s:%d while lanes of its warp wait at %s at %s:%d",
                        where(f), what, file, line, o.what, o.file, o.line);
+        if (overlaps && kind == W_COLLECTIVE) {
+            const Collective *mine = f->coll, *theirs = o.coll;
+            if (mine->run != theirs->run)
+                fiber_fail("%s at %s:%d: lanes %u and %u of warp %u pass fragments of different shapes or types",
+                           what, file, line, f->lane, l, f->warp);
+            for (int a = 0; a < mine->nargs; ++a)
+                if (mine->args[a] != theirs->args[a])
+                    fiber_fail("%s at %s:%d: lanes of warp %u disagree on the %s (lane %u: 0x%llx, lane %u: 0x%llx); "
+                               "every lane of the warp must pass the same", what, file, line, f->warp, mine->names[a],
+                               f->lane, (unsigned long long)mine->args[a], l, (unsigned long long)theirs->args[a]);
+        }
     }
     f->wval = val;
     f->wsrc = src;
@@ -365,6 +476,11 @@ CPUCUDA_RUNTIME static uint64_t warp_rendezvous(int kind, unsigned mask, uint64_
 
 // Results of one complete group `m` (all its lanes have arrived).
 CPUCUDA_RUNTIME static void release_group(Warp& w, Fiber* lanes, unsigned m, int kind) {
+    if (kind == W_COLLECTIVE && lanes[__builtin_ctz(m)].coll->run) {
+        void* data[32];
+        for (unsigned l = 0; l < 32; ++l) data[l] = lanes[l].coll->data;
+        lanes[__builtin_ctz(m)].coll->run(data);
+    }
     uint64_t ballot = 0, acc = 0;
     bool first = true;
     for (unsigned l = 0; l < 32; ++l) {
@@ -466,11 +582,33 @@ CPUCUDA_RUNTIME static bool release_coalesced() {
 CPUCUDA_RUNTIME static void describe_deadlock() {
     unsigned at_bar = 0, done = 0;
     const Fiber* warp_waiter = nullptr;
+    const Fiber* group_waiter = nullptr;
     for (unsigned i = 0; i < g.nthreads; ++i) {
         const Fiber& f = g.fibers[i];
         if (f.state == AT_BARRIER) at_bar++;
         else if (f.state == AT_WARP) { if (!warp_waiter) warp_waiter = &f; }
+        else if (f.state == AT_GROUP) { if (!group_waiter) group_waiter = &f; }
         else if (f.state == DONE) done++;
+    }
+    if (group_waiter && !warp_waiter) {
+        const unsigned cls = group_waiter->group / 16, k = group_waiter->group % 16, size = 64u << cls;
+        unsigned gone = 0;
+        const Fiber* other = nullptr;
+        for (unsigned i = k * size; i < (k + 1) * size; ++i) {
+            const Fiber& o = g.fibers[i];
+            if (o.state == DONE) gone++;
+            else if (o.state != AT_GROUP && !other) other = &o;
+        }
+        if (other)
+            set_error("deadlock in block (%u,%u,%u): %u thread(s) of a thread_block_tile<%u> wait at %s at %s:%d; "
+                      "%s waits at %s at %s:%d instead", g.blockIdx.x, g.blockIdx.y, g.blockIdx.z,
+                      g.groups[cls][k].arrived, size, group_waiter->what, group_waiter->file, group_waiter->line,
+                      where(other), other->what, other->file, other->line);
+        else
+            set_error("deadlock in block (%u,%u,%u): %u thread(s) of a thread_block_tile<%u> wait at %s at %s:%d for "
+                      "%u that have exited", g.blockIdx.x, g.blockIdx.y, g.blockIdx.z, g.groups[cls][k].arrived,
+                      size, group_waiter->what, group_waiter->file, group_waiter->line, gone);
+        return;
     }
     if (warp_waiter) {
         const Warp& w = g.warps[warp_waiter->warp];
@@ -550,12 +688,34 @@ CPUCUDA_RUNTIME static void release_fibers() {
     g.nstacks = 0;
 }
 
+// 256-byte aligned, as a GPU's shared memory window: code may rely on 256-bit alignment (wmma).
 CPUCUDA_RUNTIME static unsigned char* alloc_dynamic_shared(size_t n) {
+    void* p = nullptr;
 #if CPUCUDA_ASAN
-    return (unsigned char*)malloc(n ? n : 1);  // exact size: ASan bounds it
+    if (posix_memalign(&p, 256, n ? n : 1)) return nullptr;  // exact size: ASan bounds it
 #else
-    return (unsigned char*)malloc(n + canary_size(n));
+    if (posix_memalign(&p, 256, n + canary_size(n))) return nullptr;
 #endif
+    return (unsigned char*)p;
+}
+
+// The argument arrays of the launch (set from Python before it): GPU allocations start 256-byte
+// aligned, NumPy's only 16-byte, so alignment rules are checked on the offset into an argument.
+struct Buffer { uintptr_t base; size_t n; };
+static Buffer* g_buffers;
+static unsigned g_nbuffers;
+
+CPUCUDA_RUNTIME static const Buffer* buffer_of(const void* p) {
+    const uintptr_t a = (uintptr_t)p;
+    for (unsigned i = 0; i < g_nbuffers; ++i)
+        if (a >= g_buffers[i].base && a < g_buffers[i].base + (g_buffers[i].n ? g_buffers[i].n : 1)) return &g_buffers[i];
+    return nullptr;
+}
+
+// Whether p would be `bytes`-aligned on a GPU: its offset into an argument array, else its address.
+CPUCUDA_RUNTIME static bool gpu_aligned(const void* p, unsigned bytes) {
+    const Buffer* b = buffer_of(p);
+    return (((uintptr_t)p - (b ? b->base : 0)) % bytes) == 0;
 }
 
 // A write past the dynamic shared memory shows as a changed canary.
@@ -756,13 +916,15 @@ CPUCUDA_RUNTIME static void init_block(unsigned bx, unsigned by, unsigned bz) {
         g.warps[w] = Warp{lanes == 32 ? ~0u : (1u << lanes) - 1u, 0, 0, 0};
     }
     g.bar_parity = 0;
+    memset(g.groups, 0, sizeof g.groups);
+    g.groups_waiting = 0;
     for (unsigned r = 0; r < g_nregions; ++r)
         if (g_regions[r].dyn) *g_regions[r].dyn = g.dyn_smem;
         else poison_fill(g_regions[r].p, g_regions[r].n);
     poison_fill(g.dyn_smem, g.dyn_size);
 }
 
-CPUCUDA_RUNTIME static int run_block() {
+CPUCUDA_RUNTIME static int run_fibers() {
     const unsigned n = g.nthreads;
     for (;;) {
         bool ran = false;
@@ -776,15 +938,23 @@ CPUCUDA_RUNTIME static int run_block() {
         if (g.done == n) break;
         bool released = release_warps();
         released |= release_block_barrier();
+        released |= release_groups();
         if (!released) released = release_coalesced();
         if (!ran && !released) {
             describe_deadlock();
             return g.rc;
         }
     }
+    return 0;
+}
+
+CPUCUDA_RUNTIME static int run_block() {
+    const int rc = run_fibers();
 #if CPUCUDA_TSAN
-    __tsan_acquire(&g_sync_exit);  // the next block starts after everything this one did
+    tsan_to_main();  // TSan's current fiber is the scheduler's again
+    if (!rc) __tsan_acquire(&g_sync_exit);  // the next block starts after everything this one did
 #endif
+    if (rc) return rc;
     if (!canary_intact()) {
         set_error("write past the end of dynamic shared memory (%zu bytes requested at launch) in block (%u,%u,%u)",
                   g.dyn_size, g.blockIdx.x, g.blockIdx.y, g.blockIdx.z);
@@ -821,7 +991,7 @@ CPUCUDA_RUNTIME static int run_grid(const LaunchConfig* cfg, void (*body)(void*)
     g.poison = cfg->poison;
     g.poison_seed = cfg->poison_seed;
 #if CPUCUDA_TSAN
-    g.tsan_main = __tsan_get_current_fiber();
+    g.tsan_main = g.tsan_cur = __tsan_get_current_fiber();
 #endif
     if (g.nthreads == 0 || g.nthreads > 1024) {
         set_error("block of %u threads: must be 1..1024", g.nthreads);
