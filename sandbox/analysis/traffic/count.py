@@ -69,10 +69,14 @@ BLOCK_DTYPE = np.dtype([(name, np.int64) for name in M.METRICS])
 
 
 def _site_rows(raw: RawLaunch) -> list:
-    rows = []
+    """One row per distinct Site: instructions the compiler duplicated (an unrolled loop's copies) share one."""
     table = raw.site_block
+    groups: dict = {}
     for index, site in enumerate(raw.sites):
-        mine = table[table["site"] == index]
+        groups.setdefault(site, []).append(index)
+    rows = []
+    for site, indices in groups.items():
+        mine = table[np.isin(table["site"], indices)]
         requests = int(mine["requests"].sum())
         if not requests:
             continue
