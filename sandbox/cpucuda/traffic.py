@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -285,8 +286,12 @@ class _Symbols:
             self._lines.setdefault(p, [("??", 0)])
 
     def _file(self, file: str) -> str:
+        """The file as the kernel's own #line names it: "<code>" for a code string, repository-relative paths."""
         if file == str(self.build.source_path):
             return _compiler.CODE_LABEL
+        if os.path.isabs(file) and not self._runtime(file):
+            rel = os.path.relpath(file)
+            return file if rel.startswith("..") else rel
         return file
 
     def _runtime(self, file: str) -> bool:
