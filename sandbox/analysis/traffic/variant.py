@@ -100,7 +100,7 @@ def sample(problem, sample_seqs: int | None):
 
 # ---------------------------------------------------------------- captures per family
 
-def _capture_cupy(name, problem, counted):
+def _capture_cupy(name, problem, counted, census: bool):
     from kernels.cupy_raw import common
     from sandbox.cpucuda import traffic_capture
     from sandbox.variant import runner
@@ -111,11 +111,12 @@ def _capture_cupy(name, problem, counted):
     with traffic_capture() as launches:
         part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
-    census = [_cupy_census(kernel, block, shared) for kernel, _, block, _, shared in whole.launches]
-    return launches, grids, census
+    resources = [_cupy_census(kernel, block, shared) if census else _no_census(block, shared)
+                 for kernel, _, block, _, shared in whole.launches]
+    return launches, grids, resources
 
 
-def _capture_numba(name, problem, counted):
+def _capture_numba(name, problem, counted, census: bool):
     try:
         from . import numba_sim
     except ImportError as exc:
@@ -132,7 +133,8 @@ def _capture_numba(name, problem, counted):
     prepared, _ = runner.prepare(name, problem, "cpu")
     with numba_sim.capture() as launches:
         prepared.launch()
-    return launches, [tuple(r.grid) for r in launches], [_numba_census(name, problem)] * len(launches)
+    res = _numba_census(name, problem) if census else dict(census_error="not asked for (census=False)")
+    return launches, [tuple(r.grid) for r in launches], [res] * len(launches)
 
 
 def _dims(value) -> tuple:
@@ -144,6 +146,11 @@ def _dims(value) -> tuple:
 def _nvrtc_resources(code: str, name: str, options: tuple):
     from sandbox.analysis import nvrtc
     return nvrtc.compile_cubin(code, [name], arch="sm_90", options=options).resources[name]
+
+
+def _no_census(block, dynamic_shared: int) -> dict:
+    return dict(census_error="not asked for (census=False)", threads_per_block=int(np.prod(_dims(block))),
+                dynamic_shared_bytes=int(dynamic_shared))
 
 
 def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
@@ -183,8 +190,12 @@ def _scaled_sites(sites: list, scale: float) -> list:
     return [{k: (int(round(v * scale)) if k in fields else v) for k, v in s.items()} for s in sites]
 
 
-def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS) -> dict:
-    """Count `name`'s kernels on `problem` and model their time on `device` (see the module docstring)."""
+def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS, census: bool = True) -> dict:
+    """Count `name`'s kernels on `problem` and model their time on `device` (see the module docstring).
+
+    census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
+    takes occupancy as unknown.
+    """
     from sandbox.variant import registry
 
     gpu = gpus.get(device)
@@ -196,7 +207,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     variant.limits.check(name, problem, "cpu")
     counted, scale, note = sample(problem, sample_seqs if variant.family == "cupy" else None)
     capture = _capture_cupy if variant.family == "cupy" else _capture_numba
-    launches, grids, census = capture(name, problem, counted)
+    launches, grids, resources = capture(name, problem, counted, census)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
@@ -205,7 +216,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     flops = 2.0 * problem.multiply_adds()
     load_sectors = [t.metrics[M.GLOBAL_LOAD_SECTORS] for t in call.launches]
     kernels, model_inputs = [], []
-    for t, grid, res, sectors in zip(call.launches, grids, census, load_sectors):
+    for t, grid, res, sectors in zip(call.launches, grids, resources, load_sectors):
         metrics = _scaled(t.metrics, scale)
         share = flops * sectors / sum(load_sectors) if sum(load_sectors) else flops / len(call.launches)
         kernels.append(dict(name=t.kernel, grid=grid, block=t.block, counted_grid=t.grid, metrics=metrics,
