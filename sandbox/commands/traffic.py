@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
                         help=f"{shapes_mod.SHAPE_FORMAT} (default {DEFAULT_SHAPE}, the goal shape)")
     parser.add_argument("--block-sizes", type=block_size_list, default=DEFAULT_BLOCK_SIZES, metavar="N,N",
                         help="comma-separated block sizes (default 16)")
-    parser.add_argument("--device", default="h200", choices=sorted(gpus.GPUS), help="the GPU modelled (default h200)")
+    parser.add_argument("--device", default="h200", help=f"the GPU modelled: {', '.join(gpus.GPUS)} (default h200)")
     parser.add_argument("--sample-seqs", type=int, default=V.SAMPLE_SEQS, metavar="N",
                         help=f"count the blocks of N sequences when all do the same work, and scale (default "
                              f"{V.SAMPLE_SEQS})")
@@ -138,6 +138,10 @@ def summary_table(points: list) -> str:
 def main(args) -> int:
     names = _names(args.variants)
     shape = shapes_mod.parse_shape(args.shape)
+    try:
+        gpus.get(args.device)
+    except ValueError as exc:
+        raise ValueError(f"--device {args.device}: {exc}") from None
     if args.sample_seqs < 1:
         raise ValueError(f"--sample-seqs must be >= 1, got {args.sample_seqs}")
     _writable(args.json, "--json")
