@@ -19,7 +19,7 @@ LENS = [100, 64, 33, 128]   # one partial last block, one exact, one of 33 = 2 x
 
 
 def private(**kw):
-    args = dict(num_seqs=4, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16, context_lens=LENS,
+    args = dict(num_seqs=4, num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, context_lens=LENS,
                 dtype="float16", share_prefix=False)
     return DecodeProblem.random(3, **{**args, **kw})
 
