@@ -19,6 +19,7 @@ whole problem's, and the result says so. sample_seqs=None counts every block.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -130,11 +131,24 @@ def _capture_numba(name, problem, counted, census: bool, config):
                            "in real mode in this process; run with NUMBA_ENABLE_CUDASIM=1")
     if counted is not problem:
         raise RuntimeError("sampling sequences is for the CPU executor's large problems; the simulator counts all")
-    prepared, _ = runner.prepare(name, problem, "cpu", config)
-    with numba_sim.capture() as launches:
+    # The capture's own helpers where it has them: blocks of a GPU's size (the simulator's launchers cap
+    # them otherwise), and one block counted per class of identical-work blocks (numba_sample).
+    sizes = getattr(numba_sim, "gpu_thread_counts", contextlib.nullcontext)
+    with sizes():
+        prepared, _ = runner.prepare(name, problem, "cpu", config)
+    represent = _numba_representatives(problem)
+    with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
     res = _numba_census(name, problem) if census else dict(census_error="not asked for (census=False)")
     return launches, [tuple(r.grid) for r in launches], [res] * len(launches)
+
+
+def _numba_representatives(problem):
+    try:
+        from . import numba_sample
+    except ImportError:
+        return None
+    return numba_sample.decode_representatives(problem) if problem.max_query_len == 1 else None
 
 
 def _dims(value) -> tuple:
