@@ -7,6 +7,7 @@
     sandbox.run_mla(name, query, latent_cache, block_tables, context_lens, scale=None, *, query_start=None,
                     indices=None, return_lse=False, backend="auto", config=None)   multi-head latent attention
     sandbox.tunables(name) -> {parameter: allowed values}   the kernel parameters a run may choose
+    sandbox.traffic(name, problem, device="h200") -> dict   memory traffic counted on the CPU + modelled GPU time
 """
 from .devices.backends import configure_numba as _configure_numba
 
@@ -19,6 +20,7 @@ from .variant.runner import run, run_problem  # noqa: E402
 from .variant.limits import Unsupported  # noqa: E402
 from .variant.mla_runner import run_mla, run_mla_problem  # noqa: E402
 from reference.merge import merge_states  # noqa: E402
+from .analysis.traffic.variant import traffic  # noqa: E402
 
 __all__ = ["variants", "tunables", "run", "run_problem", "DecodeProblem", "Unsupported", "MLAProblem", "run_mla",
-           "run_mla_problem", "merge_states"]
+           "run_mla_problem", "merge_states", "traffic"]

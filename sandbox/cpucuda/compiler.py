@@ -189,6 +189,8 @@ def entry_code(names: list[str]) -> str:
 def mode_flags(mode: str) -> list[str]:
     """The g++ flags of ``mode`` (its BuildMode's; ``SANDBOX_CPUCUDA_OPT`` replaces the normal mode's -O2)."""
     flags = list(build_mode(mode).flags)
+    if mode == "traffic":  # traffic.py's instrumentation flags, with the recorder's hash
+        flags += _traffic_flags()
     if mode == "normal" and os.environ.get("SANDBOX_CPUCUDA_OPT"):
         level = os.environ["SANDBOX_CPUCUDA_OPT"]
         if level not in ("-O0", "-O1", "-O2", "-O3"):
@@ -234,7 +236,7 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
 
     h = hashlib.sha256()
     h.update(json.dumps([CACHE_VERSION, mode, flags, defines, pre_includes, [str(d) for d in opts.include_dirs],
-                         names, _compiler_version(), _runtime_fingerprint()]).encode())
+                         names, str(INCLUDE_DIR), _compiler_version(), _runtime_fingerprint()]).encode())
     h.update(full.encode())
     for path in headers:
         h.update(str(path).encode() + b"\0" + path.read_bytes())
@@ -251,7 +253,7 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
         include_flags = pch_flags(flags, defines) + ["-I", str(INCLUDE_DIR)] + overlay_flags
         for d in opts.include_dirs:
             include_flags += ["-I", str(d)]
-        _compile(src_path, so_path, flags + defines, include_flags, pre_includes, names)
+        _compile(src_path, so_path, flags + defines, include_flags, pre_includes, names, mode)
     return Build(so_path, src_path, {n: i for i, n in enumerate(names)}, shared_names, mode, tuple(dynamic_names),
                  tuple(constants))
 
@@ -331,18 +333,30 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names) -> None:
+def _traffic_flags() -> list[str]:
+    from .traffic import compile_flags
+    return compile_flags()
+
+
+def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names, mode: str = "normal") -> None:
     fd, tmp = tempfile.mkstemp(dir=so_path.parent, prefix=so_path.name + ".", suffix=".tmp")
     os.close(fd)
     cmd = [compiler(), *flags, *include_flags, "-include", "cpucuda_runtime.h", *pre_includes, "-x", "c++", str(src),
            "-x", "none", "-o", tmp]
+    if mode == "traffic":  # an instrumented object, then a link with the recorder (traffic.py)
+        from .traffic import build_steps
+        steps = build_steps(cmd, tmp)
+    else:
+        steps = [cmd]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CpuCompileError(_explain(proc.stderr, src, names) + "\ncommand: " + shlex.join(cmd))
+        for step in steps:
+            proc = subprocess.run(step, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise CpuCompileError(_explain(proc.stderr, src, names) + "\ncommand: " + shlex.join(step))
         os.replace(tmp, so_path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+        Path(tmp + ".o").unlink(missing_ok=True)
 
 
 _REFUSAL = re.compile(r"^(.*?):(\d+):\d+: error: static assertion failed: " + re.escape(_ptx.REFUSAL) + r" (.*)$")

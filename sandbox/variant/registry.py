@@ -49,6 +49,7 @@ WRONG_VARIANTS = {
     "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_window_off_by_one",
     "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
     "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
+    "wrong.cupy.uncoalesced_k": "kernels.wrong.cupy_uncoalesced_k",
     "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_mla_v_from_rope",
     "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
 }

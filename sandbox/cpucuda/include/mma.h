@@ -176,6 +176,9 @@ template <class T> static inline T saturate(float v) {
 // lane's A, B and C are read before any D is written (D may be C).
 template <int M, int N, int K, class FD, class FA, class FB, class FC>
 CPUCUDA_RUNTIME static void mma_warp(void* const* lane_data) {
+#if CPUCUDA_TRAFFIC
+    cpucuda_traffic_mma(M, N, K);  // once per warp: the recorder's tensor-core instruction and FLOP counts
+#endif
     float a[M * K], b[K * N], acc[M * N];
     for (int l = 0; l < 32; ++l) {
         const auto* op = static_cast<const MmaOperands<FD, FA, FB, FC>*>(lane_data[l]);
