@@ -54,6 +54,9 @@ class Site:
     op: str                   # one of OPS
     space: str                # one of SPACES
     target: str               # the kernel argument or shared array accessed ("key_cache", "smem", ...)
+    # True for a site that exists only where the capture ran (the Numba simulator's shared-memory
+    # block reductions stand in for a GPU's warp shuffles): a report can show the counts without it.
+    simulator_only: bool = False
 
     def __post_init__(self):
         if self.op not in OPS or self.space not in SPACES:
@@ -68,6 +71,11 @@ class RawLaunch:
     sectors     SECTOR_DTYPE [n]: every global sector touched, in execution order
     notes       what the capture could not see or did differently (a libc memcpy in kernel code, a
                 simulator-only path, blocks counted once and scaled), said in every report
+    represented_by  None when every block ran; else int64 [num_blocks]: the block whose counts stand
+                for each block (itself when it ran). site_block then has rows for every block (copies of
+                the representative's), but sectors only hold the blocks that ran.
+    arrays      the global arrays by target name: (fake base address, bytes), so a sector (address // 32)
+                can be attributed to its array (empty when the capture does not say)
     """
 
     kernel: str
@@ -77,10 +85,17 @@ class RawLaunch:
     site_block: np.ndarray
     sectors: np.ndarray
     notes: list[str] = dataclasses.field(default_factory=list)
+    represented_by: np.ndarray | None = None
+    arrays: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.site_block.dtype != SITE_BLOCK_DTYPE or self.sectors.dtype != SECTOR_DTYPE:
             raise ValueError("RawLaunch.site_block and .sectors must have SITE_BLOCK_DTYPE and SECTOR_DTYPE")
+        if self.represented_by is not None:
+            rep = self.represented_by
+            if rep.shape != (self.num_blocks,) or (rep < 0).any() or (rep >= self.num_blocks).any() or (rep[rep] != rep).any():
+                raise ValueError("RawLaunch.represented_by must be int [num_blocks] of block indices, each pointing "
+                                 "at a block that represents itself")
 
     @property
     def num_blocks(self) -> int:
