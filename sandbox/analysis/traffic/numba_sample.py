@@ -1,0 +1,86 @@
+"""Count one block for each class of identical-work blocks (numba_sim.capture(represent=...)).
+
+A serving-sized problem is hours under the simulator (5-20 us per multiply-add), but its blocks are
+few kinds: in a decode kernel whose blockIdx.x is the sequence, every block of sequences with the
+same context length does the same work, at addresses that differ only by whole rows. Such blocks'
+per-block counts (requests, lanes, bytes, sectors and wavefronts per request) are equal when each
+address a block computes differs from its representative's by a multiple of 32 bytes (sector
+boundaries fall alike) and equal addresses stay equal (the block table's repeats fall alike).
+decode_representatives() groups blocks under exactly those conditions, and groups nothing where
+they cannot be shown from the problem's shapes.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+SECTOR_BYTES = 32
+# Kernels whose grid is (sequence, head or KV head[, partition]): blockIdx.x is the sequence, and
+# neither the head nor the KV head changes a block's work (kernels/numba_cuda/{block,gqa,split}.py).
+SEQUENCE_ON_X = ("block_body", "gqa_body", "partition_body", "merge_body")
+
+
+@dataclasses.dataclass(frozen=True)
+class Representatives:
+    """blocks: int [num_blocks], the block whose counts stand for each (itself for a simulated one)."""
+
+    blocks: np.ndarray
+    reason: str
+
+    @property
+    def simulated(self) -> int:
+        return int(np.count_nonzero(self.blocks == np.arange(len(self.blocks))))
+
+    def check(self, num_blocks: int) -> None:
+        b = self.blocks
+        if b.shape != (num_blocks,) or (b < 0).any() or (b >= num_blocks).any() or (b[b] != b).any():
+            raise ValueError(f"Representatives.blocks must be int [{num_blocks}] block indices, each pointing at a "
+                             f"block that represents itself; got shape {b.shape}")
+
+
+def by_key(keys: list) -> np.ndarray:
+    """int [len(keys)]: each block's representative, the first block (in launch order) with its key."""
+    first = {}
+    return np.array([first.setdefault(k, i) for i, k in enumerate(keys)], np.int64)
+
+
+def repeats(blocks: np.ndarray) -> tuple:
+    """Which entries of a table row name the same physical block: each entry labelled by the order in
+    which its block first appears ([7, 3, 7] -> (0, 1, 0)); rows with equal labels repeat alike."""
+    _, first_seen, inverse = np.unique(blocks, return_index=True, return_inverse=True)
+    label = np.argsort(np.argsort(first_seen))
+    return tuple(int(x) for x in label[inverse.ravel()])
+
+
+def decode_representatives(problem):
+    """A capture(represent=...) callable for a decode problem (one query token per sequence).
+
+    For the kernels in SEQUENCE_ON_X it maps block (x = sequence, y, z) to the first block with the
+    same (context length, first token read, z, the sequence's block-table repeats and its table row's
+    offset modulo 32 bytes); for other kernels, or when a head's row of the query, the output, the
+    K/V cache or the float32 partials is not a whole number of sectors (head_dim * element bytes % 32),
+    it answers None: every block is simulated.
+    """
+    p = problem
+    widths = (p.query.dtype.itemsize, p.key_cache.dtype.itemsize, 4)
+    aligned = all(p.head_dim * w % SECTOR_BYTES == 0 for w in widths)
+    if getattr(p, "query_start", None) is not None or not aligned:
+        return lambda name, grid, block, args: None
+    lens = p.context_lens.astype(np.int64)
+    first = p.first_read_tokens().astype(np.int64)
+    table_row = p.block_tables.shape[1] * p.block_tables.dtype.itemsize
+    per_seq = []
+    for s in range(p.num_seqs):
+        used = p.block_tables[s, first[s] // p.block_size: -(-lens[s] // p.block_size)]
+        per_seq.append((int(lens[s]), int(first[s]), (s * table_row) % SECTOR_BYTES, repeats(used)))
+
+    def represent(name, grid, block, args):
+        if name not in SEQUENCE_ON_X or grid[0] != p.num_seqs:
+            return None
+        gx, gy, gz = grid
+        keys = [(per_seq[x], z) for z in range(gz) for y in range(gy) for x in range(gx)]
+        return Representatives(by_key(keys), "same context length, first token and table pattern: "
+                                             f"{len(set(keys))} kinds of block")
+
+    return represent
