@@ -23,6 +23,8 @@ ThreadSanitizer, one TSan fiber per CUDA thread, and turns a data race
 between two threads of a block into ``CpuKernelRaceError``;
 ``poison="finite"`` (``SANDBOX_CPUCUDA_POISON=finite``) fills shared memory
 with large finite values that NaN-blind code (fmaxf) cannot skip.
+``traffic=True`` (``SANDBOX_CPUCUDA_TRAFFIC=1``) counts every global and
+shared memory access into Nsight Compute's metrics: ``last_traffic()``.
 ``modes(...)`` sets these for every kernel launched inside a ``with`` block.
 
 Not modelled: the memory model beyond barriers (fences do nothing; races
@@ -35,6 +37,10 @@ from .kernel import CpuRawKernel, CpuRawModule
 from .modes import modes
 from .poison import last as last_poison
 from .substitute import substitute_source
+from .traffic import capture as traffic_capture
+from .traffic import last_raw as last_traffic_raw
+from .traffic import last_traffic
 
 __all__ = ["CpuRawKernel", "CpuRawModule", "CpuKernelError", "CpuKernelMemoryError", "CpuKernelRaceError",
-           "CpuCompileError", "modes", "last_poison", "substitute_source"]
+           "CpuCompileError", "modes", "last_poison", "substitute_source", "last_traffic", "last_traffic_raw",
+           "traffic_capture"]

@@ -45,6 +45,7 @@ _MODE_FLAGS = {
     "normal": ["-O2"],  # SANDBOX_CPUCUDA_OPT=-O1 compiles big template modules about twice as fast
     "asan": ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"],
     "tsan": ["-O1", "-g", "-fsanitize=thread"],  # racecheck
+    "traffic": None,  # traffic.COMPILE_FLAGS: the instrumentation feeds traffic_recorder.cpp instead of libtsan
 }
 # Defines a GPU compile would have; passed before the user's options so that
 # a user -U (say -U__CUDA_ARCH__) can remove them.
@@ -213,7 +214,7 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
     dynamic_names = list(rewritten.dynamic)
     with_constants, constants = _source.rewrite_constants(rewritten.source)
     full = with_constants + entry_code(names)
-    mode_flags = list(_MODE_FLAGS[mode])
+    mode_flags = list(_MODE_FLAGS[mode] or _traffic_flags())
     if mode == "normal" and os.environ.get("SANDBOX_CPUCUDA_OPT"):
         level = os.environ["SANDBOX_CPUCUDA_OPT"]
         if level not in ("-O0", "-O1", "-O2", "-O3"):
@@ -240,7 +241,7 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
         include_flags = ["-I", str(INCLUDE_DIR)] + overlay_flags
         for d in opts.include_dirs:
             include_flags += ["-I", str(d)]
-        _compile(src_path, so_path, flags, include_flags, names)
+        _compile(src_path, so_path, flags, include_flags, names, mode)
     return Build(so_path, src_path, {n: i for i, n in enumerate(names)}, shared_names, mode, tuple(dynamic_names),
                  tuple(constants))
 
@@ -311,18 +312,30 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def _compile(src: Path, so_path: Path, flags, include_flags, names) -> None:
+def _traffic_flags() -> list[str]:
+    from .traffic import compile_flags
+    return compile_flags()
+
+
+def _compile(src: Path, so_path: Path, flags, include_flags, names, mode: str = "normal") -> None:
     fd, tmp = tempfile.mkstemp(dir=so_path.parent, prefix=so_path.name + ".", suffix=".tmp")
     os.close(fd)
     cmd = [compiler(), *flags, *include_flags, "-include", "cpucuda_runtime.h", "-x", "c++", str(src),
            "-x", "none", "-o", tmp]
+    if mode == "traffic":  # an instrumented object, then a link with the recorder (traffic.py)
+        from .traffic import build_steps
+        steps = build_steps(cmd, tmp)
+    else:
+        steps = [cmd]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CpuCompileError(_explain(proc.stderr, src, names) + "\ncommand: " + shlex.join(cmd))
+        for step in steps:
+            proc = subprocess.run(step, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise CpuCompileError(_explain(proc.stderr, src, names) + "\ncommand: " + shlex.join(step))
         os.replace(tmp, so_path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+        Path(tmp + ".o").unlink(missing_ok=True)
 
 
 def _explain(stderr: str, src: Path, names: list[str]) -> str:

@@ -12,9 +12,10 @@ from . import _abi
 from . import args as _args
 from . import compiler as _compiler
 from . import poison as _poison
+from . import traffic as _traffic
 from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError
-from .modes import (ORDERS, default_asan, default_poison, default_racecheck, default_thread_order, resolve_poison,
-                    resolve_racecheck)
+from .modes import (ORDERS, default_asan, default_poison, default_racecheck, default_thread_order, default_traffic,
+                    resolve_poison, resolve_racecheck)
 from .source import find_kernels
 from .substitute import substituted
 
@@ -180,7 +181,9 @@ class CpuRawKernel:
     under ThreadSanitizer, raising :class:`CpuKernelRaceError` on a data race;
     ``thread_order="reverse"`` runs the threads of each block (and the
     blocks) in reverse order; ``poison="finite"`` fills shared memory with
-    large finite values instead of NaN. Each can also be set as an attribute,
+    large finite values instead of NaN; ``traffic=True`` counts every memory
+    access into Nsight Compute's metrics (sandbox.cpucuda.last_traffic(), see
+    traffic.py). Each can also be set as an attribute,
     per call (``thread_order=``, ``poison=``, ``poison_seed=``), or by
     environment (see sandbox/cpucuda/modes.py).
     """
@@ -189,7 +192,7 @@ class CpuRawKernel:
 
     def __init__(self, code, name, options=(), backend="nvrtc", translate_cucomplex=False, *,
                  enable_cooperative_groups=False, jitify=False, asan=None, thread_order=None, sanitize=None,
-                 racecheck=None, poison=None, _program=None):
+                 racecheck=None, poison=None, traffic=None, _program=None):
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"name must be the kernel's name, got {name!r}")
         self.code = code
@@ -200,6 +203,7 @@ class CpuRawKernel:
         self.thread_order = thread_order
         self.racecheck = racecheck
         self.poison = poison
+        self.traffic = traffic
         self.max_dynamic_shared_size_bytes = 0
         self._program = _program or _Program(code, self.options, [name])
         self._program.add(name)
@@ -238,13 +242,19 @@ class CpuRawKernel:
         if asan and race != "off":
             raise ValueError(f"kernel {self.name!r}: asan and racecheck cannot run in one launch (each needs its own "
                              "sanitizer runtime); run the kernel once in each mode")
+        traffic = default_traffic() if self.traffic is None else bool(self.traffic)
+        if traffic and (asan or race != "off"):
+            raise ValueError(f"kernel {self.name!r}: traffic mode cannot share a launch with "
+                             f"{'asan' if asan else 'racecheck'} (both need the compiler's instrumentation); "
+                             "run the kernel once in each mode")
         kind = resolve_poison(poison or self.poison or default_poison())
         seed = _poison.seed_for_launch(kind, poison_seed)
         _poison.record(kind, seed)
         flags = _abi.FLAG_STRICT if race == "strict" else 0
         items = _args.convert(self.name, self.params, args)
-        mode = "asan" if asan else "tsan" if race != "off" else "normal"
-        config = (grid, block, shared_mem, stack_size(mode), order == "reverse", flags, _poison.KINDS[kind], seed)
+        mode = "asan" if asan else "tsan" if race != "off" else "traffic" if traffic else "normal"
+        reverse = order == "reverse" and mode != "traffic"  # traffic counts blocks in launch order
+        config = (grid, block, shared_mem, stack_size(mode), reverse, flags, _poison.KINDS[kind], seed)
         try:
             self._launch(mode, config, items)
         except CpuCompileError:
@@ -254,7 +264,7 @@ class CpuRawKernel:
             raise
 
     def _launch(self, mode: str, config: tuple, items) -> None:
-        if mode != "normal":
+        if mode in ("asan", "tsan"):
             from . import asan as _asan
             from . import racecheck as _racecheck
 
@@ -262,7 +272,7 @@ class CpuRawKernel:
             runner = _asan if mode == "asan" else _racecheck
             runner.launch(build, self.name, config, self.params, items, self._program.constant_bytes())
             return
-        build = self._program.build("normal")
+        build = self._program.build(mode, self.name if mode == "traffic" else None)
         lib = _load(build.so_path)
         fn = self._launchers.get(build.so_path)
         if fn is None:
@@ -275,7 +285,14 @@ class CpuRawKernel:
                 _last_lib[0].cpucuda_release()
             _last_lib[0] = lib
             self._program.load_constants(lib, build.so_path)
-            rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))
+            session = _traffic.Session(lib, build, self.name, items, config[0], config[1]) if mode == "traffic" else None
+            try:
+                rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))
+            finally:
+                if session:
+                    session.end()
+            if session and not rc:
+                session.collect()
         if rc:
             raise_launch_error(self.name, rc, err.value.decode(errors="replace"))
 
@@ -302,7 +319,7 @@ class CpuRawModule:
 
     def __init__(self, *, code=None, path=None, options=(), backend="nvrtc", translate_cucomplex=False,
                  enable_cooperative_groups=False, name_expressions=None, jitify=False, asan=None,
-                 thread_order=None, sanitize=None, racecheck=None, poison=None):
+                 thread_order=None, sanitize=None, racecheck=None, poison=None, traffic=None):
         if code is None:
             raise ValueError("CpuRawModule needs code= (CUDA C source); path= (cubin/PTX) cannot run on the CPU")
         if isinstance(name_expressions, str):
@@ -315,6 +332,7 @@ class CpuRawModule:
         self.thread_order = thread_order
         self.racecheck = racecheck
         self.poison = poison
+        self.traffic = traffic
         self._kernels = find_kernels(code)
         plain = [k.name for k in self._kernels if not k.is_template and not k.in_namespace]
         self._program = _Program(code, self.options, plain + list(self.name_expressions))
@@ -338,7 +356,7 @@ class CpuRawModule:
                 # Perhaps a kernel the scanner cannot see (macro-generated, namespaced): let g++ decide.
         return CpuRawKernel(self.code, name, self.options, self.backend, asan=self.asan,
                             thread_order=self.thread_order, racecheck=self.racecheck, poison=self.poison,
-                            _program=self._program)
+                            traffic=self.traffic, _program=self._program)
 
     def get_global(self, name: str) -> np.ndarray:
         """The bytes of ``__constant__`` variable ``name`` as a writable NumPy uint8 array.

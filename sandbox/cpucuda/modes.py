@@ -9,6 +9,7 @@ the whole process through an environment variable read at every launch:
     SANDBOX_CPUCUDA_ORDER=reverse       threads (and blocks) in reverse order
     SANDBOX_CPUCUDA_POISON=finite       large finite shared-memory poison instead of NaN
     SANDBOX_CPUCUDA_POISON_SEED=N       the finite poison's seed (default: a new one per launch)
+    SANDBOX_CPUCUDA_TRAFFIC=1           count memory traffic (traffic.py; sandbox.cpucuda.last_traffic())
 
 ``modes(...)`` sets them for a ``with`` block, so kernels built by code you do
 not control (``sandbox.devices.backends.raw_module``, the kernels/cupy_raw launchers)
@@ -37,6 +38,11 @@ def default_thread_order() -> str:
 def default_asan() -> bool:
     """``SANDBOX_CPUCUDA_ASAN=1`` runs every launch under AddressSanitizer."""
     return os.environ.get("SANDBOX_CPUCUDA_ASAN", "").lower() in _TRUE
+
+
+def default_traffic() -> bool:
+    """``SANDBOX_CPUCUDA_TRAFFIC=1`` counts every launch's memory traffic (see traffic.py)."""
+    return os.environ.get("SANDBOX_CPUCUDA_TRAFFIC", "").lower() in _TRUE
 
 
 def resolve_racecheck(value, what: str = "racecheck") -> str:
@@ -72,7 +78,7 @@ def default_poison() -> str:
 
 
 def _env_value(name: str, value) -> str:
-    if name == "asan":
+    if name in ("asan", "traffic"):
         return "1" if value else "0"
     if name == "racecheck":
         return {"on": "1", "strict": "strict", "off": "0"}[resolve_racecheck(value)]
@@ -86,11 +92,12 @@ def _env_value(name: str, value) -> str:
 
 
 _ENV = {"asan": "SANDBOX_CPUCUDA_ASAN", "racecheck": "SANDBOX_CPUCUDA_RACECHECK", "order": "SANDBOX_CPUCUDA_ORDER",
-        "poison": "SANDBOX_CPUCUDA_POISON", "poison_seed": "SANDBOX_CPUCUDA_POISON_SEED"}
+        "poison": "SANDBOX_CPUCUDA_POISON", "poison_seed": "SANDBOX_CPUCUDA_POISON_SEED",
+        "traffic": "SANDBOX_CPUCUDA_TRAFFIC"}
 
 
 @contextlib.contextmanager
-def modes(*, asan=None, racecheck=None, order=None, poison=None, poison_seed=None):
+def modes(*, asan=None, racecheck=None, order=None, poison=None, poison_seed=None, traffic=None):
     """Set the process-wide switches for a ``with`` block (None leaves one as it is).
 
         with sandbox.cpucuda.modes(racecheck=True, poison="finite"):
@@ -99,7 +106,8 @@ def modes(*, asan=None, racecheck=None, order=None, poison=None, poison_seed=Non
     Implemented with the environment variables, so child processes and kernels
     built anywhere in the process see the same modes; restored on exit.
     """
-    given = {"asan": asan, "racecheck": racecheck, "order": order, "poison": poison, "poison_seed": poison_seed}
+    given = {"asan": asan, "racecheck": racecheck, "order": order, "poison": poison, "poison_seed": poison_seed,
+             "traffic": traffic}
     values = {_ENV[k]: _env_value(k, v) for k, v in given.items() if v is not None}
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)

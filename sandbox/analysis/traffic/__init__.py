@@ -1,1 +1,14 @@
-"""Memory traffic of a kernel launch counted on the CPU, under Nsight Compute's metric names."""
+"""Memory traffic of kernel launches counted on the CPU, under Nsight Compute's metric names.
+
+    raw.RawLaunch                the contract: what a capture (CPU executor, Numba simulator) hands over
+    requests.group(records, sites), global_request(...), shared_request(...)   per-lane accesses -> requests
+    count(launches, device) -> CallTraffic      metrics per launch, block and site; L2 across the launches
+    metrics.METRICS                             the metric names, in report order
+"""
+from .count import CallTraffic, Traffic, count
+from .metrics import METRICS
+from .raw import COUNTERS, OPS, SECTOR_DTYPE, SITE_BLOCK_DTYPE, SPACES, RawLaunch, Site
+from .requests import RECORD_DTYPE, global_request, group, shared_request
+
+__all__ = ["CallTraffic", "Traffic", "count", "METRICS", "COUNTERS", "OPS", "SPACES", "SECTOR_DTYPE",
+           "SITE_BLOCK_DTYPE", "RawLaunch", "Site", "RECORD_DTYPE", "global_request", "group", "shared_request"]

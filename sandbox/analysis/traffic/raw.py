@@ -21,6 +21,10 @@ import numpy as np
 
 OPS = ("load", "store", "atomic")
 SPACES = ("global", "shared")
+# Launch totals a capture may add besides the requests (RawLaunch.counters): warp-level tensor-core
+# instructions in units of one m16n8k16 MMA (sm_80/sm_90's HMMA.16816), and their FLOPs (2 * m * n * k
+# per warp-level MMA). The second name is the sandbox's own: Nsight Compute has no FLOP counter by that name.
+COUNTERS = ("smsp__inst_executed_pipe_tensor.sum", "sandbox__tensor_flops.sum")
 
 # One row per (block, site) that the block executed: the counts of its warp-level requests there.
 SITE_BLOCK_DTYPE = np.dtype([
@@ -71,6 +75,9 @@ class RawLaunch:
     sectors     SECTOR_DTYPE [n]: every global sector touched, in execution order
     notes       what the capture could not see or did differently (a libc memcpy in kernel code, a
                 simulator-only path, blocks counted once and scaled), said in every report
+    counters    counts that are not memory requests, by metric name (COUNTERS: tensor-core
+                instructions and FLOPs counted from the kernel's MMAs): int64 [num_blocks] each, one
+                count per block in launch order; absent names count 0
     represented_by  None when every block ran; else int64 [num_blocks]: the block whose counts stand
                 for each block (itself when it ran). site_block then has rows for every block (copies of
                 the representative's), but sectors only hold the blocks that ran.
@@ -85,12 +92,20 @@ class RawLaunch:
     site_block: np.ndarray
     sectors: np.ndarray
     notes: list[str] = dataclasses.field(default_factory=list)
+    counters: dict = dataclasses.field(default_factory=dict)
     represented_by: np.ndarray | None = None
     arrays: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.site_block.dtype != SITE_BLOCK_DTYPE or self.sectors.dtype != SECTOR_DTYPE:
             raise ValueError("RawLaunch.site_block and .sectors must have SITE_BLOCK_DTYPE and SECTOR_DTYPE")
+        unknown = set(self.counters) - set(COUNTERS)
+        if unknown:
+            raise ValueError(f"RawLaunch.counters: unknown names {sorted(unknown)}; known: {COUNTERS}")
+        for name, values in self.counters.items():
+            if np.shape(values) != (self.num_blocks,):
+                raise ValueError(f"RawLaunch.counters[{name!r}] must hold one count per block "
+                                 f"({self.num_blocks}), got shape {np.shape(values)}")
         if self.represented_by is not None:
             rep = self.represented_by
             if rep.shape != (self.num_blocks,) or (rep < 0).any() or (rep >= self.num_blocks).any() or (rep[rep] != rep).any():

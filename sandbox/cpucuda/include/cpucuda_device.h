@@ -159,8 +159,17 @@ static inline unsigned __lanemask_lt() { return (1u << cpucuda::g.cur->lane) - 1
 #else
 #define CPUCUDA_ATOMIC_RMW(T, op) T old = *p; *p = (op); return old;
 #endif
+// Traffic mode: an atomic is one access of its width, reported to the recorder with the caller's
+// address (so the function stays out of line) and done without instrumentation (no load + store).
+#if CPUCUDA_TRAFFIC
+#define CPUCUDA_ATOMIC_FN static __attribute__((noinline, no_sanitize("thread")))
+#define CPUCUDA_ATOMIC_NOTE(p) cpucuda_traffic_atomic((const void*)(p), sizeof(*(p)), __builtin_return_address(0));
+#else
+#define CPUCUDA_ATOMIC_FN static inline
+#define CPUCUDA_ATOMIC_NOTE(p)
+#endif
 #define CPUCUDA_ATOMIC(name, T, op)                                                                      \
-    static inline T name(T* p, T v) { CPUCUDA_ATOMIC_RMW(T, op) }                                        \
+    CPUCUDA_ATOMIC_FN T name(T* p, T v) { CPUCUDA_ATOMIC_NOTE(p) CPUCUDA_ATOMIC_RMW(T, op) }            \
     static inline T name##_block(T* p, T v) { return name(p, v); }                                      \
     static inline T name##_system(T* p, T v) { return name(p, v); }
 #define CPUCUDA_ATOMIC_INTS(name, op)                    \
@@ -196,7 +205,7 @@ CPUCUDA_ATOMIC(atomicDec, unsigned int, (old == 0u || old > v) ? v : old - 1u)
 #define CPUCUDA_CAS_BODY auto old = *p; if (old == compare) *p = v; return old;
 #endif
 #define CPUCUDA_CAS(T)                                                         \
-    static inline T atomicCAS(T* p, T compare, T v) { CPUCUDA_CAS_BODY } \
+    CPUCUDA_ATOMIC_FN T atomicCAS(T* p, T compare, T v) { CPUCUDA_ATOMIC_NOTE(p) CPUCUDA_CAS_BODY } \
     static inline T atomicCAS_block(T* p, T compare, T v) { return atomicCAS(p, compare, v); }
 CPUCUDA_CAS(int)
 CPUCUDA_CAS(unsigned int)
@@ -205,6 +214,8 @@ CPUCUDA_CAS(unsigned short)
 #undef CPUCUDA_CAS
 #undef CPUCUDA_CAS_BODY
 #undef CPUCUDA_ATOMIC_RMW
+#undef CPUCUDA_ATOMIC_FN
+#undef CPUCUDA_ATOMIC_NOTE
 
 // ---------------------------------------------------------------- memory
 

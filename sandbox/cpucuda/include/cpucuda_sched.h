@@ -32,6 +32,9 @@
 #include <stdarg.h>
 
 #include "cpucuda_fiber.h"
+#if CPUCUDA_TRAFFIC
+#include "cpucuda_traffic.h"
+#endif
 
 namespace cpucuda {
 
@@ -220,8 +223,14 @@ CPUCUDA_RUNTIME static inline void resume(Fiber* f) {
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(&g.main_fake_stack, f->stack_lo, f->stack_size);
 #endif
+#if CPUCUDA_TRAFFIC
+    cpucuda_traffic_switch((int)f->linear);
+#endif
     context_swap(&g.main_ctx, &f->ctx);
     __asm__ __volatile__("" ::: "memory");
+#if CPUCUDA_TRAFFIC
+    cpucuda_traffic_switch(-1);
+#endif
 #if CPUCUDA_ASAN
     __sanitizer_finish_switch_fiber(g.main_fake_stack, nullptr, nullptr);
 #endif
@@ -285,6 +294,9 @@ CPUCUDA_RUNTIME static int block_barrier(int kind, int pred, const char* what, c
 
 CPUCUDA_RUNTIME static bool release_block_barrier() {
     if (g.bar_arrived == 0 || g.bar_arrived != g.nthreads) return false;
+#if CPUCUDA_TRAFFIC
+    cpucuda_traffic_converge(-1);  // every warp converges at a barrier
+#endif
     int result = g.bar_kind == B_COUNT ? g.bar_count
                : g.bar_kind == B_AND   ? g.bar_count == (int)g.nthreads
                : g.bar_kind == B_OR    ? g.bar_count > 0
@@ -409,6 +421,9 @@ CPUCUDA_RUNTIME static void release_group(Warp& w, Fiber* lanes, unsigned m, int
         }
         f.state = READY;
     }
+#if CPUCUDA_TRAFFIC
+    if (m == w.existing) cpucuda_traffic_converge((int)((lanes - g.fibers) / 32));  // a full-warp operation
+#endif
     w.arrived &= ~m;
     if (kind != W_COALESCE) w.parity ^= 1u << __builtin_ctz(m);
     else w.coalesced_parity ^= 1u;
@@ -615,7 +630,7 @@ CPUCUDA_RUNTIME static inline uint32_t finite_poison_word(size_t w) {
 CPUCUDA_RUNTIME static void poison_fill(void* p, size_t n) {
     unsigned char* b = (unsigned char*)p;
     if (g.poison == POISON_NAN) {
-#if CPUCUDA_TSAN
+#if CPUCUDA_TSAN || CPUCUDA_TRAFFIC  // traffic: memset would read as an access the recorder cannot see
         for (size_t i = 0; i < n; ++i) {
             b[i] = 0xFF;
             __asm__ __volatile__("" : : "r"(b + i) : "memory");
@@ -638,6 +653,9 @@ CPUCUDA_RUNTIME static void poison_fill(void* p, size_t n) {
 CPUCUDA_RUNTIME static inline void shared_enter(void* p, size_t n, unsigned long* gen) {
     if (*gen != g.block_gen) {
         *gen = g.block_gen;
+#if CPUCUDA_TRAFFIC
+        cpucuda_traffic_shared(p, n, 0);
+#endif
         poison_fill(p, n);
     }
 }
@@ -760,6 +778,12 @@ CPUCUDA_RUNTIME static void init_block(unsigned bx, unsigned by, unsigned bz) {
         if (g_regions[r].dyn) *g_regions[r].dyn = g.dyn_smem;
         else poison_fill(g_regions[r].p, g_regions[r].n);
     poison_fill(g.dyn_smem, g.dyn_size);
+#if CPUCUDA_TRAFFIC
+    cpucuda_traffic_block_begin((int64_t)bx + (int64_t)g.gridDim.x * (by + (int64_t)g.gridDim.y * bz), n);
+    for (unsigned r = 0; r < g_nregions; ++r)
+        if (!g_regions[r].dyn) cpucuda_traffic_shared(g_regions[r].p, g_regions[r].n, 0);
+    cpucuda_traffic_shared(g.dyn_smem, g.dyn_size, 1);
+#endif
 }
 
 CPUCUDA_RUNTIME static int run_block() {
@@ -784,6 +808,9 @@ CPUCUDA_RUNTIME static int run_block() {
     }
 #if CPUCUDA_TSAN
     __tsan_acquire(&g_sync_exit);  // the next block starts after everything this one did
+#endif
+#if CPUCUDA_TRAFFIC
+    cpucuda_traffic_block_end();
 #endif
     if (!canary_intact()) {
         set_error("write past the end of dynamic shared memory (%zu bytes requested at launch) in block (%u,%u,%u)",

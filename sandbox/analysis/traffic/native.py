@@ -1,0 +1,42 @@
+"""Small C++ helpers compiled once with g++ and cached beside the CPU executor's objects.
+
+    compiled(source, output="so"|"o") -> Path    the shared object (or object file) built from `source`
+
+Cached under sandbox.cpucuda's cache folder by a hash of the source, the flags and the compiler's
+version; written to a temporary name and renamed, so parallel processes never see half a file.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from sandbox.cpucuda import compiler as _compiler
+
+FLAGS = ("-O2", "-fPIC", "-std=c++17", "-fvisibility=hidden", "-w")
+
+
+def compiled(source: Path, output: str = "so") -> Path:
+    if output not in ("so", "o"):
+        raise ValueError(f"output must be 'so' or 'o', got {output!r}")
+    source = Path(source)
+    flags = list(FLAGS) + (["-shared"] if output == "so" else ["-c"])
+    key = hashlib.sha256(repr((source.read_bytes(), flags, _compiler._compiler_version())).encode()).hexdigest()[:24]
+    root = _compiler.cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{source.stem}-{key}.{output}"
+    if path.exists():
+        return path
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=path.name + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        cmd = [_compiler.compiler(), *flags, str(source), "-o", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise _compiler.CpuCompileError(f"g++ could not compile {source.name}:\n{done.stderr[-3000:]}")
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
