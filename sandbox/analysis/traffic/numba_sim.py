@@ -9,8 +9,9 @@ Inside the block, every simulated launch is recorded: its device arrays are repl
 arrays (numba_traced) that log each element access with its thread, barrier epoch and source site;
 `cuda.shared.array` (static and dynamic) returns traced arrays too; `cuda.atomic.*` on a traced
 array is logged as op "atomic"; `syncthreads` advances the thread's epoch. At the end of each block
-numba_group turns the log into warp-level requests (rows per site, global sector stream); at the
-end of the launch the sites are named and the RawLaunch is appended to the list.
+the log is put in an execution order that does not depend on the simulator's thread interleaving
+(block_records) and the core's requests.group turns it into warp-level requests (rows per site,
+global sector stream); at the end of the launch the sites are named and the RawLaunch is appended.
 
 Not counted: `cuda.local.array` (registers or local memory on a GPU: which one is the compiler's
 choice, shown by compile_report's local_bytes and spills, not by the simulator; each launch's notes
@@ -24,6 +25,7 @@ and `max_seconds=` refuses a capture whose simulated time would exceed it, with 
 """
 from __future__ import annotations
 
+import _thread
 import contextlib
 import dis
 import sys
@@ -32,9 +34,9 @@ import time
 
 import numpy as np
 
-from .numba_group import group_block
-from .numba_traced import GlobalAddresses, SiteTable, TracedArray, data_address, source_name
+from .numba_traced import GlobalAddresses, SiteTable, TracedArray, Views, data_address, source_name
 from .raw import SECTOR_DTYPE, SITE_BLOCK_DTYPE, RawLaunch, Site
+from .requests import RECORD_DTYPE, group
 
 CHECK_EVERY = 1 << 16  # records between two looks at the clock inside a block
 ATOMIC_OPS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min", "nanmax", "nanmin", "cas",
@@ -50,6 +52,8 @@ GPU_REDUCTION = ("a GPU reduces with shfl_xor_sync instead: per reduction and wa
 
 _active = None
 _active_lock = threading.Lock()
+_threads = threading._active  # ident -> Thread: every simulated thread is a started threading.Thread
+_get_ident = _thread.get_ident
 
 
 class SimulationTooLong(RuntimeError):
@@ -142,6 +146,7 @@ class LaunchRecorder:
         self.block = tuple(int(b) for b in manager._block_dim)
         self.num_blocks = int(np.prod(self.grid))
         self.sites = SiteTable(fn.__code__, capture.machinery)
+        self.views = Views()
         self.records: list = []
         self.check_at = CHECK_EVERY
         self.stopped: str | None = None
@@ -155,10 +160,16 @@ class LaunchRecorder:
         self.started = time.monotonic()
 
     # -- the hot path: one call per element access --------------------------------------------
-    def record(self, frame, target_op, address) -> None:
-        thread = threading.current_thread()
+    def record(self, frame, target_op: int, view: int, idx) -> None:
+        """Log one element access: element `idx` of view `view`, made by `frame` (its address is
+        computed with the block's others, in block_records)."""
+        thread = _threads[_get_ident()]  # threading.current_thread() without its Python-level call
+        sites = self.sites
+        site = sites.known.get((frame.f_lasti << 24) | target_op) if frame.f_code is sites.kernel_code else None
+        if site is None:  # SiteTable.lookup's first case inlined: most accesses are in the kernel's own code
+            site = sites.lookup(frame, target_op)
         records = self.records
-        records.append((thread.thread_id, thread._traffic_epoch, self.sites.lookup(frame, target_op), address))
+        records.append((thread.thread_id, thread._traffic_epoch, site, view, idx))
         if len(records) > self.check_at:
             self.checkpoint()
 
@@ -191,14 +202,16 @@ class LaunchRecorder:
             return None
         self.records = []
         self.check_at = CHECK_EVERY
+        self.sites.new_block()
         try:
             result = original_run(manager, grid_point, *self.traced)
         except BaseException:
             self.capture.current = None
             raise
-        widths, shared, reads, writes = self._site_arrays()
-        rows, sectors = group_block(self.records, linear, widths, shared, reads, writes)
+        records = block_records(self.records, linear, self._widths(), self.views, self.target_name)
+        rows, sectors = group(records, self._plain_sites())
         self.records = []
+        self.sites.new_block()
         self.blocks.append((linear, rows, sectors))
         self.seen += 1
         self._watchdog()
@@ -247,15 +260,16 @@ class LaunchRecorder:
                 f"the capture would take about {projected:.0f} s (max_seconds = {limit:g}): count fewer blocks "
                 f"(represent=) or use a smaller problem")
 
-    def _site_arrays(self):
+    def _widths(self) -> np.ndarray:
+        """int64 [sites]: bytes per access of each site (its target's element)."""
         targets = self.sites.targets
-        sites = self.sites.sites
-        widths = np.array([targets[s[4]].width for s in sites], np.int64)
-        shared = np.array([targets[s[4]].space == "shared" for s in sites], bool)
-        ops = [s[3] for s in sites]
-        reads = np.array([op != "store" for op in ops], bool)
-        writes = np.array([op != "load" for op in ops], bool)
-        return widths, shared, reads, writes
+        return np.array([targets[s[4]].width for s in self.sites.sites], np.int64)
+
+    def _plain_sites(self) -> list[Site]:
+        """One Site per site id, unmerged (requests.group reads their op and space)."""
+        targets = self.sites.targets
+        return [Site(file, line, chain, op, targets[target].space, targets[target].name)
+                for file, line, chain, op, target, _ in self.sites.sites]
 
     # -- shared and local arrays -----------------------------------------------------------------
     def shared(self, array: np.ndarray, root: np.ndarray, frame) -> TracedArray:
@@ -333,6 +347,29 @@ class LaunchRecorder:
                          f"holds only the simulated blocks (RawLaunch.represented_by); outputs of the others were "
                          "not computed")
         return notes
+
+
+def block_records(records: list, block: int, widths: np.ndarray, views: Views, target_name) -> np.ndarray:
+    """One block's (thread, epoch, site, view, index) tuples as RECORD_DTYPE rows, in an execution
+    order that does not depend on how the simulator interleaved its threads: by epoch, warp, the
+    access's place in its thread's program order within the epoch, lane."""
+    out = np.zeros(len(records), RECORD_DTYPE)
+    if not records:
+        return out
+    thread, epoch, site, view, idx = zip(*records)
+    thread, epoch, site = (np.array(c, np.int64) for c in (thread, epoch, site))
+    by_thread = np.lexsort((epoch, thread))  # stable: a thread's records keep their program order
+    first = np.ones(len(records), bool)
+    first[1:] = (thread[by_thread][1:] != thread[by_thread][:-1]) | (epoch[by_thread][1:] != epoch[by_thread][:-1])
+    index = np.arange(len(records))
+    position = np.empty(len(records), np.int64)
+    position[by_thread] = index - np.maximum.accumulate(np.where(first, index, 0))
+    out["block"] = block
+    out["warp"], out["lane"] = thread // 32, thread % 32
+    out["epoch"], out["site"] = epoch, site
+    out["address"] = views.addresses(np.array(view, np.int64), idx, target_name)
+    out["width"] = widths[site]
+    return out[np.lexsort((out["lane"], position, out["warp"], epoch))]
 
 
 def _spread(rows: np.ndarray, blocks: np.ndarray) -> np.ndarray:
@@ -473,14 +510,14 @@ def _traced_atomic(name, original):
             if type(array) is not TracedArray:
                 return original(self, array, old, val)
             result = original(self, array._ary, old, val)
-            array._recorder.record(sys._getframe(1), array._atomic, array.atomic_address((0,) * array.ndim))
+            array._recorder.record(sys._getframe(1), array._atomic, array._view, (0,) * array.ndim)
             return result
     else:
         def atomic(self, array, index, *values):
             if type(array) is not TracedArray:
                 return original(self, array, index, *values)
             result = original(self, array._ary, index, *values)
-            array._recorder.record(sys._getframe(1), array._atomic, array.atomic_address(index))
+            array._recorder.record(sys._getframe(1), array._atomic, array._view, index)
             return result
     atomic.__name__ = name
     return atomic

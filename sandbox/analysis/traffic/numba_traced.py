@@ -2,7 +2,8 @@
 
 A TracedArray stands in for a kernel's device array (or a shared array) inside a simulated launch:
 every element read, write or atomic appends one record ``(thread, barrier epoch, site, address)``
-to the launch's current block; numba_group turns a block's records into warp-level requests.
+to the launch's current block; at the block's end the core's requests.group turns them into
+warp-level requests.
 
 Sites. A site is one bytecode instruction of the kernel, or of a device function together with the
 calls that led to it (innermost first), the way nvcc's inlining makes each call site its own code
@@ -99,8 +100,9 @@ class SiteTable:
     def __init__(self, kernel_code, machinery):
         self.kernel_code = kernel_code
         self._machinery = machinery   # id(code) -> bool: a frame of the simulator or of this capture
-        self._raw = {}                # raw key -> site id
+        self.known = {}               # raw key -> site id
         self._by_instruction = {}     # normalised key -> site id
+        self._callers = {}            # id(frame) -> (frame, caller_key(frame)) for device-function frames
         self.sites = []
         self.targets = []
         self._target_ids = {}
@@ -116,16 +118,24 @@ class SiteTable:
                 self.targets.append(Target(name, space, width))
             return index
 
-    def lookup(self, frame, target_op) -> int:
+    def lookup(self, frame, target_op: int) -> int:
+        """The site id of the access `frame` is making now; target_op = target << 2 | op."""
         code = frame.f_code
         if code is self.kernel_code:
-            key = (id(code), frame.f_lasti, target_op)
-        else:
-            key = self._raw_key(frame, target_op)
-        site = self._raw.get(key)
+            key = (frame.f_lasti << 24) | target_op  # an int: the cheapest key to hash
+        else:  # a device function: its callers' offsets stay put while it runs, so walk them once per call
+            callers = self._callers.get(id(frame))
+            if callers is None or callers[0] is not frame:
+                callers = self._callers[id(frame)] = (frame, self._caller_key(frame))
+            key = (callers[1], id(code), frame.f_lasti, target_op)
+        site = self.known.get(key)
         if site is None:
             site = self._miss(key, frame, target_op)
         return site
+
+    def new_block(self) -> None:
+        """Forget the frames of the last block's device-function calls (held only to keep ids unique)."""
+        self._callers.clear()
 
     def _frames(self, frame):
         """The frames from the access up to the kernel's, without the simulator's own."""
@@ -143,13 +153,9 @@ class SiteTable:
                 yield f
             f = f.f_back
 
-    def _raw_key(self, frame, target_op):
-        parts = []
-        for f in self._frames(frame):
-            parts.append(id(f.f_code))
-            parts.append(f.f_lasti)
-        parts.append(target_op)
-        return tuple(parts)
+    def _caller_key(self, frame) -> tuple:
+        """(code id, offset) of each frame that led to `frame`, innermost first, up to the kernel's."""
+        return tuple((id(f.f_code), f.f_lasti) for f in list(self._frames(frame))[1:])
 
     def _miss(self, key, frame, target_op) -> int:
         frames = list(self._frames(frame))
@@ -159,10 +165,10 @@ class SiteTable:
             if site is None:
                 site = self._by_instruction[instruction] = len(self.sites)
                 chain = tuple(f"{source_name(f.f_code.co_filename)}:{f.f_lineno}" for f in frames[1:])
-                target, op = target_op
+                target, op = target_op >> 2, target_op & 3
                 self.sites.append((source_name(frames[0].f_code.co_filename), frames[0].f_lineno, chain,
                                    OP_NAMES[op], target, tuple(f.f_code for f in frames)))
-            self._raw[key] = site
+            self.known[key] = site
         return site
 
 
@@ -192,6 +198,53 @@ def is_machinery(code) -> bool:
             or name.endswith("contextlib.py"))
 
 
+class Views:
+    """The array views a launch's traced arrays index, by number: (target, base address, strides, shape).
+
+    An access records its view's number and its raw index; addresses are computed for a whole block
+    at once (addresses()), which costs a fraction of doing the arithmetic in Python per access.
+    """
+
+    def __init__(self):
+        self._ids = {}
+        self.entries = []
+        self._lock = threading.Lock()
+
+    def index(self, target: int, base: int, array: np.ndarray) -> int:
+        key = (target, base, array.shape, array.strides)
+        view = self._ids.get(key)
+        if view is None:
+            with self._lock:
+                view = self._ids.get(key)
+                if view is None:
+                    view = self._ids[key] = len(self.entries)
+                    self.entries.append((target, int(base), np.array(array.strides, np.int64),
+                                         np.array(array.shape, np.int64)))
+        return view
+
+    def addresses(self, view: np.ndarray, idx: tuple, target_name) -> np.ndarray:
+        """int64 [n]: the fake address of access i, element idx[i] of view view[i]. An index must be one
+        integer per dimension (negative ones wrap, as in Numba); anything else is refused here."""
+        out = np.empty(len(view), np.int64)
+        order = np.argsort(view, kind="stable")
+        bounds = np.flatnonzero(np.diff(view[order])) + 1
+        for members in np.split(order, bounds) if len(order) else ():
+            target, base, strides, dims = self.entries[view[members[0]]]
+            raw = [idx[i] for i in members.tolist()]
+            try:
+                ix = np.array(raw, np.int64).reshape(len(members), -1)
+                if ix.shape[1] != len(dims):
+                    raise ValueError
+            except (TypeError, ValueError):
+                bad = next((r for r in raw if np.ndim(np.array(r, dtype=object)) > 1 or
+                            len(np.atleast_1d(np.array(r, dtype=object))) != len(dims)), raw[0])
+                raise TypeError(f"traffic capture: {target_name(target)}[{bad!r}] is not an element access "
+                                f"(one integer per dimension, {len(dims)} here)") from None
+            ix = np.where(ix < 0, ix + dims, ix)
+            out[members] = base + ix @ strides
+        return out
+
+
 class TracedArray:
     """A kernel's view of an array whose element accesses are recorded (global or shared).
 
@@ -199,60 +252,37 @@ class TracedArray:
     integers, or slices, give a traced view. Other attributes come from the wrapped ndarray.
     """
 
-    __slots__ = ("_ary", "_base", "_strides", "_dims", "_recorder", "_target", "_load", "_store", "_atomic",
+    __slots__ = ("_ary", "_base", "_view", "_recorder", "_target", "_load", "_store", "_atomic",
                  "shape", "ndim", "size", "dtype")
 
     def __init__(self, array: np.ndarray, base: int, recorder, target: int):
         from numba.cuda.simulator.cudadrv.devicearray import FakeShape
 
         self._ary = array
-        self._base = np.int64(base)  # int64 arithmetic: an int32 index times a stride must not wrap
-        self._strides = tuple(np.int64(s) for s in array.strides)
-        self._dims = array.shape
+        self._base = int(base)
+        self._view = recorder.views.index(target, base, array)
         self._recorder = recorder
         self._target = target
-        self._load, self._store, self._atomic = (target, LOAD), (target, STORE), (target, ATOMIC)
+        self._load, self._store, self._atomic = (target << 2) | LOAD, (target << 2) | STORE, (target << 2) | ATOMIC
         self.shape = FakeShape(array.shape)  # as the simulator's device arrays: no negative indexing
         self.ndim, self.size, self.dtype = array.ndim, array.size, array.dtype
-
-    def _offset(self, idx):
-        """The fake address of element `idx` (a full integer index; negative indices wrap as Numba's)."""
-        address = self._base
-        try:
-            if type(idx) is tuple:
-                if len(idx) != len(self._dims):
-                    raise TypeError
-                for i, stride, dim in zip(idx, self._strides, self._dims):
-                    address += (i + dim if i < 0 else i) * stride
-            else:
-                if len(self._dims) != 1:
-                    raise TypeError
-                address += (idx + self._dims[0] if idx < 0 else idx) * self._strides[0]
-        except TypeError:
-            raise TypeError(f"traffic capture: {self._recorder.target_name(self._target)}[{idx!r}] is not an "
-                            f"element access (one integer per dimension, {len(self._dims)} here)") from None
-        return address
 
     def __getitem__(self, idx):
         value = self._ary[idx]
         if type(value) is _ndarray:
-            return self._view(value)
-        self._recorder.record(_getframe(1), self._load, self._offset(idx))
+            return self._subview(value)
+        self._recorder.record(_getframe(1), self._load, self._view, idx)
         return value
 
     def __setitem__(self, idx, value):
-        address = self._offset(idx)
         self._ary[idx] = value
-        self._recorder.record(_getframe(1), self._store, address)
+        self._recorder.record(_getframe(1), self._store, self._view, idx)
 
-    def atomic_address(self, idx):
-        return self._offset(idx)
-
-    def _view(self, value: np.ndarray) -> "TracedArray":
+    def _subview(self, value: np.ndarray) -> "TracedArray":
         if not np.may_share_memory(value, self._ary):
             raise TypeError(f"traffic capture: {self._recorder.target_name(self._target)} indexed with arrays "
                             "(a copy, not an element access)")
-        base = int(self._base) + data_address(value) - data_address(self._ary)
+        base = self._base + data_address(value) - data_address(self._ary)
         return TracedArray(value, base, self._recorder, self._target)
 
     def __len__(self):
