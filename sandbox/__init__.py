@@ -1,15 +1,17 @@
 """Paged-attention kernel sandbox: write, check and race paged decode kernels.
 
     sandbox.variants(family=None) -> list[str]
-    sandbox.run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, backend="auto")
+    sandbox.run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, backend="auto",
+                config=None)
+    sandbox.tunables(name) -> {parameter: allowed values}   the kernel parameters a run may choose
 """
 from .devices.backends import configure_numba as _configure_numba
 
 _configure_numba()  # before anything imports numba.cuda: simulator exactly when there is no GPU
 
 from .problem.decode import DecodeProblem  # noqa: E402
-from .variant.registry import variants  # noqa: E402
+from .variant.registry import declared_tunables as tunables, variants  # noqa: E402
 from .variant.runner import run, run_problem  # noqa: E402
 from .variant.limits import Unsupported  # noqa: E402
 
-__all__ = ["variants", "run", "run_problem", "DecodeProblem", "Unsupported"]
+__all__ = ["variants", "tunables", "run", "run_problem", "DecodeProblem", "Unsupported"]

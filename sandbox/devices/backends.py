@@ -37,7 +37,7 @@ def configure_numba() -> None:
     if "NUMBA_ENABLE_CUDASIM" not in os.environ and "numba.cuda" not in sys.modules:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu_present() else "1"
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # shared memory poisoned per block: sandbox/devices/numba_poison.py
-        from . import numba_poison; numba_poison.install  # noqa: E702
+        from . import numba_poison; numba_poison.install()  # noqa: E702
 
 
 def numba_simulated() -> bool:

@@ -9,6 +9,7 @@ import dataclasses
 import importlib
 import types
 
+from . import tunables
 from .limits import Limits
 
 VARIANTS = {
@@ -71,8 +72,18 @@ class Variant:
         doc = (self.module.__doc__ or "").strip()
         return doc.splitlines()[0] if doc else ""
 
-    def prepare(self, problem, backend: str):
-        return self.module.prepare(problem, backend)
+    @property
+    def tunables(self) -> dict[str, tuple]:
+        """{parameter: allowed values}, the default first (see sandbox.variant.tunables)."""
+        return tunables.declared(self.module)
+
+    def configuration(self, config: dict | None = None) -> dict:
+        """`config` with the defaults filled in; an undeclared parameter or value is refused."""
+        return tunables.resolve(self.name, self.module, config)
+
+    def prepare(self, problem, backend: str, config: dict | None = None):
+        """The module's prepare, given the configuration's parameters as keyword arguments."""
+        return self.module.prepare(problem, backend, **self.configuration(config))
 
 
 def variants(family: str | None = None) -> list[str]:
@@ -101,3 +112,8 @@ def get(name: str) -> Variant:
         valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS))
         raise ValueError(f"unknown variant {name!r}; valid names: {valid}")
     return Variant(name, importlib.import_module(path))
+
+
+def declared_tunables(name: str) -> dict[str, tuple]:
+    """sandbox.tunables(name): the variant's {parameter: allowed values}, the default first ({}: none)."""
+    return get(name).tunables

@@ -9,8 +9,9 @@ from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem
 
 
-def prepare(name: str, problem: DecodeProblem, backend: str = "auto"):
-    """Validate and prepare `name` on `problem` (untimed). Returns (prepared, resolved backend).
+def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
+    """Validate and prepare `name` on `problem` (untimed) with the tunables in `config` (None: the
+    defaults; see sandbox.variant.tunables). Returns (prepared, resolved backend).
 
     Raises ValueError before any launch if the inputs are invalid or the variant does not support them.
     A numba variant whose mode differs from this process's cannot be prepared here: use run().
@@ -22,32 +23,35 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto"):
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
         raise ValueError(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
                          "use sandbox.run, which runs it in a child process")
-    return variant.prepare(problem, resolved), resolved
+    return variant.prepare(problem, resolved, config), resolved
 
 
-def run_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> np.ndarray:
+def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None) -> np.ndarray:
     """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype."""
     problem.validate()
     variant = registry.get(name)
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
+    variant.configuration(config)  # an undeclared tunable is refused here, in this process
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
         from ..devices.other_mode import call_in_numba_mode
-        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.runner:run_problem", name, problem, resolved)
-    prepared = variant.prepare(problem, resolved)
+        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.runner:run_problem", name, problem, resolved,
+                                  config)
+    prepared = variant.prepare(problem, resolved, config)
     prepared.launch()
     return np.asarray(prepared.result())
 
 
 def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
         k_scale=1.0, v_scale=1.0, window_left=-1, logits_soft_cap=0.0, alibi_slopes=None,
-        backend="auto") -> np.ndarray:
+        backend="auto", config=None) -> np.ndarray:
     """The public entry point: run variant `name` on host NumPy inputs.
 
     Returns [num_seqs, num_heads, head_dim] (decode) or [total_q, num_heads, head_dim] (with
     query_start) in the query's dtype. Inputs may be strided views: the variant receives
     C-contiguous copies. NaN or inf in a query row propagates to that row's output (the logits
-    of that head are NaN); everything else is validated before any launch.
+    of that head are NaN); everything else is validated before any launch. config: the variant's
+    tunables for this run ({"threads": 64}; sandbox.tunables(name) lists them), None for its defaults.
     """
     def contiguous(x):
         return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x
@@ -56,4 +60,4 @@ def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=N
                                            contiguous(alibi_slopes))
     problem = DecodeProblem(*(contiguous(x) for x in (query, key_cache, value_cache, block_tables, context_lens)),
                             scale, options=options, query_start=contiguous(query_start))
-    return run_problem(name, problem, backend)
+    return run_problem(name, problem, backend, config)
