@@ -4,6 +4,7 @@
     sandbox.run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, backend="auto",
                 config=None)
     sandbox.tunables(name) -> {parameter: allowed values}   the kernel parameters a run may choose
+    sandbox.traffic(name, problem, device="h200") -> dict   memory traffic counted on the CPU + modelled GPU time
 """
 from .devices.backends import configure_numba as _configure_numba
 
@@ -13,5 +14,6 @@ from .problem.decode import DecodeProblem  # noqa: E402
 from .variant.registry import declared_tunables as tunables, variants  # noqa: E402
 from .variant.runner import run, run_problem  # noqa: E402
 from .variant.limits import Unsupported  # noqa: E402
+from .analysis.traffic.variant import traffic  # noqa: E402
 
-__all__ = ["variants", "tunables", "run", "run_problem", "DecodeProblem", "Unsupported"]
+__all__ = ["variants", "tunables", "run", "run_problem", "DecodeProblem", "Unsupported", "traffic"]

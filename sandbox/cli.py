@@ -18,6 +18,8 @@ COMMANDS = {
     "resources": ("sandbox.commands.resources", "registers, shared/local memory, spills and occupancy per variant (sm_80/sm_90)"),
     "sass": ("sandbox.commands.sass", "each variant's SASS (sm_80/sm_90) without a GPU: census of loads by width, "
                                       "local memory, barriers, shuffles; --dump for the listing"),
+    "traffic": ("sandbox.commands.traffic", "memory traffic counted on the CPU (Nsight Compute's metrics) and the "
+                                            "modelled GPU time, per variant and block size"),
 }
 
 

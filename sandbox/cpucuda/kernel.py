@@ -155,8 +155,8 @@ class _Program:
             if addr:
                 ctypes.memmove(addr, data, min(len(data), size.value))
 
-    def params(self, name: str) -> list[_args.Param]:
-        b = self.build("normal")
+    def params(self, name: str, mode: str = "normal") -> list[_args.Param]:
+        b = self.build(mode, name if mode == "traffic" else None)  # a traffic-only process builds no batch
         lib = _load(b.so_path)
         i = b.entries[name]
         sig = getattr(lib, f"cpucuda_signature_{i}")
@@ -208,6 +208,7 @@ class CpuRawKernel:
         self._program = _program or _Program(code, self.options, [name])
         self._program.add(name)
         self._params = None
+        self._traffic_params = None  # read from the traffic build (a traffic-only process builds no batch)
         self._launchers = {}  # shared-object path -> ctypes launcher
 
     def compile(self, log_stream=None) -> None:
@@ -251,8 +252,11 @@ class CpuRawKernel:
         seed = _poison.seed_for_launch(kind, poison_seed)
         _poison.record(kind, seed)
         flags = _abi.FLAG_STRICT if race == "strict" else 0
-        items = _args.convert(self.name, self.params, args)
         mode = "asan" if asan else "tsan" if race != "off" else "traffic" if traffic else "normal"
+        if mode == "traffic" and self._traffic_params is None:
+            self._traffic_params = self._program.params(self.name, "traffic")
+        params = self._traffic_params if mode == "traffic" else self.params
+        items = _args.convert(self.name, params, args)
         reverse = order == "reverse" and mode != "traffic"  # traffic counts blocks in launch order
         config = (grid, block, shared_mem, stack_size(mode), reverse, flags, _poison.KINDS[kind], seed)
         try:

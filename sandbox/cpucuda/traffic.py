@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -148,12 +149,14 @@ class Session:
         self.lib, self.build, self.kernel, self.grid, self.block = lib, build, kernel, grid, block
         self.capture = _captures[-1] if _captures else Capture()
         regions = (_Region * max(len(items), 1))()
-        self.targets = {}
+        self.names = param_names(build.source_path.read_text(errors="replace"), kernel)
+        self.arrays = {}  # target name -> (virtual base, bytes)
         for i, item in enumerate(items):
             if isinstance(item, np.ndarray) and item.nbytes:
                 lo = item.ctypes.data
-                regions[i] = _Region(lo, lo + item.nbytes, self.capture.virtual(lo, item.nbytes), i)
-        self.names = param_names(build.source_path.read_text(errors="replace"), kernel)
+                base = self.capture.virtual(lo, item.nbytes)
+                regions[i] = _Region(lo, lo + item.nbytes, base, i)
+                self.arrays[self.names[i] if i < len(self.names) else f"argument {i}"] = (base, item.nbytes)
         num_blocks = int(np.prod(grid))
         lib.cpucuda_traffic_begin(ctypes.addressof(regions), len(items), num_blocks)
 
@@ -180,7 +183,8 @@ class Session:
         notes = [f"libc {_UNSEEN_WHAT[u['what']]} at {names.where(int(u['pc']))} moved {int(u['bytes'])} bytes of "
                  f"kernel memory in {int(u['calls'])} call(s): not in these counts (the instrumentation cannot "
                  "see inside libc)" for u in unseen]
-        raw = RawLaunch(self.kernel, tuple(self.grid), tuple(self.block), site_list, rows, sectors, notes, counters)
+        raw = RawLaunch(self.kernel, tuple(self.grid), tuple(self.block), site_list, rows, sectors, notes, counters,
+                        arrays=self.arrays)
         self.capture.launches.append(raw)
         _last["raw"] = raw
         return raw
@@ -285,8 +289,12 @@ class _Symbols:
             self._lines.setdefault(p, [("??", 0)])
 
     def _file(self, file: str) -> str:
+        """The file as the kernel's own #line names it: "<code>" for a code string, repository-relative paths."""
         if file == str(self.build.source_path):
             return _compiler.CODE_LABEL
+        if os.path.isabs(file) and not self._runtime(file):
+            rel = os.path.relpath(file)
+            return file if rel.startswith("..") else rel
         return file
 
     def _runtime(self, file: str) -> bool:

@@ -41,6 +41,7 @@ WRONG_VARIANTS = {
     "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_window_off_by_one",
     "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
     "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
+    "wrong.cupy.uncoalesced_k": "kernels.wrong.cupy_uncoalesced_k",
 }
 
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides

@@ -5,7 +5,7 @@
     CallTraffic.launches[i] -> Traffic               .metrics, .blocks (one dict per block, launch order,
                                                      summing to .metrics), .sites (one row per site), .notes
 
-A site row: file, line, chain, op, space, target; requests, lanes_per_request, bytes_per_request;
+A site row: file, line, chain, op, space, target, simulator_only; requests, lanes_per_request, bytes_per_request;
 global: sectors, sectors_per_request; shared: wavefronts, wavefronts_per_request,
 ideal_wavefronts_per_request, bank_conflicts.
 """
@@ -81,7 +81,7 @@ def _site_rows(raw: RawLaunch) -> list:
         if not requests:
             continue
         row = dict(file=site.file, line=site.line, chain=list(site.chain), op=site.op, space=site.space,
-                   target=site.target, requests=requests,
+                   target=site.target, simulator_only=site.simulator_only, requests=requests,
                    lanes_per_request=float(mine["lanes"].sum()) / requests,
                    bytes_per_request=float(mine["bytes"].sum()) / requests)
         if site.space == "global":
@@ -132,6 +132,10 @@ def count(launches: list[RawLaunch], device="h200") -> CallTraffic:
     """Count a variant call's launches (in launch order) for `device`'s L2 (sandbox.analysis.gpus)."""
     gpu = gpus.get(device)
     dram = l2.dram_bytes([r.sectors for r in launches], [r.num_blocks for r in launches], gpu.l2_bytes)
-    out = [Traffic(r.kernel, tuple(r.grid), tuple(r.block), _block_metrics(r, read, write), _site_rows(r),
-                   list(r.notes)) for r, (read, write) in zip(launches, dram)]
+    out = []
+    for r, (read, write) in zip(launches, dram):
+        if r.represented_by is not None:  # blocks that did not run take their representative's DRAM bytes
+            read, write = read[r.represented_by], write[r.represented_by]
+        out.append(Traffic(r.kernel, tuple(r.grid), tuple(r.block), _block_metrics(r, read, write), _site_rows(r),
+                           list(r.notes)))
     return CallTraffic(gpu, out)

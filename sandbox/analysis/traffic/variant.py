@@ -1,0 +1,255 @@
+"""A variant's traffic and modelled time on a GPU, counted on the CPU: sandbox.traffic(name, problem).
+
+    traffic(name, problem, device="h200", sample_seqs=8) -> dict
+        "metrics"      the call's kernels summed (Nsight Compute's names, metrics.METRICS)
+        "kernels"      per launch: name, grid, block, metrics, sites, registers, static/dynamic shared bytes,
+                       occupancy, blocks_per_sm, limiter (the compile census of that instantiation)
+        "ideal_bytes"  query + K/V of every token read once + table entries + output (bytes_moved())
+        "model"        time_us, fraction_of_dram_bw, bound, assumptions, levels_us, kernels
+        "scale", "notes"  how many times the counted blocks stand for the grid, and what to know
+    columns(name, problem, device="h200") -> dict   the per-point columns a sweep records (COLUMNS)
+
+cupy.* variants run on the CPU executor in traffic mode; numba.* under the Numba simulator's capture
+(sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel. One L2 model spans the call's kernels.
+
+Large problems: when every sequence (or every group of sequences sharing a prompt) does the same work
+(same context and query lengths), the blocks of the first `sample_seqs` sequences (whole groups) are
+counted and every count is scaled by num_seqs / counted; the grids, the model and ideal_bytes are the
+whole problem's, and the result says so. sample_seqs=None counts every block.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from .. import gpus, model as _model
+from ..occupancy import occupancy
+from . import metrics as M
+from .count import count
+
+SAMPLE_SEQS = 8
+COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
+           "bank_conflicts", "model_time_us", "model_fraction_of_bw", "model_bound")
+_KV = ("key_cache", "value_cache")
+
+
+# ---------------------------------------------------------------- sampling sequences of the same work shape
+
+def sharing_groups(problem) -> list[np.ndarray]:
+    """Sequences that share a physical block (a forked prompt), as index arrays in order of first sequence."""
+    parent = list(range(problem.num_seqs))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_block = problem.first_read_tokens() // problem.block_size
+    end_block = -(-problem.context_lens.astype(np.int64) // problem.block_size)
+    owner: dict[int, int] = {}
+    for s in range(problem.num_seqs):
+        for b in problem.block_tables[s, first_block[s]:end_block[s]].tolist():
+            if b in owner:
+                parent[root(s)] = root(owner[b])
+            else:
+                owner[b] = s
+    groups: dict[int, list[int]] = {}
+    for s in range(problem.num_seqs):
+        groups.setdefault(root(s), []).append(s)
+    return [np.array(g) for g in sorted(groups.values())]
+
+
+def subproblem(problem, seqs: np.ndarray):
+    """The problem restricted to sequences `seqs` (same caches: every address stays where it was)."""
+    if problem.query_start is None:
+        query, query_start = problem.query[seqs], None
+    else:
+        qs = problem.query_start.astype(np.int64)
+        query = problem.query[np.concatenate([np.arange(qs[s], qs[s + 1]) for s in seqs])]
+        query_start = np.concatenate([[0], np.cumsum(problem.query_lens[seqs])]).astype(np.int32)
+    return dataclasses.replace(problem, query=np.ascontiguousarray(query),
+                               block_tables=np.ascontiguousarray(problem.block_tables[seqs]),
+                               context_lens=np.ascontiguousarray(problem.context_lens[seqs]),
+                               query_start=query_start, recipe=None)
+
+
+def sample(problem, sample_seqs: int | None):
+    """(problem to count, scale, note): the first whole groups of at least `sample_seqs` sequences when
+    every group does the same work; else the problem itself (scale 1)."""
+    if sample_seqs is None or problem.num_seqs <= sample_seqs:
+        return problem, 1.0, None
+    if sample_seqs < 1:
+        raise ValueError(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
+    groups = sharing_groups(problem)
+    lens, qlens = problem.context_lens, problem.query_lens
+    shapes = {(tuple(lens[g].tolist()), tuple(qlens[g].tolist())) for g in groups}
+    if len(shapes) != 1:
+        return problem, 1.0, "every block counted: the sequences do not all do the same work"
+    take = -(-sample_seqs // len(groups[0]))
+    if take >= len(groups):
+        return problem, 1.0, None
+    seqs = np.concatenate(groups[:take])
+    scale = len(groups) / take
+    note = (f"blocks of {len(seqs)} of {problem.num_seqs} sequences counted ({take} of {len(groups)} groups doing "
+            f"the same work: same context and query lengths); counts scaled x{scale:g}")
+    return subproblem(problem, seqs), scale, note
+
+
+# ---------------------------------------------------------------- captures per family
+
+def _capture_cupy(name, problem, counted, census: bool):
+    from kernels.cupy_raw import common
+    from sandbox.cpucuda import traffic_capture
+    from sandbox.variant import runner
+
+    with common.cpu_options(traffic=True):
+        whole, _ = runner.prepare(name, problem, "cpu")
+        part = whole if counted is problem else runner.prepare(name, counted, "cpu")[0]
+    with traffic_capture() as launches:
+        part.launch()
+    grids = [_dims(g) for _, g, _, _, _ in whole.launches]
+    resources = [_cupy_census(kernel, block, shared) if census else _no_census(block, shared)
+                 for kernel, _, block, _, shared in whole.launches]
+    return launches, grids, resources
+
+
+def _capture_numba(name, problem, counted, census: bool):
+    try:
+        from . import numba_sim
+    except ImportError as exc:
+        raise RuntimeError(f"{name}: Numba traffic capture not available (sandbox.analysis.traffic.numba_sim "
+                           f"cannot be imported: {exc})") from None
+    from sandbox.devices.backends import numba_simulated
+    from sandbox.variant import runner
+
+    if not numba_simulated():
+        raise RuntimeError(f"{name}: the Numba traffic capture needs the Numba CUDA simulator, and numba.cuda is "
+                           "in real mode in this process; run with NUMBA_ENABLE_CUDASIM=1")
+    if counted is not problem:
+        raise RuntimeError("sampling sequences is for the CPU executor's large problems; the simulator counts all")
+    prepared, _ = runner.prepare(name, problem, "cpu")
+    with numba_sim.capture() as launches:
+        prepared.launch()
+    res = _numba_census(name, problem) if census else dict(census_error="not asked for (census=False)")
+    return launches, [tuple(r.grid) for r in launches], [res] * len(launches)
+
+
+def _dims(value) -> tuple:
+    dims = [int(value)] if isinstance(value, (int, np.integer)) else [int(v) for v in value]
+    return tuple(dims + [1] * (3 - len(dims)))
+
+
+@functools.lru_cache(maxsize=64)
+def _nvrtc_resources(code: str, name: str, options: tuple):
+    from sandbox.analysis import nvrtc
+    return nvrtc.compile_cubin(code, [name], arch="sm_90", options=options).resources[name]
+
+
+def _no_census(block, dynamic_shared: int) -> dict:
+    return dict(census_error="not asked for (census=False)", threads_per_block=int(np.prod(_dims(block))),
+                dynamic_shared_bytes=int(dynamic_shared))
+
+
+def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
+    """Registers and shared memory of this exact instantiation (NVRTC -> cubin, sm_90), and its occupancy."""
+    threads = int(np.prod(_dims(block)))
+    try:
+        res = _nvrtc_resources(kernel.code, kernel.name, tuple(kernel.options))
+    except Exception as exc:  # no CUDA wheels: the model says occupancy is unknown
+        return dict(census_error=f"{type(exc).__name__}: {exc}"[:300], threads_per_block=threads,
+                    dynamic_shared_bytes=int(dynamic_shared))
+    occ = occupancy(res.registers, res.static_shared_bytes + int(dynamic_shared), threads, "sm_90")
+    return dict(registers=res.registers, static_shared_bytes=res.static_shared_bytes,
+                dynamic_shared_bytes=int(dynamic_shared), local_bytes=res.local_bytes, threads_per_block=threads,
+                occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter)
+
+
+def _numba_census(name, problem) -> dict:
+    from sandbox.analysis import resources
+    try:
+        (row,) = resources.collect([name], [problem.block_size], problem.head_dim, problem.dtype.name,
+                                   kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
+    except Exception as exc:
+        return dict(census_error=f"{type(exc).__name__}: {exc}"[:300])
+    keys = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "threads_per_block",
+            "occupancy", "blocks_per_sm", "limiter")
+    return {k: row[k] for k in keys if k in row} or dict(census_error=row.get("skipped") or row.get("error", "?"))
+
+
+# ---------------------------------------------------------------- the result
+
+def _scaled(metrics: dict, scale: float) -> dict:
+    return {k: int(round(v * scale)) for k, v in metrics.items()}
+
+
+def _scaled_sites(sites: list, scale: float) -> list:
+    fields = ("requests", "sectors", "wavefronts", "bank_conflicts")
+    return [{k: (int(round(v * scale)) if k in fields else v) for k, v in s.items()} for s in sites]
+
+
+def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS, census: bool = True) -> dict:
+    """Count `name`'s kernels on `problem` and model their time on `device` (see the module docstring).
+
+    census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
+    takes occupancy as unknown.
+    """
+    from sandbox.variant import registry
+
+    gpu = gpus.get(device)
+    variant = registry.get(name)
+    if variant.family == "numpy":
+        raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
+                         "memory accesses; choose a cupy.* or numba.* variant")
+    problem.validate()
+    variant.limits.check(name, problem, "cpu")
+    counted, scale, note = sample(problem, sample_seqs if variant.family == "cupy" else None)
+    capture = _capture_cupy if variant.family == "cupy" else _capture_numba
+    launches, grids, resources = capture(name, problem, counted, census)
+    if len(grids) != len(launches):
+        raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
+    call = count(launches, gpu)
+    declared = getattr(variant.module, "LOADS_IN_FLIGHT", None)
+    loads = int(declared) if declared is not None else _model.DEFAULT_LOADS_IN_FLIGHT
+    flops = 2.0 * problem.multiply_adds()
+    load_sectors = [t.metrics[M.GLOBAL_LOAD_SECTORS] for t in call.launches]
+    kernels, model_inputs = [], []
+    for t, grid, res, sectors in zip(call.launches, grids, resources, load_sectors):
+        metrics = _scaled(t.metrics, scale)
+        share = flops * sectors / sum(load_sectors) if sum(load_sectors) else flops / len(call.launches)
+        kernels.append(dict(name=t.kernel, grid=grid, block=t.block, counted_grid=t.grid, metrics=metrics,
+                            sites=_scaled_sites(t.sites, scale), notes=t.notes, **res))
+        model_inputs.append(_model.Kernel(t.kernel, metrics, int(np.prod(grid)), int(np.prod(t.block)),
+                                          res.get("blocks_per_sm"), loads, share, declared is not None))
+    notes = ([note] if note else []) + call.notes + [f"{k['name']}: compile census unavailable ({k['census_error']})"
+                                                     for k in kernels if "census_error" in k]
+    return dict(variant=name, device=gpu.name, problem=problem.describe(), metrics=_scaled(call.metrics, scale),
+                kernels=kernels, ideal_bytes=int(problem.bytes_moved()), model=_model.predict(model_inputs, gpu),
+                scale=scale, notes=notes)
+
+
+def kv_sectors_per_request(result: dict) -> float:
+    """Sectors per request of the K and V loads (sites reading key_cache / value_cache), over every kernel."""
+    sites = [s for k in result["kernels"] for s in k["sites"]
+             if s["op"] == "load" and s["space"] == "global" and s["target"] in _KV]
+    requests = sum(s["requests"] for s in sites)
+    return sum(s["sectors"] for s in sites) / requests if requests else 0.0
+
+
+def summary(result: dict) -> dict:
+    """The COLUMNS of one traffic() result."""
+    m = result["metrics"]
+    dram = m[M.DRAM_READ] + m[M.DRAM_WRITE]
+    return dict(dram_bytes=dram, ideal_bytes=result["ideal_bytes"], bytes_over_ideal=dram / result["ideal_bytes"],
+                load_sectors_per_request=m[M.GLOBAL_LOAD_SECTORS] / max(m[M.GLOBAL_LOAD_REQUESTS], 1),
+                kv_sectors_per_request=kv_sectors_per_request(result),
+                bank_conflicts=sum(m[n] for n in M.SHARED_CONFLICTS),
+                model_time_us=result["model"]["time_us"], model_fraction_of_bw=result["model"]["fraction_of_dram_bw"],
+                model_bound=result["model"]["bound"])
+
+
+def columns(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS) -> dict:
+    """What a sweep point records: summary(traffic(name, problem, device)) (keys: COLUMNS)."""
+    return summary(traffic(name, problem, device, sample_seqs))

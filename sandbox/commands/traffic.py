@@ -1,0 +1,179 @@
+"""python -m sandbox traffic VARIANT...: memory traffic counted on the CPU (Nsight Compute's metrics) and the
+modelled time on a GPU, per variant and block size.
+
+For each point: the totals against the ideal bytes, the per-site table (the uncoalesced load, the
+conflicting store), the model's time, fraction of DRAM bandwidth and binding level; then one summary
+table. --csv writes one row per kernel whose columns are the metric names (diff it against
+`ncu --csv --metrics ...`), --json every result in full. Exit 0; 2 for a refused request (nothing
+written); 1 when a point failed to run.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..analysis import gpus
+from ..analysis.traffic import metrics as M
+from ..analysis.traffic import variant as V
+from ..problem import dtypes
+from ..sweep import shapes as shapes_mod
+from ..variant import registry
+from ..variant.limits import Unsupported
+from . import align, block_size_list, select_names
+
+DEFAULT_SHAPE = shapes_mod.GOAL_SHAPE
+DEFAULT_BLOCK_SIZES = (16,)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("variants", nargs="+", metavar="VARIANT",
+                        help="variant names, families (cupy, numba, wrong) or globs (cupy.*), comma or space separated")
+    parser.add_argument("--shape", default=DEFAULT_SHAPE, metavar="S",
+                        help=f"{shapes_mod.SHAPE_FORMAT} (default {DEFAULT_SHAPE}, the goal shape)")
+    parser.add_argument("--block-sizes", type=block_size_list, default=DEFAULT_BLOCK_SIZES, metavar="N,N",
+                        help="comma-separated block sizes (default 16)")
+    parser.add_argument("--device", default="h200", help=f"the GPU modelled: {', '.join(gpus.GPUS)} (default h200)")
+    parser.add_argument("--sample-seqs", type=int, default=V.SAMPLE_SEQS, metavar="N",
+                        help=f"count the blocks of N sequences when all do the same work, and scale (default "
+                             f"{V.SAMPLE_SEQS})")
+    parser.add_argument("--exact", action="store_true", help="count every block (no sampling: slower)")
+    parser.add_argument("--sites", type=int, default=12, metavar="N",
+                        help="site rows shown per kernel, the costliest first (0: none; default 12)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    parser.add_argument("--csv", metavar="FILE", help="write one row per kernel, metric names as columns")
+
+
+def _names(values) -> list[str]:
+    known = registry.variants() + registry.variants("wrong")
+    names = select_names(list(values), known, registry.variants)
+    for name in names:
+        if registry.get(name).family == "numpy":
+            raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a "
+                             "kernel's memory accesses; choose cupy.* or numba.* variants")
+    return names
+
+
+def _writable(path: str | None, flag: str) -> None:
+    if path and not Path(path).resolve().parent.is_dir():
+        raise ValueError(f"{flag} {path}: the folder {Path(path).resolve().parent} does not exist")
+
+
+def problem_for(shape, block_size: int, seed: int):
+    """The shape paged at `block_size`: the sweep's tables and layout; K/V of one constant value (the counts do
+    not depend on the values, and random ones would cost seconds per GB)."""
+    if shape.group_size:
+        return shapes_mod.shared_problem(shape, block_size, seed)
+    kv_shape = (shape.num_seqs, shape.context_len, shape.num_kv_heads, shape.head_dim)
+    cache = np.full(kv_shape, 0.25, dtype=np.float32).astype(dtypes.dtype(shape.kv_dtype))
+    rows = shape.num_seqs * shape.query_len
+    query = np.full((rows, shape.num_heads, shape.head_dim), 0.5, np.float32).astype(dtypes.dtype(shape.dtype))
+    tokens = shapes_mod.Tokens(shape, query, cache, cache, seed, shape.attention_options())
+    return shapes_mod.paged_problem(tokens, block_size)
+
+
+def _site_lines(kernel: dict, limit: int) -> list[str]:
+    def cost(s):
+        return s.get("sectors", 0) + s.get("wavefronts", 0)
+
+    rows = sorted(kernel["sites"], key=cost, reverse=True)[:limit]
+    if not rows:
+        return []
+    lines = [["  site", "op", "space", "target", "requests", "B/req", "sect/req", "wave/req (ideal)", "lanes  chain"]]
+    for s in rows:
+        shared = s["space"] == "shared"
+        lines.append([f"  {s['file']}:{s['line']}", s["op"], s["space"], s["target"], str(s["requests"]),
+                      f"{s['bytes_per_request']:.0f}", "-" if shared else f"{s['sectors_per_request']:.2f}",
+                      f"{s['wavefronts_per_request']:.2f} ({s['ideal_wavefronts_per_request']:.2f})" if shared else "-",
+                      f"{s['lanes_per_request']:.1f}" + (f"  via {' < '.join(s['chain'])}" if s["chain"] else "")])
+    return align(lines).splitlines()
+
+
+def report(result: dict, sites: int) -> str:
+    """One point as text: totals against the ideal, the sites, the model."""
+    m, s, model = result["metrics"], V.summary(result), result["model"]
+    out = [f"== {result['variant']}  {result['problem']}  ({result['device']})"]
+    out += [f"  note: {n}" for n in result["notes"]]
+    out.append(f"  DRAM read {m[M.DRAM_READ]:,} B + write {m[M.DRAM_WRITE]:,} B = {s['dram_bytes']:,} B; ideal "
+               f"{s['ideal_bytes']:,} B: {s['bytes_over_ideal']:.3f}x")
+    out.append(f"  global loads {m[M.GLOBAL_LOAD_REQUESTS]:,} requests, {s['load_sectors_per_request']:.2f} sectors/request "
+               f"(K/V {s['kv_sectors_per_request']:.2f}); L2 sectors read {m['lts__t_sectors_op_read.sum']:,}, "
+               f"written {m['lts__t_sectors_op_write.sum']:,}; shared bank conflicts {s['bank_conflicts']:,}")
+    for k in result["kernels"]:
+        occ = (f"{k['registers']} registers, {k['static_shared_bytes'] + k['dynamic_shared_bytes']} B shared, "
+               f"{k['blocks_per_sm']} blocks/SM ({k['limiter']})" if "registers" in k else "no compile census")
+        km = next(r for r in model["kernels"] if r["name"] == k["name"])
+        out.append(f"  kernel {k['name']}  grid {tuple(k['grid'])} block {tuple(k['block'])}: {occ}; "
+                   f"model {km['time_us']:.1f} us ({km['bound']})")
+        out += _site_lines(k, sites)
+    levels = ", ".join(f"{n} {v:.1f}" for n, v in model["levels_us"].items())
+    out.append(f"  MODEL: {model['time_us']:.1f} us, {100 * model['fraction_of_dram_bw']:.1f}% of DRAM bandwidth, "
+               f"bound by {model['bound']} (levels, us: {levels})")
+    out += [f"  assumes: {a}" for a in model["assumptions"]]
+    return "\n".join(out)
+
+
+def csv_rows(result: dict, block_size: int, shape: str) -> list[dict]:
+    return [dict(variant=result["variant"], shape=shape, block_size=block_size, kernel=k["name"],
+                 grid="x".join(map(str, k["grid"])), block="x".join(map(str, k["block"])),
+                 model_time_us=round(next(r["time_us"] for r in result["model"]["kernels"] if r["name"] == k["name"]), 3),
+                 **{n: k["metrics"][n] for n in M.METRICS}) for k in result["kernels"]]
+
+
+def summary_table(points: list) -> str:
+    lines = [["variant", "bs", "DRAM/ideal", "K/V sect/req", "bank confl", "model us", "% DRAM bw", "bound"]]
+    for name, bs, result in points:
+        s = V.summary(result)
+        lines.append([name, str(bs), f"{s['bytes_over_ideal']:.3f}", f"{s['kv_sectors_per_request']:.2f}",
+                      f"{s['bank_conflicts']:,}", f"{s['model_time_us']:.1f}", f"{100 * s['model_fraction_of_bw']:.1f}",
+                      s["model_bound"]])
+    return align(lines)
+
+
+def main(args) -> int:
+    names = _names(args.variants)
+    shape = shapes_mod.parse_shape(args.shape)
+    try:
+        gpus.get(args.device)
+    except ValueError as exc:
+        raise ValueError(f"--device {args.device}: {exc}") from None
+    if args.sample_seqs < 1:
+        raise ValueError(f"--sample-seqs must be >= 1, got {args.sample_seqs}")
+    _writable(args.json, "--json")
+    _writable(args.csv, "--csv")
+    sample = None if args.exact else args.sample_seqs
+    points, failed, rows = [], 0, []
+    for block_size in args.block_sizes:
+        problem = None
+        for name in names:
+            start = time.perf_counter()
+            try:
+                problem = problem if problem is not None else problem_for(shape, block_size, args.seed)
+                result = V.traffic(name, problem, args.device, sample)
+            except Unsupported as exc:
+                print(f"== {name} block size {block_size}: skipped ({exc})")
+                continue
+            except Exception as exc:  # one variant failing must not hide the others
+                print(f"== {name} block size {block_size}: FAILED: {type(exc).__name__}: {exc}")
+                failed += 1
+                continue
+            print(report(result, args.sites))
+            print(f"  (counted in {time.perf_counter() - start:.1f} s)")
+            sys.stdout.flush()
+            points.append((name, block_size, result))
+            rows += csv_rows(result, block_size, shape.name)
+    if len(points) > 1:
+        print("\nMODEL (" + gpus.get(args.device).name + "), not a measurement:\n" + summary_table(points))
+    if args.json:
+        Path(args.json).write_text(json.dumps([dict(r, block_size=bs) for _, bs, r in points], indent=1, default=str))
+    if args.csv and rows:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return 1 if failed else 0

@@ -1,0 +1,57 @@
+"""python -m sandbox traffic: refusals (exit 2, one line, nothing written), the report, --csv / --json, exit 1."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from sandbox import cli
+from sandbox.analysis.traffic import metrics as M
+from sandbox.analysis.traffic import variant as V
+
+SHAPE = "2x64x4/2x64xfp16"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["numpy.gather"], "numpy.gather has no GPU kernel"),
+    (["cupy.nope"], "unknown variant 'cupy.nope'"),
+    (["cupy.gqa", "--shape", "64x4096"], "is not SEQSxTOKENS"),
+    (["cupy.gqa", "--device", "a100"], "--device a100: device must be one of h200, h100"),
+    (["cupy.gqa", "--sample-seqs", "0"], "--sample-seqs must be >= 1"),
+    (["cupy.gqa", "--json", "/nonexistent-folder/out.json"], "--json /nonexistent-folder/out.json: the folder"),
+])
+def test_refused_requests_exit_2_with_one_line_and_write_nothing(capsys, tmp_path, argv, message):
+    assert cli.main(["traffic", *argv, "--csv", str(tmp_path / "t.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_report_csv_and_json(capsys, tmp_path):
+    out_csv, out_json = tmp_path / "t.csv", tmp_path / "t.json"
+    assert cli.main(["traffic", "cupy.gqa", "cupy.v1", "--shape", SHAPE, "--block-sizes", "16",
+                     "--csv", str(out_csv), "--json", str(out_json), "--sites", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "== cupy.gqa" in text and "== cupy.v1" in text and "MODEL (H200 SXM), not a measurement" in text
+    assert "kernels/cupy_raw/common.cuh:" in text and "key_cache" in text and "bound by" in text
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [r["variant"] for r in rows] == ["cupy.gqa", "cupy.gqa", "cupy.v1"]  # gqa: partition + reduce
+    assert set(M.METRICS) <= set(rows[0]) and int(rows[0][M.GLOBAL_LOAD_REQUESTS]) > 0
+    results = json.loads(out_json.read_text())
+    assert [r["variant"] for r in results] == ["cupy.gqa", "cupy.v1"] and results[0]["block_size"] == 16
+    assert results[0]["metrics"] == {n: sum(int(r[n]) for r in rows[:2]) for n in M.METRICS}
+
+
+def test_a_failing_point_is_reported_and_exits_1(capsys, monkeypatch):
+    real = V.traffic
+
+    def traffic(name, *args, **kwargs):
+        if name == "cupy.v1":
+            raise RuntimeError("it broke")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(V, "traffic", traffic)
+    assert cli.main(["traffic", "cupy.v1", "cupy.gqa", "--shape", SHAPE, "--sites", "0"]) == 1
+    text = capsys.readouterr().out
+    assert "== cupy.v1 block size 16: FAILED: RuntimeError: it broke" in text and "== cupy.gqa" in text
