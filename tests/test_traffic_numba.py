@@ -304,6 +304,25 @@ def test_a_capture_over_its_time_limit_refuses_with_an_estimate():
             spin[64, 4](src, out, 2000)
 
 
+@cuda.jit
+def read_unwritten(out):
+    s = cuda.shared.array(8, float32)
+    t = cuda.threadIdx.x
+    if t < 7:
+        s[t] = t
+    cuda.syncthreads()
+    out[t] = s[7 - t]
+
+
+def test_shared_memory_stays_poisoned_under_the_capture():
+    """sandbox/devices/numba_poison.py fills shared memory with NaN before each block: the capture's
+    own allocation keeps that (thread 0 reads the slot nobody wrote)."""
+    out = cuda.device_array(8, np.float32)
+    launched(read_unwritten, 1, 8, out)
+    got = out.copy_to_host()
+    assert np.isnan(got[0]) and got[1:].tolist() == [6, 5, 4, 3, 2, 1, 0]
+
+
 def test_captures_do_not_nest_and_leave_the_simulator_as_they_found_it():
     from numba.cuda.simulator import kernel, kernelapi
 

@@ -128,3 +128,15 @@ def test_representatives_refuse_what_they_cannot_show_exact():
     represent = numba_sample.decode_representatives(even)
     assert represent("gqa_body", (2, 1, 1), (16, 1, 1), {}).blocks.tolist() == [0, 0]
     assert represent("naive_body", (1, 1, 1), (4, 1, 1), {}) is None
+
+
+def test_estimates_count_the_blocks_that_will_be_simulated():
+    """One sequence per kind and one block of its grid row for the grouped variants, everything else
+    for the others: a goal-like problem (2 x 4096 tokens, 32/8 heads, d128) is minutes for numba.gqa,
+    hours for numba.naive."""
+    p = DecodeProblem.random(1, num_seqs=2, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
+                             context_lens=[4096, 4096], dtype="float16", share_prefix=False)
+    per_seq = 2 * 32 * 128 * 4096 * numba_sample.SECONDS_PER_MULTIPLY_ADD
+    assert numba_sample.estimate_seconds(p, "numba.gqa") == pytest.approx(per_seq / 8)
+    assert numba_sample.estimate_seconds(p, "numba.block") == pytest.approx(per_seq / 32)
+    assert numba_sample.estimate_seconds(p, "numba.naive") == pytest.approx(2 * per_seq)

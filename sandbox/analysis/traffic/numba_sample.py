@@ -19,6 +19,9 @@ SECTOR_BYTES = 32
 # Kernels whose grid is (sequence, head or KV head[, partition]): blockIdx.x is the sequence, and
 # neither the head nor the KV head changes a block's work (kernels/numba_cuda/{block,gqa,split}.py).
 SEQUENCE_ON_X = ("block_body", "gqa_body", "partition_body", "merge_body")
+# Per variant made of those kernels: the problem attribute counting the blocks (grid y) of a sequence that
+# do one kind of work, so one of them is simulated (estimate_seconds).
+GROUPED_VARIANTS = {"numba.block": "num_heads", "numba.split": "num_heads", "numba.gqa": "num_kv_heads"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +56,23 @@ def repeats(blocks: np.ndarray) -> tuple:
     return tuple(int(x) for x in label[inverse.ravel()])
 
 
+def sequence_kinds(problem) -> list | None:
+    """Per sequence, the key of its kind of work (decode_representatives' grouping), or None when the
+    problem's shapes cannot show two sequences' blocks alike (see decode_representatives)."""
+    p = problem
+    widths = (p.query.dtype.itemsize, p.key_cache.dtype.itemsize, 4)
+    if getattr(p, "query_start", None) is not None or any(p.head_dim * w % SECTOR_BYTES for w in widths):
+        return None
+    lens = p.context_lens.astype(np.int64)
+    first = p.first_read_tokens().astype(np.int64)
+    table_row = p.block_tables.shape[1] * p.block_tables.dtype.itemsize
+    kinds = []
+    for s in range(p.num_seqs):
+        used = p.block_tables[s, first[s] // p.block_size: -(-lens[s] // p.block_size)]
+        kinds.append((int(lens[s]), int(first[s]), (s * table_row) % SECTOR_BYTES, repeats(used)))
+    return kinds
+
+
 def decode_representatives(problem):
     """A capture(represent=...) callable for a decode problem (one query token per sequence).
 
@@ -62,25 +82,36 @@ def decode_representatives(problem):
     K/V cache or the float32 partials is not a whole number of sectors (head_dim * element bytes % 32),
     it answers None: every block is simulated.
     """
-    p = problem
-    widths = (p.query.dtype.itemsize, p.key_cache.dtype.itemsize, 4)
-    aligned = all(p.head_dim * w % SECTOR_BYTES == 0 for w in widths)
-    if getattr(p, "query_start", None) is not None or not aligned:
-        return lambda name, grid, block, args: None
-    lens = p.context_lens.astype(np.int64)
-    first = p.first_read_tokens().astype(np.int64)
-    table_row = p.block_tables.shape[1] * p.block_tables.dtype.itemsize
-    per_seq = []
-    for s in range(p.num_seqs):
-        used = p.block_tables[s, first[s] // p.block_size: -(-lens[s] // p.block_size)]
-        per_seq.append((int(lens[s]), int(first[s]), (s * table_row) % SECTOR_BYTES, repeats(used)))
+    kinds = sequence_kinds(problem)
 
     def represent(name, grid, block, args):
-        if name not in SEQUENCE_ON_X or grid[0] != p.num_seqs:
+        if kinds is None or name not in SEQUENCE_ON_X or grid[0] != len(kinds):
             return None
         gx, gy, gz = grid
-        keys = [(per_seq[x], z) for z in range(gz) for y in range(gy) for x in range(gx)]
+        keys = [(kinds[x], z) for z in range(gz) for y in range(gy) for x in range(gx)]
         return Representatives(by_key(keys), "same context length, first token and table pattern: "
                                              f"{len(set(keys))} kinds of block")
 
     return represent
+
+
+# Wall seconds per multiply-add (Q.K and P.V, DecodeProblem.multiply_adds) of a captured launch, measured
+# on a loaded 2-core machine: numba.gqa, one block of 512 tokens x 4 heads x head_dim 128 at 128 threads,
+# 524k multiply-adds in 36 s; the check-sized problems of every Numba variant took 27-44 us of CPU each.
+SECONDS_PER_MULTIPLY_ADD = 7e-5
+
+
+def estimate_seconds(problem, variant: str) -> float:
+    """Roughly how long capturing one call of a Numba decode variant takes, represent=decode_representatives
+    (problem) given: the multiply-adds of the blocks simulated times SECONDS_PER_MULTIPLY_ADD. For the
+    variants in GROUPED_VARIANTS, one sequence per kind of work and one of its blocks along grid y;
+    for the others, every sequence. To refuse a problem before starting it."""
+    p = problem
+    reads = (p.context_lens.astype(np.int64) - p.first_read_tokens()) * p.query_lens
+    per_block = GROUPED_VARIANTS.get(variant)
+    kinds = sequence_kinds(p) if per_block else None
+    share = 1
+    if kinds is not None:
+        reads = reads[sorted({k: i for i, k in reversed(list(enumerate(kinds)))}.values())]
+        share = getattr(p, per_block)
+    return float(2 * p.num_heads * p.head_dim * int(reads.sum()) / share * SECONDS_PER_MULTIPLY_ADD)
