@@ -92,6 +92,11 @@ def test_block_marks_the_simulator_only_reductions():
     assert marked and all(s.file == "kernels/numba_cuda/common.py" and s.space == "shared" for s in marked)
     assert all(not s.file.endswith("common.py") for s in launch.sites if not s.simulator_only)
     assert any("simulator-only path" in n and "shfl_xor_sync" in n for n in launch.notes)
+    gpu = numba_sim.without_simulator_only(launch)
+    kept = {gpu.sites[i] for i in np.unique(gpu.site_block["site"])}
+    assert kept == {s for s in launch.sites if not s.simulator_only}
+    assert site_sum(gpu, "key_cache") == site_sum(launch, "key_cache") and len(gpu.sectors) == len(launch.sectors)
+    assert site_sum(gpu, "scratch", "load", "requests") == 0 < site_sum(launch, "scratch", "load", "requests")
 
 
 @pytest.mark.parametrize("name", ["numba.gqa", "numba.split"])

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import dataclasses
 import dis
 import sys
 import threading
@@ -370,6 +371,18 @@ def block_records(records: list, block: int, widths: np.ndarray, views: Views, t
     out["address"] = views.addresses(np.array(view, np.int64), idx, target_name)
     out["width"] = widths[site]
     return out[np.lexsort((out["lane"], position, out["warp"], epoch))]
+
+
+def without_simulator_only(launch: RawLaunch) -> RawLaunch:
+    """The launch without the rows of its simulator_only sites: the counts of the code a GPU runs,
+    less what the GPU does in their place (GPU_REDUCTION: 2 shared requests per warp and reduction).
+    Those sites are shared-memory ones, so the sector stream is unchanged."""
+    keep = np.array([not s.simulator_only for s in launch.sites] or [True], bool)
+    rows = launch.site_block[keep[launch.site_block["site"]]] if len(launch.site_block) else launch.site_block
+    notes = [n for n in launch.notes if not n.startswith("simulator-only path")]
+    if not keep.all():
+        notes.append("simulator-only sites left out (without_simulator_only); " + GPU_REDUCTION)
+    return dataclasses.replace(launch, site_block=rows, notes=notes)
 
 
 def _spread(rows: np.ndarray, blocks: np.ndarray) -> np.ndarray:
