@@ -273,6 +273,16 @@ def test_sites_carry_their_call_chain_and_blocks_come_in_launch_order():
     assert stores["sector"][::4].tolist() == rows_in_order and len(stores) == 6 * 4
 
 
+@cuda.jit
+def store_to_slice(dst):
+    dst[0:2] = 1.0
+
+
+def test_a_store_that_is_not_one_element_is_refused_by_name():
+    with pytest.raises(TypeError, match=r"dst\[slice\(0, 2, None\)\] is not an element access"):
+        launched(store_to_slice, 1, 1, cuda.device_array(4, np.float32))
+
+
 def test_local_arrays_are_named_in_the_notes_and_not_counted():
     launch = launched(with_local, 1, 32, cuda.to_device(np.ones(32, np.float32)), cuda.device_array(32, np.float32))
     assert [s.target for s in launch.sites] == ["src", "out"]

@@ -19,7 +19,7 @@ name the local arrays it made), scalar kernel arguments (parameter space), and a
 reads through NumPy calls on a whole array (none of the project's kernels does). The
 definitions and what differs from a GPU are in docs/traffic-numba.md.
 
-Cost: the simulator's own time times about 1.5-3 (measured in docs/traffic-numba.md). Large
+Cost: the simulator's own time times about 1.3-3.9 (measured in docs/traffic-numba.md). Large
 problems: `represent=` counts one block for each class of identical-work blocks (numba_sample),
 and `max_seconds=` refuses a capture whose simulated time would exceed it, with an estimate.
 """
@@ -80,8 +80,9 @@ def capture(represent=None, max_seconds: float | None = None):
         if _active is not None:
             raise RuntimeError("numba_sim.capture() is already active in this process: captures do not nest")
         _active = Capture(represent, max_seconds)
-    patches = _install(_active)
+    patches = []
     try:
+        _install(_active, patches)
         yield _active.launches
     finally:
         for owner, name, previous in reversed(patches):
@@ -206,11 +207,11 @@ class LaunchRecorder:
         self.sites.new_block()
         try:
             result = original_run(manager, grid_point, *self.traced)
+            records = block_records(self.records, linear, self._widths(), self.views, self.target_name)
+            rows, sectors = group(records, self._plain_sites())
         except BaseException:
-            self.capture.current = None
+            self.capture.current = None  # the launch is dropped; the next one starts afresh
             raise
-        records = block_records(self.records, linear, self._widths(), self.views, self.target_name)
-        rows, sectors = group(records, self._plain_sites())
         self.records = []
         self.sites.new_block()
         self.blocks.append((linear, rows, sectors))
@@ -445,7 +446,8 @@ def stored_name(code, offset: int) -> str | None:
 _ABSENT = object()
 
 
-def _install(cap: Capture) -> list:
+def _install(cap: Capture, patches: list) -> None:
+    """Patch the simulator for `cap`, appending (owner, name, previous value) to `patches` as it goes."""
     from numba.cuda import types
     from numba.cuda.np import numpy_support
     from numba.cuda.simulator import kernel, kernelapi
@@ -454,8 +456,6 @@ def _install(cap: Capture) -> list:
         import kernels.numba_cuda.common  # noqa: F401
     except ImportError:
         pass
-    patches = []
-
     def patch(owner, name, value):
         patches.append((owner, name, owner.__dict__.get(name, _ABSENT)))
         setattr(owner, name, value)
@@ -513,7 +513,6 @@ def _install(cap: Capture) -> list:
     patch(kernelapi.FakeCUDALocal, "array", local_array)
     for name in ATOMIC_OPS:
         patch(kernelapi.FakeCUDAAtomic, name, _traced_atomic(name, getattr(kernelapi.FakeCUDAAtomic, name)))
-    return patches
 
 
 def _traced_atomic(name, original):

@@ -1,8 +1,8 @@
 """The recording half of the Numba simulator's traffic capture: traced arrays and source sites.
 
 A TracedArray stands in for a kernel's device array (or a shared array) inside a simulated launch:
-every element read, write or atomic appends one record ``(thread, barrier epoch, site, address)``
-to the launch's current block; at the block's end the core's requests.group turns them into
+every element read, write or atomic appends one record ``(thread, barrier epoch, site, view, index)``
+to the launch's current block (the address is computed per block, vectorised, by Views); at the block's end the core's requests.group turns them into
 warp-level requests.
 
 Sites. A site is one bytecode instruction of the kernel, or of a device function together with the
@@ -36,7 +36,6 @@ LOAD, STORE, ATOMIC = 0, 1, 2
 OP_NAMES = ("load", "store", "atomic")
 GLOBAL_ALIGN = 256
 _getframe = sys._getframe
-_current_thread = threading.current_thread
 _ndarray = np.ndarray
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -236,13 +235,18 @@ class Views:
                 if ix.shape[1] != len(dims):
                     raise ValueError
             except (TypeError, ValueError):
-                bad = next((r for r in raw if np.ndim(np.array(r, dtype=object)) > 1 or
-                            len(np.atleast_1d(np.array(r, dtype=object))) != len(dims)), raw[0])
+                bad = next((r for r in raw if not is_element_index(r, len(dims))), raw[0])
                 raise TypeError(f"traffic capture: {target_name(target)}[{bad!r}] is not an element access "
                                 f"(one integer per dimension, {len(dims)} here)") from None
             ix = np.where(ix < 0, ix + dims, ix)
             out[members] = base + ix @ strides
         return out
+
+
+def is_element_index(index, ndim: int) -> bool:
+    """Whether `index` names one element of an ndim-dimensional array (one integer per dimension)."""
+    parts = index if type(index) is tuple else (index,)
+    return len(parts) == ndim and all(isinstance(p, (int, np.integer)) for p in parts)
 
 
 class TracedArray:
@@ -292,4 +296,4 @@ class TracedArray:
         return getattr(self._ary, name)
 
     def __repr__(self):
-        return f"TracedArray({self._recorder.target_name(self._target)}, shape={self._dims}, dtype={self.dtype})"
+        return f"TracedArray({self._recorder.target_name(self._target)}, shape={self._ary.shape}, dtype={self.dtype})"
