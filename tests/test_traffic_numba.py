@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not backends.numba_simulated(), reason="needs th
 
 from numba import cuda, float32, float64, int32, uint16  # noqa: E402  (the simulator swaps `cuda` inside kernels)
 
-from sandbox.analysis.traffic import numba_sim  # noqa: E402
+from sandbox.analysis.traffic import count, numba_sim  # noqa: E402
 from sandbox.analysis.traffic.raw import RawLaunch  # noqa: E402
 
 
@@ -181,6 +181,8 @@ def test_l2_reuse_across_blocks_shows_in_the_sector_stream():
     assert list(first.sectors["block"]) == sorted(first.sectors["block"])
     assert reads["mask"].tolist() == [0xFFFFFFFF] * 4
     np.testing.assert_array_equal(first.sectors["sector"], second.sectors["sector"])
+    counted = count([first, second]).metrics  # the core's L2: cold at the call's start, kept across launches
+    assert counted["lts__t_sectors_op_read.sum"] == 8 and counted["dram__bytes_read.sum"] == 32
 
 
 @cuda.jit

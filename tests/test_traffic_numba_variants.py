@@ -16,7 +16,7 @@ from sandbox.devices import backends
 
 pytestmark = pytest.mark.skipif(not backends.numba_simulated(), reason="needs the Numba CUDA simulator (no GPU)")
 
-from sandbox.analysis.traffic import numba_sample, numba_sim  # noqa: E402
+from sandbox.analysis.traffic import count, numba_sample, numba_sim  # noqa: E402
 from sandbox.problem.decode import DecodeProblem  # noqa: E402
 from sandbox.variant import registry  # noqa: E402
 
@@ -65,6 +65,8 @@ def test_gqa_reads_each_kv_sector_once_per_kv_head():
     assert site_sum(launch, "value_cache") == ideal
     assert site_sum(launch, "key_cache") == site_sum(launch, "key_cache", field="lanes") == 16 * ideal
     assert site_sum(launch, "key_cache", field="bytes") == ideal_kv_bytes(p)
+    reads = launch.sectors[launch.sectors["read"]]
+    assert count([launch]).metrics["dram__bytes_read.sum"] == 32 * len(np.unique(reads["sector"]))
     assert launch.block == (64, 1, 1) and not any("SIM_MAX_THREADS" in n for n in launch.notes)
 
 
