@@ -178,7 +178,7 @@ class Session:
         counters = {"smsp__inst_executed_pipe_tensor.sum": _copy(res.mma_inst, res.nblocks, np.dtype(np.int64)),
                     "sandbox__tensor_flops.sum": _copy(res.mma_flops, res.nblocks, np.dtype(np.int64))}
         self.lib.cpucuda_traffic_release()
-        names = _Symbols(self.build)
+        names = _symbols(self.build)
         site_list = [names.site(s, chains, self._target(regions[s["region"]], names)) for s in sites]
         notes = [f"libc {_UNSEEN_WHAT[u['what']]} at {names.where(int(u['pc']))} moved {int(u['bytes'])} bytes of "
                  f"kernel memory in {int(u['calls'])} call(s): not in these counts (the instrumentation cannot "
@@ -260,6 +260,17 @@ def param_names(code: str, kernel: str) -> list[str]:
         return [next((t.text for t in reversed(p) if t.kind == "word"), f"argument {k}")
                 for k, p in enumerate(params)]
     return []
+
+
+_SYMBOLS: dict = {}
+
+
+def _symbols(build) -> "_Symbols":
+    """One symbol table per build: addr2line's answers are kept across launches."""
+    key = str(build.so_path)
+    if key not in _SYMBOLS:
+        _SYMBOLS[key] = _Symbols(build)
+    return _SYMBOLS[key]
 
 
 class _Symbols:
