@@ -310,10 +310,15 @@ def spin(src, out, rounds):
 
 
 def test_a_capture_over_its_time_limit_refuses_with_an_estimate():
+    """After a block, from the pace of the blocks done; inside a first block that outlasts the limit,
+    from the clock every CHECK_EVERY records (its threads stop at their next access)."""
     src, out = cuda.to_device(np.ones(4, np.float32)), cuda.device_array(4, np.float32)
-    with pytest.raises(numba_sim.SimulationTooLong, match=r"max_seconds = 0\.01.*represent="):
+    with pytest.raises(numba_sim.SimulationTooLong, match=r"1 of 64 blocks took .*\(max_seconds = 0\.01\).*represent="):
         with numba_sim.capture(max_seconds=0.01):
             spin[64, 4](src, out, 2000)
+    with pytest.raises(numba_sim.SimulationTooLong, match=r"block 1 of the 2 to simulate is unfinished"):
+        with numba_sim.capture(max_seconds=0.01):
+            spin[2, 4](src, out, 10 ** 6)
 
 
 @cuda.jit

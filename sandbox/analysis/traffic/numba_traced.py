@@ -2,8 +2,8 @@
 
 A TracedArray stands in for a kernel's device array (or a shared array) inside a simulated launch:
 every element read, write or atomic appends one record ``(thread, barrier epoch, site, view, index)``
-to the launch's current block (the address is computed per block, vectorised, by Views); at the block's end the core's requests.group turns them into
-warp-level requests.
+to the launch's current block; at the block's end Views computes the addresses, vectorised, and the
+core's requests.group turns the records into warp-level requests.
 
 Sites. A site is one bytecode instruction of the kernel, or of a device function together with the
 calls that led to it (innermost first), the way nvcc's inlining makes each call site its own code
