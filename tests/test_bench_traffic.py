@@ -1,4 +1,4 @@
-"""Cost of traffic mode against a normal launch: cupy.rows, 4 sequences x 512 tokens, GQA 4, head dim 64.
+"""Cost of traffic mode against a normal launch: cupy.rows, 4 sequences x 512 tokens, GQA 2, head dim 64.
 
 The bar is 10x a normal launch (make bench: `pytest tests/test_bench_traffic.py --benchmark-enable`);
 `pytest` runs the body once, untimed, and checks that traffic mode computes what a normal launch does.
@@ -21,7 +21,7 @@ BAR = 10.0
 
 @pytest.fixture(scope="module")
 def workload():
-    problem = DecodeProblem.random(1, num_seqs=4, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16,
+    problem = DecodeProblem.random(1, num_seqs=4, num_heads=4, num_kv_heads=2, head_dim=64, block_size=16,
                                    context_lens=[512] * 4, dtype="float16", share_prefix=False)
     normal, _ = runner.prepare("cupy.rows", problem, "cpu")
     with common.cpu_options(traffic=True):

@@ -10,7 +10,7 @@ from sandbox import cli
 from sandbox.analysis.traffic import metrics as M
 from sandbox.analysis.traffic import variant as V
 
-SHAPE = "2x64x4/2x64xfp16"
+SHAPE = "2x64x4/2x64xfp16"  # the instantiations tests/test_traffic_variants.py builds too
 
 
 @pytest.mark.parametrize("argv, message", [

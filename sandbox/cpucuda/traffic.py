@@ -149,7 +149,7 @@ class Session:
         self.lib, self.build, self.kernel, self.grid, self.block = lib, build, kernel, grid, block
         self.capture = _captures[-1] if _captures else Capture()
         regions = (_Region * max(len(items), 1))()
-        self.names = param_names(build.source_path.read_text(errors="replace"), kernel)
+        self.names = _param_names(str(build.source_path), kernel)
         self.arrays = {}  # target name -> (virtual base, bytes)
         for i, item in enumerate(items):
             if isinstance(item, np.ndarray) and item.nbytes:
@@ -215,6 +215,11 @@ def last_traffic(device="h200"):
 
 
 # ---------------------------------------------------------------- names: parameters, shared arrays, lines
+
+@functools.lru_cache(maxsize=256)
+def _param_names(source_path: str, kernel: str) -> list[str]:
+    return param_names(Path(source_path).read_text(errors="replace"), kernel)
+
 
 def param_names(code: str, kernel: str) -> list[str]:
     """The parameter names of __global__ `kernel` ("ns::k<16, float>" -> k's), [] when not found."""
@@ -348,9 +353,12 @@ class _Symbols:
                     found[int(parts[0], 16)] = name
         return found
 
+    @functools.cached_property
+    def _base(self) -> int:
+        return _load_base(self.path)
+
     def shared_name(self, address: int) -> str:
-        base = _load_base(self.path)
-        return self._shared_symbols.get(address - base, "__shared__")
+        return self._shared_symbols.get(address - self._base, "__shared__")
 
 
 def _load_base(path: str) -> int:

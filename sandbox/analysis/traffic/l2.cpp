@@ -20,16 +20,27 @@ struct __attribute__((packed)) Row {  // raw.SECTOR_DTYPE, byte for byte
     uint8_t read;
 };
 
+// One resident sector; the LRU list runs through prev/next (head = most recent, -1 terminated).
+struct Entry {
+    uint64_t sector;
+    int64_t owner;       // block charged with the write-back
+    int32_t prev, next;
+    uint32_t mask;       // bytes written while resident (valid without a DRAM read)
+    uint8_t full, dirty;
+};
+
+// Open addressing with linear probing; a slot keeps the sector beside the entry index, so probing
+// never leaves the slot array.
+struct Slot {
+    uint64_t sector;
+    int64_t entry;       // -1: empty
+};
+
 struct L2 {
-    int64_t capacity, used;
-    // entries: a doubly linked LRU list through prev/next (head = most recent), -1 terminated
-    uint64_t* sector;
-    int64_t *prev, *next, *owner;
-    uint32_t* mask;      // bytes written while resident (valid without a DRAM read)
-    uint8_t *full, *dirty;
-    int64_t head, tail, free_head;
-    // open addressing, linear probing: slot -> entry index or -1
-    int64_t* slots;
+    int64_t capacity;
+    Entry* entries;
+    int32_t head, tail, free_head;
+    Slot* slots;
     uint64_t slot_mask;
 };
 
@@ -41,112 +52,116 @@ static uint64_t hash64(uint64_t x) {
 }
 
 EXPORT L2* l2_new(int64_t capacity) {
+    if (capacity > (1ll << 30)) capacity = 1ll << 30;  // int32 links
     L2* c = (L2*)calloc(1, sizeof(L2));
     c->capacity = capacity;
-    c->sector = (uint64_t*)malloc(capacity * sizeof(uint64_t));
-    c->prev = (int64_t*)malloc(capacity * sizeof(int64_t));
-    c->next = (int64_t*)malloc(capacity * sizeof(int64_t));
-    c->owner = (int64_t*)malloc(capacity * sizeof(int64_t));
-    c->mask = (uint32_t*)malloc(capacity * sizeof(uint32_t));
-    c->full = (uint8_t*)malloc(capacity);
-    c->dirty = (uint8_t*)malloc(capacity);
+    c->entries = (Entry*)malloc(capacity * sizeof(Entry));
     uint64_t nslots = 1;
     while (nslots < (uint64_t)capacity * 2) nslots <<= 1;
-    c->slots = (int64_t*)malloc(nslots * sizeof(int64_t));
-    memset(c->slots, 0xff, nslots * sizeof(int64_t));
+    c->slots = (Slot*)malloc(nslots * sizeof(Slot));
+    for (uint64_t i = 0; i < nslots; ++i) c->slots[i].entry = -1;
     c->slot_mask = nslots - 1;
     c->head = c->tail = -1;
-    for (int64_t i = 0; i < capacity; ++i) c->next[i] = i + 1 < capacity ? i + 1 : -1;
+    for (int64_t i = 0; i < capacity; ++i) c->entries[i].next = i + 1 < capacity ? (int32_t)(i + 1) : -1;
     c->free_head = capacity ? 0 : -1;
     return c;
 }
 
 EXPORT void l2_free(L2* c) {
-    free(c->sector); free(c->prev); free(c->next); free(c->owner); free(c->mask); free(c->full);
-    free(c->dirty); free(c->slots); free(c);
+    free(c->entries);
+    free(c->slots);
+    free(c);
 }
 
-static int64_t* find_slot(L2* c, uint64_t sector) {
+static uint64_t find_slot(const L2* c, uint64_t sector) {
     uint64_t i = hash64(sector) & c->slot_mask;
-    while (c->slots[i] >= 0 && c->sector[c->slots[i]] != sector) i = (i + 1) & c->slot_mask;
-    return &c->slots[i];
+    while (c->slots[i].entry >= 0 && c->slots[i].sector != sector) i = (i + 1) & c->slot_mask;
+    return i;
 }
 
 // Backward-shift deletion keeps every probe chain unbroken: an entry after the hole moves into it
 // unless its home slot lies cyclically in (hole, its slot].
 static void erase_slot(L2* c, uint64_t sector) {
-    uint64_t i = find_slot(c, sector) - c->slots, j = i;
+    uint64_t i = find_slot(c, sector), j = i;
     for (;;) {
         j = (j + 1) & c->slot_mask;
-        if (c->slots[j] < 0) break;
-        const uint64_t home = hash64(c->sector[c->slots[j]]) & c->slot_mask;
+        if (c->slots[j].entry < 0) break;
+        const uint64_t home = hash64(c->slots[j].sector) & c->slot_mask;
         const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
         if (!stays) {
             c->slots[i] = c->slots[j];
             i = j;
         }
     }
-    c->slots[i] = -1;
+    c->slots[i].entry = -1;
 }
 
-static void unlink_entry(L2* c, int64_t e) {
-    if (c->prev[e] >= 0) c->next[c->prev[e]] = c->next[e]; else c->head = c->next[e];
-    if (c->next[e] >= 0) c->prev[c->next[e]] = c->prev[e]; else c->tail = c->prev[e];
+static void unlink_entry(L2* c, int32_t e) {
+    Entry& x = c->entries[e];
+    if (x.prev >= 0) c->entries[x.prev].next = x.next; else c->head = x.next;
+    if (x.next >= 0) c->entries[x.next].prev = x.prev; else c->tail = x.prev;
 }
 
-static void push_front(L2* c, int64_t e) {
-    c->prev[e] = -1;
-    c->next[e] = c->head;
-    if (c->head >= 0) c->prev[c->head] = e;
+static void push_front(L2* c, int32_t e) {
+    Entry& x = c->entries[e];
+    x.prev = -1;
+    x.next = c->head;
+    if (c->head >= 0) c->entries[c->head].prev = e;
     c->head = e;
     if (c->tail < 0) c->tail = e;
 }
 
 // Feed `n` rows whose blocks are numbered from `owner_base` in the call's owner arrays; DRAM bytes are
 // added to dram_read / dram_write (indexed by owner). Returns the number of L2 hits.
-EXPORT int64_t l2_feed(L2* c, const Row* rows, int64_t n, int64_t owner_base, int64_t* dram_read, int64_t* dram_write) {
+EXPORT int64_t l2_feed(L2* c, const Row* rows, int64_t n, int64_t owner_base, int64_t* dram_read,
+                       int64_t* dram_write) {
     int64_t hits = 0;
     for (int64_t r = 0; r < n; ++r) {
         const Row& row = rows[r];
         const int64_t owner = owner_base + row.block;
-        int64_t* slot = find_slot(c, row.sector);
-        int64_t e = *slot;
+        uint64_t slot = find_slot(c, row.sector);
+        int32_t e = (int32_t)c->slots[slot].entry;
         if (e >= 0) {
             unlink_entry(c, e);
             push_front(c, e);
-            if (row.read && !c->full[e] && (c->mask[e] & row.mask) != row.mask) {
+            Entry& x = c->entries[e];
+            if (row.read && !x.full && (x.mask & row.mask) != row.mask) {
                 dram_read[owner] += 32;
-                c->full[e] = 1;
+                x.full = 1;
             } else {
                 hits++;
             }
         } else {
             if (c->free_head < 0) {  // evict the least recently used sector
-                const int64_t victim = c->tail;
+                const int32_t victim = c->tail;
                 unlink_entry(c, victim);
-                if (c->dirty[victim]) dram_write[c->owner[victim]] += 32;
-                erase_slot(c, c->sector[victim]);
-                c->next[victim] = c->free_head;
+                Entry& v = c->entries[victim];
+                if (v.dirty) dram_write[v.owner] += 32;
+                erase_slot(c, v.sector);
+                v.next = c->free_head;
                 c->free_head = victim;
                 slot = find_slot(c, row.sector);
             }
             e = c->free_head;
-            c->free_head = c->next[e];
-            c->sector[e] = row.sector;
-            c->mask[e] = 0;
-            c->dirty[e] = 0;
-            c->full[e] = 0;
-            *slot = e;
+            Entry& x = c->entries[e];
+            c->free_head = x.next;
+            x.sector = row.sector;
+            x.mask = 0;
+            x.dirty = 0;
+            x.full = 0;
+            c->slots[slot].sector = row.sector;
+            c->slots[slot].entry = e;
             push_front(c, e);
             if (row.read) {
                 dram_read[owner] += 32;
-                c->full[e] = 1;
+                x.full = 1;
             }
         }
+        Entry& x = c->entries[e];
         if (row.write) {
-            if (!c->dirty[e]) c->owner[e] = owner;
-            c->dirty[e] = 1;
-            c->mask[e] |= row.mask;
+            if (!x.dirty) x.owner = owner;
+            x.dirty = 1;
+            x.mask |= row.mask;
         }
     }
     return hits;
@@ -154,10 +169,10 @@ EXPORT int64_t l2_feed(L2* c, const Row* rows, int64_t n, int64_t owner_base, in
 
 // The end of a variant's call: every dirty sector is written back.
 EXPORT void l2_flush(L2* c, int64_t* dram_write) {
-    for (int64_t e = c->head; e >= 0; e = c->next[e])
-        if (c->dirty[e]) {
-            dram_write[c->owner[e]] += 32;
-            c->dirty[e] = 0;
+    for (int32_t e = c->head; e >= 0; e = c->entries[e].next)
+        if (c->entries[e].dirty) {
+            dram_write[c->entries[e].owner] += 32;
+            c->entries[e].dirty = 0;
         }
 }
 

@@ -1,13 +1,13 @@
 """A variant's traffic and modelled time on a GPU, counted on the CPU: sandbox.traffic(name, problem).
 
-    traffic(name, problem, device="h200", sample_seqs=8) -> dict
+    traffic(name, problem, device="h200", sample_seqs=8, census=True, config=None) -> dict
         "metrics"      the call's kernels summed (Nsight Compute's names, metrics.METRICS)
         "kernels"      per launch: name, grid, block, metrics, sites, registers, static/dynamic shared bytes,
                        occupancy, blocks_per_sm, limiter (the compile census of that instantiation)
         "ideal_bytes"  query + K/V of every token read once + table entries + output (bytes_moved())
         "model"        time_us, fraction_of_dram_bw, bound, assumptions, levels_us, kernels
         "scale", "notes"  how many times the counted blocks stand for the grid, and what to know
-    columns(name, problem, device="h200") -> dict   the per-point columns a sweep records (COLUMNS)
+    columns(name, problem, device="h200", config=None) -> dict   the per-point columns a sweep records (COLUMNS)
 
 cupy.* variants run on the CPU executor in traffic mode; numba.* under the Numba simulator's capture
 (sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel. One L2 model spans the call's kernels.
@@ -19,6 +19,7 @@ whole problem's, and the result says so. sample_seqs=None counts every block.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -100,14 +101,14 @@ def sample(problem, sample_seqs: int | None):
 
 # ---------------------------------------------------------------- captures per family
 
-def _capture_cupy(name, problem, counted, census: bool):
+def _capture_cupy(name, problem, counted, census: bool, config):
     from kernels.cupy_raw import common
     from sandbox.cpucuda import traffic_capture
     from sandbox.variant import runner
 
     with common.cpu_options(traffic=True):
-        whole, _ = runner.prepare(name, problem, "cpu")
-        part = whole if counted is problem else runner.prepare(name, counted, "cpu")[0]
+        whole, _ = runner.prepare(name, problem, "cpu", config)
+        part = whole if counted is problem else runner.prepare(name, counted, "cpu", config)[0]
     with traffic_capture() as launches:
         part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
@@ -116,7 +117,7 @@ def _capture_cupy(name, problem, counted, census: bool):
     return launches, grids, resources
 
 
-def _capture_numba(name, problem, counted, census: bool):
+def _capture_numba(name, problem, counted, census: bool, config):
     try:
         from . import numba_sim
     except ImportError as exc:
@@ -130,11 +131,24 @@ def _capture_numba(name, problem, counted, census: bool):
                            "in real mode in this process; run with NUMBA_ENABLE_CUDASIM=1")
     if counted is not problem:
         raise RuntimeError("sampling sequences is for the CPU executor's large problems; the simulator counts all")
-    prepared, _ = runner.prepare(name, problem, "cpu")
-    with numba_sim.capture() as launches:
+    # The capture's own helpers where it has them: blocks of a GPU's size (the simulator's launchers cap
+    # them otherwise), and one block counted per class of identical-work blocks (numba_sample).
+    sizes = getattr(numba_sim, "gpu_thread_counts", contextlib.nullcontext)
+    with sizes():
+        prepared, _ = runner.prepare(name, problem, "cpu", config)
+    represent = _numba_representatives(problem)
+    with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
     res = _numba_census(name, problem) if census else dict(census_error="not asked for (census=False)")
     return launches, [tuple(r.grid) for r in launches], [res] * len(launches)
+
+
+def _numba_representatives(problem):
+    try:
+        from . import numba_sample
+    except ImportError:
+        return None
+    return numba_sample.decode_representatives(problem) if problem.max_query_len == 1 else None
 
 
 def _dims(value) -> tuple:
@@ -190,10 +204,11 @@ def _scaled_sites(sites: list, scale: float) -> list:
     return [{k: (int(round(v * scale)) if k in fields else v) for k, v in s.items()} for s in sites]
 
 
-def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS, census: bool = True) -> dict:
+def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS, census: bool = True,
+            config: dict | None = None) -> dict:
     """Count `name`'s kernels on `problem` and model their time on `device` (see the module docstring).
 
-    census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
+    config: the variant's tunables (sandbox.tunables(name); None: its defaults). census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
     takes occupancy as unknown.
     """
     from sandbox.variant import registry
@@ -207,7 +222,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     variant.limits.check(name, problem, "cpu")
     counted, scale, note = sample(problem, sample_seqs if variant.family == "cupy" else None)
     capture = _capture_cupy if variant.family == "cupy" else _capture_numba
-    launches, grids, resources = capture(name, problem, counted, census)
+    launches, grids, resources = capture(name, problem, counted, census, config)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
@@ -250,6 +265,7 @@ def summary(result: dict) -> dict:
                 model_bound=result["model"]["bound"])
 
 
-def columns(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS) -> dict:
-    """What a sweep point records: summary(traffic(name, problem, device)) (keys: COLUMNS)."""
-    return summary(traffic(name, problem, device, sample_seqs))
+def columns(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS,
+            config: dict | None = None) -> dict:
+    """What a sweep point records: summary(traffic(name, problem, device, config=config)) (keys: COLUMNS)."""
+    return summary(traffic(name, problem, device, sample_seqs, config=config))
