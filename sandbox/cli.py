@@ -12,7 +12,9 @@ import sys
 COMMANDS = {
     "list": ("sandbox.commands.list_variants", "list the registered variants and their limits"),
     "check": ("sandbox.commands.check", "check variants against the reference on edge-case and random problems"),
-    "memory": ("sandbox.memory.cli", "memory-waste study: paged against contiguous KV allocation"),
+    "memory": ("sandbox.commands.memory", "memory-waste study: paged against contiguous KV allocation"),
+    "serving": ("sandbox.commands.serving", "online serving simulation: max request rate under a latency bound, "
+                                            "paged against contiguous KV allocation"),
     "sweep": ("sandbox.commands.sweep", "race every variant over block sizes and shapes: check, time, plot"),
     "compare": ("sandbox.commands.compare", "compare two sweep runs point by point; flag regressions"),
     "resources": ("sandbox.commands.resources", "registers, shared/local memory, spills and occupancy per variant (sm_80/sm_90)"),

@@ -6,7 +6,8 @@ Each request is ``(prompt_len, output_len)`` with both >= 1 and ``prompt_len + o
   output tokens (the ShareGPT means reported in the vLLM paper). sigma 1.0 for both.
 - ``alpaca``: the same for about 19 / 58 tokens (Alpaca); sigma 0.7 prompt, 1.0 output.
 - ``uniform``: prompt uniform on 1..321 and output on 1..675 (the ShareGPT means, no tail).
-- a trace: a CSV with a header holding ``prompt_len`` and ``output_len`` columns.
+- a trace: a CSV with a header holding ``prompt_len`` and ``output_len`` columns and, optionally,
+  ``arrival`` (seconds from the start, finite and >= 0; any order).
 
 A prompt is clipped to ``[1, max_len - 1]``, then its output to ``[1, max_len - prompt]``. The
 lognormal's mu is solved so that the clipped continuous mean hits the target.
@@ -73,18 +74,24 @@ def sample_lengths(name: str, num_requests: int, max_len: int, rng: np.random.Ge
     return prompt, output
 
 
-def load_trace(path, max_len: int, num_requests: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(prompt_lens, output_lens) from a CSV with columns prompt_len,output_len (first num_requests rows)."""
+def load_trace(path, max_len: int, num_requests: int | None = None):
+    """(prompt_lens, output_lens, arrivals or None) from a CSV trace (first num_requests rows).
+
+    prompt_lens and output_lens are int64 [R]; arrivals float64 [R] seconds when the trace has an
+    ``arrival`` column, else None.
+    """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"trace {str(path)!r} is not a readable file")
-    prompts, outputs = [], []
+    prompts, outputs, arrivals = [], [], []
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        missing = {"prompt_len", "output_len"} - set(reader.fieldnames or ())
+        fields = set(reader.fieldnames or ())
+        missing = {"prompt_len", "output_len"} - fields
         if missing:
             raise ValueError(f"trace {str(path)!r} needs a header with columns prompt_len,output_len "
                              f"(missing {', '.join(sorted(missing))})")
+        timed = "arrival" in fields
         for line, row in enumerate(reader, start=2):
             if num_requests is not None and len(prompts) >= num_requests:
                 break
@@ -96,8 +103,22 @@ def load_trace(path, max_len: int, num_requests: int | None = None) -> tuple[np.
             if p < 1 or o < 1 or p + o > max_len:
                 raise ValueError(f"trace {str(path)!r} line {line}: need prompt_len >= 1, output_len >= 1 and "
                                  f"prompt_len + output_len <= max_len ({max_len}), got {p} + {o}")
+            if timed:
+                arrivals.append(_arrival(path, line, row["arrival"]))
             prompts.append(p)
             outputs.append(o)
     if not prompts:
         raise ValueError(f"trace {str(path)!r} has no requests")
-    return np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64)
+    return (np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64),
+            np.array(arrivals, dtype=np.float64) if timed else None)
+
+
+def _arrival(path: Path, line: int, text) -> float:
+    try:
+        t = float(text)
+    except (TypeError, ValueError):
+        t = math.nan
+    if not (math.isfinite(t) and t >= 0):
+        raise ValueError(f"trace {str(path)!r} line {line}: arrival must be a finite number of seconds >= 0, "
+                         f"got {text!r}")
+    return t

@@ -1,55 +1,68 @@
-"""The study's figure: utilization and concurrency against block size, contiguous as reference lines."""
+"""The study's figure: where the KV budget goes per allocator (the paper's Fig. 2) and requests running at once.
+
+Both panels put every allocator side by side on one axis (contiguous max / pow2 / oracle, then paged
+block sizes), so a mean is only ever drawn beside other means and a peak beside other peaks.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
+from sandbox.memory.waste import CATEGORIES
+
+COLORS = {"tokens": "#2a9d8f", "reserved": "#e9c46a", "internal": "#e76f51", "external": "#8d99ae", "free": "#edf2f4"}
+
+
+def allocator_rows(result: dict) -> list[tuple[str, dict]]:
+    """(label, row) for every allocator in display order."""
+    rows = [result["contiguous"], *result.get("contiguous_variants", [])]
+    rows = sorted(rows, key=lambda r: ("max", "pow2", "oracle").index(r["reserve"]))
+    out = [(f"contig.\n{r['reserve']}", r) for r in rows]
+    return out + [(f"paged\n{r['block_size']}", r) for r in result["paged"]]
+
+
+def concurrency_series(result: dict) -> dict[str, list[float]]:
+    """{"mean": [...], "peak": [...]} over allocator_rows: the same statistic for every allocator."""
+    rows = [r for _, r in allocator_rows(result)]
+    return {"mean": [r["mean_concurrent_requests"] for r in rows], "peak": [r["max_concurrent_requests"] for r in rows]}
+
 
 def plot_study(result: dict, path: Path) -> Path:
-    """Two panels (log2 block-size axis) from a study result dict; written as PNG to ``path``."""
+    """Two panels from a study result dict, written as PNG to ``path``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paged = result["paged"]
-    contiguous = result["contiguous"]
-    variants = result.get("contiguous_variants", [])
-    sizes = [row["block_size"] for row in paged]
-    fig, (ax_u, ax_c) = plt.subplots(1, 2, figsize=(12, 6))
+    labels = [label for label, _ in allocator_rows(result)]
+    rows = [r for _, r in allocator_rows(result)]
+    x = range(len(rows))
+    fig, (ax_w, ax_c) = plt.subplots(1, 2, figsize=(15, 6))
 
-    ax_u.plot(sizes, [100 * r["utilization"] for r in paged], "o-", color="C0", label="paged: utilization")
-    ax_u.plot(sizes, [100 * r["budget_utilization"] for r in paged], "s--", color="C0", alpha=0.6,
-              label="paged: share of budget holding tokens")
-    ax_u.axhline(100 * contiguous["utilization"], color="C3",
-                 label=f"contiguous ({contiguous['reserve']}): utilization")
-    ax_u.axhline(100 * contiguous["budget_utilization"], color="C3", ls="--", alpha=0.6,
-                 label=f"contiguous ({contiguous['reserve']}): share of budget")
-    for i, v in enumerate(variants):
-        ax_u.axhline(100 * v["utilization"], color=f"C{4 + i}", ls=":",
-                     label=f"contiguous ({v['reserve']}): utilization")
-    ax_u.set_ylim(0, 105)
-    ax_u.set_ylabel("% of KV slots holding real tokens")
-    ax_u.set_title("Memory utilization")
+    bottom = [0.0] * len(rows)
+    for cat in CATEGORIES:
+        values = [100 * r[cat] for r in rows]
+        ax_w.bar(x, values, bottom=bottom, color=COLORS[cat], edgecolor="#555", linewidth=0.4, label=cat)
+        for i, (v, b) in enumerate(zip(values, bottom)):
+            if cat == "tokens" and v > 6:
+                ax_w.text(i, b + v / 2, f"{v:.0f}", ha="center", va="center", fontsize=8, color="white")
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax_w.set_ylim(0, 100)
+    ax_w.set_ylabel("% of the whole KV budget (mean over steps)")
+    ax_w.set_title("Where the KV budget goes (the paper's Fig. 2 split)")
+    ax_w.legend(fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.13), frameon=False)
 
-    ax_c.plot(sizes, [r["max_concurrent_requests"] for r in paged], "o-", color="C0", label="paged: peak")
-    ax_c.plot(sizes, [r["mean_concurrent_requests"] for r in paged], "s--", color="C0", alpha=0.6,
-              label="paged: mean")
-    ax_c.axhline(contiguous["max_concurrent_requests"], color="C3",
-                 label=f"contiguous ({contiguous['reserve']}): peak")
-    ax_c.axhline(contiguous["mean_concurrent_requests"], color="C3", ls="--", alpha=0.6,
-                 label=f"contiguous ({contiguous['reserve']}): mean")
-    for i, v in enumerate(variants):
-        ax_c.axhline(v["max_concurrent_requests"], color=f"C{4 + i}", ls=":",
-                     label=f"contiguous ({v['reserve']}): peak")
-    ax_c.set_ylim(0, None)
-    ax_c.set_ylabel("concurrent requests")
-    ax_c.set_title("Requests running at once")
+    series = concurrency_series(result)
+    ax_c.bar(x, series["mean"], color=["#e76f51" if r["allocator"] == "contiguous" else "#2a9d8f" for r in rows],
+             label="mean over steps")
+    ax_c.plot(list(x), series["peak"], "k_", markersize=18, mew=2, ls="none", label="peak")
+    for i, m in enumerate(series["mean"]):
+        ax_c.text(i, m, f"{m:.1f}", ha="center", va="bottom", fontsize=8)
+    ax_c.set_ylabel("requests running at once")
+    ax_c.set_title("Concurrency: means beside means, peaks beside peaks")
+    ax_c.legend(fontsize=8, loc="upper left")
 
-    for ax in (ax_u, ax_c):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(s) for s in sizes])
-        ax.set_xlabel("block size (tokens, log2 scale)")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    for ax in (ax_w, ax_c):
+        ax.set_xticks(list(x), labels, fontsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
     meta = result["meta"]
     fig.suptitle(f"Paged vs contiguous KV cache: {meta['workload']}, budget {meta['budget_tokens']:,} tokens, "
                  f"max length {meta['max_len']}, {meta['lengths']['num_requests']} requests, seed {meta['seed']}")

@@ -1,30 +1,30 @@
-"""Memory saved by sharing blocks: parallel sampling and beam search, one request at a time.
+"""Memory saved by sharing blocks (the vLLM paper's Fig. 15): parallel sampling and beam search, one request at a time.
 
 Parallel sampling (n): the prompt is allocated once and forked n - 1 times; every sample then
-generates its own output (lengths drawn independently), so the first append into the shared
-partial last block copies it (copy-on-write) and only full prompt blocks stay shared.
+generates the request's output length (vLLM's benchmark_serving.py sets ignore_eos, so every
+sample runs to max_tokens), so the first append into the shared partial last block copies it
+(copy-on-write) and only full prompt blocks stay shared. ``output_samples`` may give each sample
+its own length instead.
 
-Beam search (width k): the prompt is forked into k beams. Each step every beam appends its token;
-then a random language model (a 64-token vocabulary, logits ~ N(0, 2^2) drawn afresh for every
-beam and step) proposes each beam's continuations, and the k best cumulative log-probabilities
-survive: a beam that wins c continuations is kept and forked c - 1 times, one that wins none is
-freed. Generated blocks are therefore shared too, down to the beams' common ancestor. All beams
-stop after the request's output length.
+Beam search (width k): the prompt is forked into k beams; every step each beam appends its token,
+then ``sandbox.memory.beam`` decides which beams survive: a beam that wins c continuations is kept
+and forked c - 1 times, one that wins none is freed. Generated blocks are therefore shared too, down
+to the beams' common ancestor. All beams stop after the request's output length.
 
 saved = 1 - (sum over steps of blocks in use) / (sum over steps of blocks the same sequences would
 hold without sharing, ceil(len / block_size) each), summed over all requests, sampled after each
-step's appends. This measures the decode phase of requests run in isolation.
+step's appends: the paper's "blocks saved by sharing / total blocks without sharing".
 """
 from __future__ import annotations
 
+import itertools
+import random
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from sandbox.memory import beam
 from sandbox.paging import BlockManager
-
-BEAM_VOCAB = 64
-BEAM_LOGIT_STD = 2.0
 
 
 @dataclass
@@ -70,7 +70,8 @@ def parallel_sampling(prompts, output_samples, block_size: int) -> SharingResult
     return _result("parallel", n, block_size, len(output_samples), with_, without, copies)
 
 
-def beam_search(prompts, outputs, width: int, block_size: int, rng: np.random.Generator) -> SharingResult:
+def beam_search(prompts, outputs, width: int, block_size: int, rng: random.Random,
+                survival: float = beam.SURVIVAL) -> SharingResult:
     """Beam search of the given width on every (prompt, output length) request; see the module docstring."""
     with_ = without = copies = 0
     for prompt, out in zip((int(p) for p in prompts), (int(o) for o in outputs)):
@@ -80,40 +81,51 @@ def beam_search(prompts, outputs, width: int, block_size: int, rng: np.random.Ge
         for j in range(1, width):
             bm.fork(0, j)
             beams.append(j)
-        next_id = width
-        scores = np.zeros(width)
-        scores[1:] = -np.inf                       # identical beams at the start: expand one
+        new_id = itertools.count(width).__next__
+        append = bm.append_slot
         for step in range(1, out + 1):
             for b in beams:
-                copies += bm.append_slot(b)[1] is not None
+                copies += append(b)[1] is not None
             with_ += bm.num_used_blocks
             without += width * -(-(prompt + step) // block_size)
             if step == out:
                 break
-            logits = rng.normal(0.0, BEAM_LOGIT_STD, size=(width, BEAM_VOCAB))
-            logp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
-            cand = (scores[:, None] + logp).ravel()
-            best = np.argpartition(-cand, width - 1)[:width]
-            best = best[np.argsort(-cand[best])]
-            parents = (best // BEAM_VOCAB).tolist()
-            wins = [0] * width
-            for p in parents:
-                wins[p] += 1
-            for i, b in enumerate(beams):
-                if wins[i] == 0:
-                    bm.free(b)
-            new_beams, seen = [], set()
-            for p in parents:
-                if p in seen:
-                    bm.fork(beams[p], next_id)
-                    new_beams.append(next_id)
-                    next_id += 1
-                else:
-                    seen.add(p)
-                    new_beams.append(beams[p])
-            beams = new_beams
-            scores = cand[best]
+            parents = beam.next_parents(width, survival, rng)
+            if parents is not None:
+                beams = advance_beams(bm, beams, parents, new_id)
         for b in beams:
             bm.free(b)
         assert bm.num_free_blocks == bm.num_blocks
     return _result("beam", width, block_size, len(outputs), with_, without, copies)
+
+
+def advance_beams(bm: BlockManager, beams: list, parents: list[int], new_id) -> list:
+    """Free the beams nobody continues, fork the ones continued more than once (``new_id()`` names a fork)."""
+    continued = set(parents)
+    for i, b in enumerate(beams):
+        if i not in continued:
+            bm.free(b)
+    new_beams, seen = [], set()
+    for p in parents:
+        if p in seen:
+            child = new_id()
+            bm.fork(beams[p], child)
+            new_beams.append(child)
+        else:
+            seen.add(p)
+            new_beams.append(beams[p])
+    return new_beams
+
+
+def calibrate_survival(prompts, outputs, block_size: int, survivals, widths, target: tuple[float, float],
+                       seed: int = 0) -> tuple[float, list[dict]]:
+    """The survival in ``survivals`` whose beam savings at the smallest and largest width come closest
+    (squared error) to ``target`` = (saved at widths[0], saved at widths[-1]); returns (best, table rows)."""
+    rows = []
+    for survival in survivals:
+        beam.validate_survival(survival)
+        saved = [beam_search(prompts, outputs, w, block_size, random.Random(seed), survival).saved for w in widths]
+        error = (saved[0] - target[0]) ** 2 + (saved[-1] - target[1]) ** 2
+        rows.append(dict(survival=survival, saved=dict(zip(widths, saved)), error=error))
+    best = min(rows, key=lambda r: r["error"])
+    return best["survival"], rows

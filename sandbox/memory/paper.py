@@ -1,0 +1,23 @@
+"""The vLLM paper's published figures this repository compares against (Kwon et al., SOSP 2023).
+
+Only numbers stated in the paper's text are kept here; figures read off a plot are not.
+"""
+from __future__ import annotations
+
+# Sec. 1-3 (Fig. 2): share of the KV cache memory holding token states in prior systems (Orca Max/Pow2/Oracle,
+# FasterTransformer), and vLLM's "mere waste of under 4%".
+TOKEN_STATES_PRIOR = (0.204, 0.382)
+VLLM_WASTE_BELOW = 0.04
+
+# Fig. 15 / Sec. 6.3: memory saved by sharing = blocks saved / blocks without sharing, at parallel sizes and
+# beam widths 2, 4, 6 (OPT-13B). The paper gives the range over the widths, smallest width first.
+FIG15_WIDTHS = (2, 4, 6)
+FIG15 = {
+    "alpaca": {"parallel": (0.061, 0.098), "beam": (0.376, 0.552)},
+    "sharegpt": {"parallel": (0.162, 0.305), "beam": (0.443, 0.663)},
+}
+
+# Sec. 6.2 (Fig. 12, ShareGPT): request rate vLLM sustains at similar latency, relative to each baseline;
+# Fig. 13a: requests batched at once by vLLM relative to each baseline (OPT-13B).
+FIG12_RATE_RATIO = {"oracle": (1.7, 2.7), "max": (2.7, 8.0)}
+FIG13_BATCH_RATIO = {"oracle": 2.2, "max": 4.3}
