@@ -135,6 +135,18 @@ def test_representatives_refuse_what_they_cannot_show_exact():
     represent = numba_sample.decode_representatives(even)
     assert represent("gqa_body", (2, 1, 1), (16, 1, 1), {}).blocks.tolist() == [0, 0]
     assert represent("naive_body", (1, 1, 1), (4, 1, 1), {}) is None
+    per_head = numba_sample.decode_representatives(even, across_heads=False)
+    assert per_head("block_body", (2, 2, 1), (16, 1, 1), {}).blocks.tolist() == [0, 0, 2, 2]
+
+
+def test_sequences_sharing_blocks_are_kinds_of_their_own():
+    """Forked prompts (two groups of two sequences): each sequence's K/V may already be in L2 when its
+    block runs, so none represents another; the groups' lengths alone would pair them."""
+    p = DecodeProblem.shared(4, num_groups=2, group_size=2, prefix_len=32, suffix_lens=[0, 0, 0, 0],
+                             num_heads=2, num_kv_heads=1, head_dim=32, block_size=8, dtype="float16")
+    assert len(set(p.context_lens.tolist())) == 1
+    represent = numba_sample.decode_representatives(p)
+    assert represent("gqa_body", (4, 1, 1), (16, 1, 1), {}).blocks.tolist() == [0, 1, 2, 3]
 
 
 def test_estimates_count_the_blocks_that_will_be_simulated():

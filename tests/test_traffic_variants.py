@@ -185,7 +185,7 @@ def test_numba_variants_go_to_the_simulators_capture(monkeypatch):
     seen = []
 
     @contextlib.contextmanager
-    def capture():
+    def capture(**options):  # represent=, as the real one takes, when numba_sample is there
         launches = []
         yield launches
         seen.append("launched")

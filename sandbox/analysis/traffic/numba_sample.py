@@ -66,21 +66,35 @@ def sequence_kinds(problem) -> list | None:
     lens = p.context_lens.astype(np.int64)
     first = p.first_read_tokens().astype(np.int64)
     table_row = p.block_tables.shape[1] * p.block_tables.dtype.itemsize
+    used = [p.block_tables[s, first[s] // p.block_size: -(-lens[s] // p.block_size)] for s in range(p.num_seqs)]
+    owners = {}
+    for s, blocks in enumerate(used):
+        for b in set(blocks.tolist()):
+            owners.setdefault(b, set()).add(s)
     kinds = []
-    for s in range(p.num_seqs):
-        used = p.block_tables[s, first[s] // p.block_size: -(-lens[s] // p.block_size)]
-        kinds.append((int(lens[s]), int(first[s]), (s * table_row) % SECTOR_BYTES, repeats(used)))
+    for s, blocks in enumerate(used):
+        if any(len(owners[b]) > 1 for b in blocks.tolist()):
+            kinds.append(("shares physical blocks", s))  # its own kind: its K/V may be in L2 already
+        else:
+            kinds.append((int(lens[s]), int(first[s]), (s * table_row) % SECTOR_BYTES, repeats(blocks)))
     return kinds
 
 
-def decode_representatives(problem):
+def decode_representatives(problem, across_heads: bool = True):
     """A capture(represent=...) callable for a decode problem (one query token per sequence).
 
     For the kernels in SEQUENCE_ON_X it maps block (x = sequence, y, z) to the first block with the
     same (context length, first token read, z, the sequence's block-table repeats and its table row's
-    offset modulo 32 bytes); for other kernels, or when a head's row of the query, the output, the
-    K/V cache or the float32 partials is not a whole number of sectors (head_dim * element bytes % 32),
-    it answers None: every block is simulated.
+    offset modulo 32 bytes; and y unless across_heads); a sequence that shares a physical block with
+    another is a kind of its own. For other kernels, or when a head's row of the query, the output,
+    the K/V cache or the float32 partials is not a whole number of sectors (head_dim * element bytes
+    % 32), it answers None: every block is simulated.
+
+    The per-block counts are exact either way. DRAM bytes are not counted for the blocks that do not
+    run: count() gives them their representative's, right for blocks whose data no other block read
+    first. Query heads of one KV head (grid y of numba.block and numba.split) read the same K/V: when
+    the blocks between them in launch order fit in L2 (small problems), a GPU serves the second from
+    L2 and across_heads=False (every head simulated) models that; at serving sizes they do not fit.
     """
     kinds = sequence_kinds(problem)
 
@@ -88,9 +102,9 @@ def decode_representatives(problem):
         if kinds is None or name not in SEQUENCE_ON_X or grid[0] != len(kinds):
             return None
         gx, gy, gz = grid
-        keys = [(kinds[x], z) for z in range(gz) for y in range(gy) for x in range(gx)]
-        return Representatives(by_key(keys), "same context length, first token and table pattern: "
-                                             f"{len(set(keys))} kinds of block")
+        keys = [(kinds[x], z, 0 if across_heads else y) for z in range(gz) for y in range(gy) for x in range(gx)]
+        return Representatives(by_key(keys), "same context length, first token and table pattern"
+                                             f"{'' if across_heads else ', same head'}: {len(set(keys))} kinds of block")
 
     return represent
 
@@ -101,11 +115,11 @@ def decode_representatives(problem):
 SECONDS_PER_MULTIPLY_ADD = 7e-5
 
 
-def estimate_seconds(problem, variant: str) -> float:
+def estimate_seconds(problem, variant: str, across_heads: bool = True) -> float:
     """Roughly how long capturing one call of a Numba decode variant takes, represent=decode_representatives
-    (problem) given: the multiply-adds of the blocks simulated times SECONDS_PER_MULTIPLY_ADD. For the
-    variants in GROUPED_VARIANTS, one sequence per kind of work and one of its blocks along grid y;
-    for the others, every sequence. To refuse a problem before starting it."""
+    (problem, across_heads) given: the multiply-adds of the blocks simulated times SECONDS_PER_MULTIPLY_ADD.
+    For the variants in GROUPED_VARIANTS, one sequence per kind of work and (across_heads) one of its
+    blocks along grid y; for the others, every sequence. To refuse a problem before starting it."""
     p = problem
     reads = (p.context_lens.astype(np.int64) - p.first_read_tokens()) * p.query_lens
     per_block = GROUPED_VARIANTS.get(variant)
@@ -113,5 +127,5 @@ def estimate_seconds(problem, variant: str) -> float:
     share = 1
     if kinds is not None:
         reads = reads[sorted({k: i for i, k in reversed(list(enumerate(kinds)))}.values())]
-        share = getattr(p, per_block)
+        share = getattr(p, per_block) if across_heads else 1
     return float(2 * p.num_heads * p.head_dim * int(reads.sum()) / share * SECONDS_PER_MULTIPLY_ADD)

@@ -17,9 +17,10 @@ Not counted: `cuda.local.array` (registers or local memory on a GPU: which one i
 choice, shown by compile_report's local_bytes and spills, not by the simulator; each launch's notes
 name the local arrays it made), scalar kernel arguments (parameter space), and anything a kernel
 reads through NumPy calls on a whole array (none of the project's kernels does). The
-definitions and what differs from a GPU are in docs/traffic-numba.md.
+definitions and what differs from a GPU are in docs/performance-model.md ("How the Numba simulator
+counts").
 
-Cost: the simulator's own time times about 1.3-3.9 (measured in docs/traffic-numba.md). Large
+Cost: the simulator's own time times about 1.3-3.9 (measured in docs/performance-model.md). Large
 problems: `represent=` counts one block for each class of identical-work blocks (numba_sample),
 and `max_seconds=` refuses a capture whose simulated time would exceed it, with an estimate.
 """
