@@ -16,7 +16,7 @@ from kernels.cupy_raw import common
 from sandbox.variant import registry
 from sandbox.cpucuda import CpuKernelRaceError, CpuRawKernel, CpuRawModule, modes, substitute_source
 from sandbox.cpucuda.source import tokenize
-from sandbox.problem import DecodeProblem
+from sandbox.problem import DecodeProblem, MLAProblem
 
 RACY = r"""
 // Each thread writes its slot, then reads its neighbour's: a barrier between them, or not.
@@ -173,14 +173,16 @@ def _cuda_c_sources():
 
 
 MUTATIONS = [(path.name, k) for path in _cuda_c_sources() for k in range(len(_barriers(path.read_text())))]
-# Variants whose launches the mutations run through: the CUDA C attention variants, registry order.
-VARIANTS = [n for n in registry.variants("cupy")]
-# The small problem first; the larger one (several chunks and partitions, a GQA group) only when the small
-# one did not reach the barrier's code.
-PROBLEMS = [dict(seed=71, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=16, context_lens=[40],
-                 dtype="float32"),
-            dict(seed=72, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=64, block_size=16,
-                 context_lens=[600, 5], dtype="float32")]
+# Variants whose launches the mutations run through: the CUDA C attention variants (decode and MLA), registry order.
+VARIANTS = [n for n in registry.variants("cupy", problem=None)]
+# Per kind of problem, the small problem first; the larger one (several chunks and partitions, a GQA group)
+# only when the small one did not reach the barrier's code.
+PROBLEMS = {"decode": [(DecodeProblem.random, dict(seed=71, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32,
+                                                   block_size=16, context_lens=[40], dtype="float32")),
+                       (DecodeProblem.random, dict(seed=72, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=64,
+                                                   block_size=16, context_lens=[600, 5], dtype="float32"))],
+            "mla": [(MLAProblem.random, dict(seed=73, num_seqs=1, num_heads=2, block_size=16, context_lens=[40])),
+                    (MLAProblem.random, dict(seed=74, num_seqs=2, num_heads=2, block_size=16, context_lens=[600, 5]))]}
 
 
 def test_mutations_are_enumerated():
@@ -201,13 +203,14 @@ def test_every_removed_barrier_is_reported(tmp_path, filename, index):
     target.write_text(text[:at] + ";" + text[end:])  # `__syncthreads();` -> `;`
     line = text.count("\n", 0, at) + 1
     tried = []
-    for spec in PROBLEMS:
-        problem = DecodeProblem.random(**spec)
+    for size in (0, 1):
         for name in VARIANTS:
             module = registry.get(name).module
             original = common.load_source(module.PATH)
             if f'kernels/cupy_raw/{filename}"' not in original:  # load_source's #line names every file it inlines
                 continue
+            make, spec = PROBLEMS[registry.get(name).problem][size]
+            problem = make(**spec)
             mutated = common.load_source(tmp_path / module.PATH.name)
             assert mutated != original
             tried.append(f"{name} on context {spec['context_lens']}")

@@ -66,7 +66,7 @@ def test_variant_prepare_passes_the_configuration(monkeypatch):
 
 
 def test_every_registered_variant_declares_valid_tunables():
-    for name in sandbox.variants() + sandbox.variants("wrong"):
+    for name in sandbox.variants(problem=None) + sandbox.variants("wrong", problem=None):  # decode and MLA
         table = sandbox.tunables(name)
         for parameter, values in table.items():
             assert isinstance(parameter, str) and values, f"{name}: tunable {parameter!r} declares no values"

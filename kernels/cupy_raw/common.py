@@ -194,7 +194,8 @@ def compile_report(path, expression: str, arch: str, threads_per_block: int, dyn
     threads_per_block, path, arch, kernel, image ((cubin, mangled name), for sandbox.analysis.sass).
     """
     arch = arch if str(arch).startswith("sm_") else f"sm_{arch}"
-    compiled = _compiled(str(path), tuple(dict.fromkeys([expression, *extra_expressions])), arch)
+    # sorted: a two-kernel report asks (main, [second]) then (second, [main]); one NVRTC run serves both
+    compiled = _compiled(str(path), tuple(sorted({expression, *extra_expressions})), arch)
     res = compiled.resources[expression]
     return dict(registers=res.registers, static_shared_bytes=res.static_shared_bytes,
                 dynamic_shared_bytes=int(dynamic_shared_bytes), local_bytes=res.local_bytes,

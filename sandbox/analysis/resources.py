@@ -5,7 +5,8 @@
     collect_many(variants, [(block_sizes, dtype, kv_dtype), ...], head_dim, arch) -> the same, several
             precisions in one go (one real-mode child for them all)
 
-Walks the registry (variants and cache writers of every family) and asks each module that defines
+Walks the registry (variants of every family and kind, decode and MLA, and cache writers) and asks each
+module that defines
 `compile_report(block_size, head_dim, dtype, arch)` for its registers, shared memory, local memory
 and spills, then adds the theoretical occupancy (sandbox.analysis.occupancy). dtype is the query's (float32,
 float16, bfloat16); kv_dtype an fp8 cache (float8_e4m3fn, float8_e5m2; None: the query's dtype), passed
@@ -119,7 +120,7 @@ def _log(nvjitlink, handle, kind: str) -> str:
 def _modules(names):
     """[(name, family, module)] for the given names, or every registered variant and cache writer."""
     if names is None:
-        names = registry.variants() + registry.cache_writers()
+        names = registry.variants(problem=None) + registry.cache_writers()
     out = []
     for name in names:
         if name in registry.CACHE_WRITERS:
@@ -128,7 +129,7 @@ def _modules(names):
             try:
                 entry = registry.get(name)
             except ValueError:
-                valid = ", ".join(registry.variants() + registry.cache_writers())
+                valid = ", ".join(registry.variants(problem=None) + registry.cache_writers())
                 raise ValueError(f"unknown variant {name!r}; valid names: {valid}") from None
         out.append((name, entry.family, entry.module))
     return out
@@ -137,6 +138,12 @@ def _modules(names):
 def without_compile_report(names=None) -> list[str]:
     """The selected (default: every registered) variants and cache writers that define no compile_report."""
     return [name for name, _, module in _modules(names) if not hasattr(module, "compile_report")]
+
+
+def _head_dim(module, head_dim: int) -> int:
+    """The head dim a variant's rows are for: the one asked, except for MLA variants (one head dim, 576)."""
+    limits = getattr(module, "LIMITS", None)
+    return limits.head_dims[0] if getattr(limits, "problem", "decode") == "mla" else head_dim
 
 
 def _supported(module, block_size: int, head_dim: int, dtype: str, kv_dtype: str | None = None) -> str | None:
@@ -201,9 +208,11 @@ def _take_images(report: dict) -> list:
 def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
                   progress=None, images=False, kv_dtype=None) -> list[dict]:
     rows = []
+    asked = head_dim
     for name, family, module in _modules(variants):
         if not hasattr(module, "compile_report"):
             continue
+        head_dim = _head_dim(module, asked)
         for block_size in block_sizes:
             row = dict(variant=name, family=family, block_size=block_size, head_dim=head_dim, dtype=dtype,
                        kv_dtype=kv_dtype or dtype, arch=arch)

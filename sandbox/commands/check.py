@@ -1,5 +1,8 @@
 """python -m sandbox check [NAME...]: each variant on edge-case and random problems; non-zero exit on failure.
 
+Decode variants run DecodeProblems, MLA variants MLAProblems (sandbox/checking/mla_check.py: out and lse,
+the worst error reported per query dtype and cache format, e.g. bfloat16:fp8_record).
+
 Exit status: 0 when every problem of every variant matches the reference, 1 when any fails, 2 for a
 request that cannot run here (--backend gpu without a GPU, a bad --random, an unknown name), 130
 on Ctrl-C. A failing problem is printed as the call that rebuilds it (`DecodeProblem.random(...)`).
@@ -19,6 +22,7 @@ import numpy as np
 from ..devices import backends
 from ..variant import registry
 from ..checking.check import check_problem, edge_case_problems, option_edge_cases
+from ..checking import mla_check
 from ..problem.dtypes import FP8_MAX_FINITE
 from ..problem.decode import DecodeProblem
 
@@ -128,7 +132,7 @@ def main(args) -> int:
         raise ValueError("--backend gpu: no NVIDIA GPU was found here (the CUDA driver reports none); "
                          "use --backend cpu or auto")
     explicit = bool(args.names)
-    names = args.names or registry.variants()
+    names = args.names or registry.variants(problem=None)
     variants = {name: registry.get(name) for name in names}  # unknown name: ValueError listing the valid ones
     modes = selected_modes(args)
     plan = {}
@@ -148,13 +152,17 @@ def main(args) -> int:
         if isinstance(backend, ValueError):
             print(f"SKIP  {name:<28} {backend}")
             continue
-        results = [(label, p, check_problem(name, p, backend))
-                   for label, p in problems_for(variant, args.seed, args.random)]
+        if variant.problem == "mla":  # per format: bfloat16, float16, bfloat16:fp8_record, ...
+            results = [(label, p, mla_check.check_mla_problem(name, p, backend)) for label, p in
+                       mla_check.mla_check_problems(variant.limits, args.seed, args.random, variant.family == "numba")]
+        else:
+            results = [(label, p, check_problem(name, p, backend))
+                       for label, p in problems_for(variant, args.seed, args.random)]
         bad = [(label, p, r) for label, p, r in results if not r.ok]
         worst: dict[str, float] = {}
         for _, p, r in results:
             if r.comparison is not None:
-                key = error_key(p)
+                key = mla_check.error_key(p) if variant.problem == "mla" else error_key(p)
                 worst[key] = max(worst.get(key, 0.0), r.comparison.max_abs_err)
         status = "PASS" if not bad else "FAIL"
         ran = f" [{', '.join(m for m in modes)}]" if modes and variant.family == "cupy" else ""

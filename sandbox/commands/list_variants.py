@@ -13,13 +13,13 @@ def _fmt(values) -> str:
 
 
 def main(args) -> int:
-    names = registry.variants("wrong") if args.wrong else registry.variants()
-    rows = [("variant", "block sizes", "head dims", "dtypes", "kv (fp8)", "options", "query_len", "what")]
+    names = registry.variants("wrong", problem=None) if args.wrong else registry.variants(problem=None)
+    rows = [("variant", "problem", "block sizes", "head dims", "dtypes", "kv (fp8)", "options", "query_len", "what")]
     for name in names:
         v = registry.get(name)
         lim = v.limits
-        rows.append((name, _fmt(lim.block_sizes), _fmt(lim.head_dims), _fmt(lim.dtypes),
-                     ",".join(d.replace("float8_", "") for d in lim.kv_dtypes) or "-",
+        kv = getattr(lim, "kv_formats", None) or [d.replace("float8_", "") for d in lim.kv_dtypes]
+        rows.append((name, v.problem, _fmt(lim.block_sizes), _fmt(lim.head_dims), _fmt(lim.dtypes), ",".join(kv) or "-",
                      ",".join(lim.options) or "-", _fmt(None if lim.max_query_len is None else (lim.max_query_len,)),
                      v.summary))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]

@@ -21,10 +21,10 @@ def select(values) -> list[str] | None:
     controls and cache writers; None (everything registered) when not given."""
     if not values:
         return None
-    known = registry.variants() + registry.variants("wrong") + registry.cache_writers()
+    known = registry.variants(problem=None) + registry.variants("wrong", problem=None) + registry.cache_writers()
     return select_names(list(values), known,
-                        lambda family: registry.variants(family) + (registry.cache_writers(family)
-                                                                    if family != "wrong" else []))
+                        lambda family: registry.variants(family, problem=None) + (registry.cache_writers(family)
+                                                                                  if family != "wrong" else []))
 
 
 def without_report_line(names) -> str:
@@ -41,7 +41,7 @@ def add_arguments(parser) -> None:
                              "(numba.*), as the sweep takes them; default: every registered one with compile_report")
     parser.add_argument("--block-sizes", nargs="+", metavar="N", default=[",".join(map(str, POW2_BLOCK_SIZES))],
                         help="block sizes, space or comma separated (default: 1..256, powers of two)")
-    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--head-dim", type=int, default=128, help="decode variants' head dim (MLA variants: 576)")
     add_precision_arguments(parser)
     parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of a table")

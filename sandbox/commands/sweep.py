@@ -24,7 +24,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--shapes", metavar="LIST",
                         help="comma-separated SEQSxTOKENSxHEADS/KVHEADSxHEADDIMxDTYPE[:KVDTYPE] (e.g. "
                              "64x4096x32/8x128xfp16, 64x4096x32/8x128xbf16:e4m3; dtypes fp32, fp16, bf16; cache e4m3, "
-                             "e5m2), optionally followed by ' q=Q' and/or ' shared=G', or presets "
+                             "e5m2), optionally followed by ' q=Q' and/or ' shared=G'; MLA shapes "
+                             "mla:SEQSxTOKENSxHEADS[xDTYPE[:fp8]] [topk=K] [q=Q] (e.g. 'mla:128x4096x128xbf16', "
+                             "'mla:64x8192x128xbf16:fp8 topk=2048'); or presets "
                              f"{', '.join(shapes_mod.PRESETS)}; default: gpu or cpu (gpu-quick/cpu-quick with --quick)")
     parser.add_argument("--options", metavar="LIST",
                         help="attention options for every shape: window=N (tokens before the query position still "
@@ -67,8 +69,9 @@ def add_arguments(parser) -> None:
 def select_variants(text: str | None) -> list[str]:
     """Registered names matching the comma-separated names, families or globs (unknown names raise ValueError)."""
     if not text:
-        return registry.variants()
-    return select_names(text, registry.variants() + registry.variants("wrong"), registry.variants)
+        return registry.variants(problem=None)
+    return select_names(text, registry.variants(problem=None) + registry.variants("wrong", problem=None),
+                        lambda family: registry.variants(family, problem=None))
 
 
 def build_config(args) -> SweepConfig:

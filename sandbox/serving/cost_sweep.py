@@ -48,6 +48,7 @@ def load_fits(run_dir: Path, kv_dtype_bytes: int) -> tuple[dict[int, tuple[float
     best: dict[tuple[int, str], tuple[float, float]] = {}
     for r in gpu:
         plain = (r.get("query_len") in ("", "1") and not r.get("options") and r.get("group_size") in ("", "0")
+                 and r.get("problem") in (None, "", "decode")  # an MLA row (sweep.csv's problem column) is no decode
                  and _ITEMSIZE.get(r.get("kv_dtype") or r.get("dtype"), -1) == kv_dtype_bytes)
         if not plain or not r.get("block_size") or not r.get("time_us") or not r.get("bytes"):
             continue

@@ -19,9 +19,9 @@ import math
 from pathlib import Path
 
 INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes",
-               "query_len", "prefix_len", "group_size")
+               "flops", "query_len", "prefix_len", "group_size")
 # Point columns newer than the first sweeps, and what a run without them meant.
-POINT_DEFAULTS = {"options": "", "query_len": 1, "prefix_len": 0, "group_size": 0}
+POINT_DEFAULTS = {"options": "", "query_len": 1, "prefix_len": 0, "group_size": 0, "problem": "decode"}
 FLOAT_COLUMNS = ("max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us", "min_us", "gbps", "fraction_of_copy_bw",
                  "fraction_of_read_bw", "paging_overhead", "dense_time_us", "partition_us", "point_s")
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")

@@ -37,8 +37,9 @@ def _check(goal_id, threshold, measured=None, passed=None, detail="", status=Non
 
 
 def decode_shape(row) -> bool:
-    """One query token per sequence, private contexts (rows of runs older than these columns: yes)."""
-    return row.get("query_len") in (None, "", 1, "1") and row.get("group_size") in (None, "", 0, "0")
+    """One query token per sequence, private contexts, not MLA (rows of runs older than these columns: yes)."""
+    return (row.get("query_len") in (None, "", 1, "1") and row.get("group_size") in (None, "", 0, "0")
+            and row.get("problem") in (None, "", "decode"))
 
 
 def best_paged(rows, dense_name: str) -> dict:

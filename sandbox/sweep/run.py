@@ -1,7 +1,10 @@
 """The sweep: every variant x shape x block size, checked against the reference, then timed, then recorded.
 
+Decode variants race the decode shapes, MLA variants the MLA shapes (mla:..., sweep/mla_shapes.py): a point
+exists only where the shape's kind is the variant's (registry problem kinds).
+
 One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
-output is compared with the expected output -> only if correct, timed repeats (CUDA events and
+output is compared with the expected output (MLA: out and lse) -> only if correct, timed repeats (CUDA events and
 an L2 flush on a GPU; wall clock on the CPU) -> one row appended to sweep.csv at once.
 
 A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
@@ -25,18 +28,18 @@ from typing import Callable
 import numpy as np
 
 from ..devices import backends
-from ..variant import registry, runner
+from ..variant import mla_runner, registry, runner
 from ..checking.compare import compare
 from ..results import CsvAppender, new_run_dir
 from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
-from . import bandwidth, device, goals as goals_mod, meta as meta_mod, peers, shapes as shapes_mod, timing
+from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
 
 DENSE_BASELINE = "cupy.dense"
 
 COLUMNS = [
-    "variant", "family", "backend", "timing", "shape", "num_seqs", "context_len", "num_heads", "num_kv_heads",
+    "variant", "family", "problem", "backend", "timing", "shape", "num_seqs", "context_len", "num_heads", "num_kv_heads",
     "head_dim", "dtype", "kv_dtype", "options", "query_len", "prefix_len", "group_size", "block_size", "status", "correct", "max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us",
-    "min_us", "repeats", "bytes", "gbps", "fraction_of_copy_bw", "fraction_of_read_bw", "paging_overhead",
+    "min_us", "repeats", "bytes", "flops", "gbps", "fraction_of_copy_bw", "fraction_of_read_bw", "paging_overhead",
     "dense_time_us", "partition_us", "parts_us", "point_s", "note",
 ]
 # ok: correct and timed | wrong: output differs from the reference (never timed) | error: raised while
@@ -47,6 +50,11 @@ FAILED = ("wrong", "error")
 # Outside implementations raced for reference (sweep/peers.py): a wrong torch.sdpa point is recorded
 # and shown like any other, but only the sandbox's own variants decide the exit status.
 PEER_FAMILIES = ("torch",)
+
+
+def shape_kind(shape) -> str:
+    """"decode" (sandbox/sweep/shapes.py) or "mla" (sandbox/sweep/mla_shapes.py): the variants it races."""
+    return getattr(shape, "kind", "decode")
 
 
 def backend_label(family: str, resolved: str) -> str:
@@ -66,11 +74,14 @@ class Candidate:
     prepare: Callable  # (problem, resolved_backend) -> prepared with launch()/result()
     per_shape: bool = False  # no block table: measured once per shape
     note: Callable[[], str] = lambda: ""
+    problem: str = "decode"  # the kind of problem it solves: it runs at the shapes of that kind only
 
     @classmethod
     def from_registry(cls, name: str) -> "Candidate":
         v = registry.get(name)
-        return cls(name, v.family, v.limits, lambda problem, backend: runner.prepare(name, problem, backend)[0])
+        prepare = mla_runner.prepare_mla if v.problem == "mla" else runner.prepare
+        return cls(name, v.family, v.limits, lambda problem, backend: prepare(name, problem, backend)[0],
+                   problem=v.problem)
 
     @classmethod
     def from_peer(cls, peer) -> "Candidate":
@@ -175,6 +186,9 @@ class _ShapeData:
             self._problem = (block_size, problem)
         return self._problem[1]
 
+    def verdict(self, prepared, got, block_size: int):
+        return compare(got, self.expected(block_size), self.shape.dtype)
+
     def expected(self, block_size: int):
         key = block_size if self.shape.group_size else "every block size"
         if self._expected[0] != key:
@@ -189,7 +203,7 @@ class _ShapeData:
 
 def _blank_row(candidate: Candidate, shape, block_size, label: str, on_gpu: bool) -> dict:
     row = dict.fromkeys(COLUMNS)
-    row.update(variant=candidate.name, family=candidate.family, backend=label,
+    row.update(variant=candidate.name, family=candidate.family, problem=candidate.problem, backend=label,
                timing="cuda-events" if label == "gpu" else "cpu-emulation", block_size=block_size, note="")
     row.update(shape.columns())
     return row
@@ -221,7 +235,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         got = prepared.result()
     except Exception as exc:
         return done("error", f"launch/result raised {type(exc).__name__}: {exc}")
-    verdict = compare(got, data.expected(block_size), problem.dtype)
+    verdict = data.verdict(prepared, got, block_size)
     row.update(correct=verdict.ok, max_abs_err=verdict.max_abs_err)
     if not verdict.ok:
         return done("wrong", verdict.report.replace("\n", " | "))
@@ -233,7 +247,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         try:
             for _, part in parts:
                 part()
-            parts_verdict = compare(prepared.result(), data.expected(block_size), problem.dtype)
+            parts_verdict = data.verdict(prepared, prepared.result(), block_size)
         except Exception as exc:
             return done("error", f"launch_parts()'s launches raised {type(exc).__name__}: {exc}")
         if not parts_verdict.ok:
@@ -251,7 +265,8 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
     except Exception as exc:
         return done("error", f"bytes_moved() raised {type(exc).__name__}: {exc}")
     gbps = bandwidth.kernel_gbps(nbytes, stats.median)
-    return done("ok", candidate.note(), time_us=stats.median * 1e6, iqr_us=stats.iqr * 1e6, q1_us=stats.q1 * 1e6,
+    flops = problem.flops() if hasattr(problem, "flops") else None  # MLA: exact FLOPs, for memory- vs compute-bound
+    return done("ok", candidate.note(), time_us=stats.median * 1e6, flops=flops, iqr_us=stats.iqr * 1e6, q1_us=stats.q1 * 1e6,
                 q3_us=stats.q3 * 1e6, min_us=stats.min * 1e6, repeats=stats.repeats, bytes=nbytes, gbps=gbps,
                 fraction_of_copy_bw=(gbps / env.copy.gbps) if env.copy else None,
                 fraction_of_read_bw=(gbps / env.read.gbps) if env.read else None,
@@ -388,8 +403,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
 
     candidates = ordered_candidates(config.variants, config.dense_baseline)
     candidates += [Candidate.from_peer(p) for p in peers.peers(on_gpu, config.torch)]
-    per_shape = sum(1 for c in candidates if c.per_shape)
-    total = len(config.shapes) * (per_shape + len(config.block_sizes) * (len(candidates) - per_shape))
+    total = sum(1 if c.per_shape else len(config.block_sizes)
+                for shape in config.shapes for c in candidates if c.problem == shape_kind(shape))
     bar = _progress(total, config.progress)
     log = _log_via(bar)
     log(f"sweep: {len(candidates)} variants x {len(config.block_sizes)} block sizes x {len(config.shapes)} shapes "
@@ -418,10 +433,11 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     csv = CsvAppender(run_dir / "sweep.csv", COLUMNS)
     try:
         for shape in config.shapes:
-            data = _ShapeData(shape, config.seed)
+            kind = shape_kind(shape)
+            data = (mla_shapes.MLAShapeData if kind == "mla" else _ShapeData)(shape, config.seed)
             for index, block_size in enumerate(config.block_sizes):
                 for c in candidates:
-                    if c.per_shape and index > 0:
+                    if (c.per_shape and index > 0) or c.problem != kind:  # a decode variant at an MLA shape: no row
                         continue
                     backend, why_not = resolved[c.name]
                     if bar is not None:
@@ -479,7 +495,9 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
     if config.plots:
         meta["plots"] = plots.write_all(run_dir, rows, resource_rows, env.copy, on_gpu, meta.get("gpu"), log,
                                         config.dense_baseline)
-    without_ok = [] if interrupted else variants_without_ok(rows, config.variants, not_raced)
+    kinds = {shape_kind(shape) for shape in config.shapes}  # a variant whose kind has no shape here: not raced
+    raced = [n for n in config.variants if registry.get(n).problem in kinds]
+    without_ok = [] if interrupted else variants_without_ok(rows, raced, not_raced)
     text = summary_mod.render(rows, env.copy, on_gpu, meta.get("gpu"), goal_report, config.dense_baseline,
                               resource_rows, read=env.read, interrupted=interrupted, without_ok=without_ok)
     (run_dir / "summary.txt").write_text(text + "\n")

@@ -1,7 +1,8 @@
 """Sweep shapes: a batch (sequences x tokens x heads x head dim x dtypes, query tokens, sharing, options)
 and its paged problems.
 
-A shape is written SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] followed by optional words:
+A shape is written SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] followed by optional words (MLA
+shapes, mla:SEQSxTOKENSxHEADS[xDTYPE[:fp8]] [topk=K] [q=Q], are in sandbox/sweep/mla_shapes.py):
 
     64x4096x32/8x128xfp16                 decode, float16 query and cache
     64x4096x32/8x128xbf16:e4m3            bfloat16 query, float8_e4m3fn cache (k/v scale 1/448)
@@ -28,6 +29,7 @@ from ..checking.check import grouped_attention
 from ..problem.options import AttentionOptions, alibi_paper_slopes
 from ..problem.decode import DecodeProblem, shuffled_blocks
 from ..problem.validate import first_read_tokens
+from . import mla_shapes
 
 _PATTERN = re.compile(r"^(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(?:x(\w+)(?::(\w+))?)?$")
 SHAPE_FORMAT = "SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] [q=Q] [shared=G] [OPTIONS]"
@@ -254,9 +256,10 @@ def parse_shape(text: str) -> Shape:
 # time-limited sweep measures it before anything else; then bfloat16 and an fp8 (e4m3) cache at the
 # goal shape, parallel sampling (n = 8 sharing a 2048-token prompt: cupy.cascade vs cupy.multi),
 # speculative decoding (4 query tokens), a mid batch, long contexts.
+# Last, FlashMLA's headline MLA decode (batch 128, 128 heads, 4096 tokens, bf16; block size 64 among the sweep's).
 GPU_SHAPES = ("64x4096x32/8x128xfp16", "64x4096x32/8x128xbf16", "64x4096x32/8x128xfp16:e4m3",
               "64x2048x32/8x128xfp16 shared=8", "32x1024x32/8x128xfp16 q=4", "32x1024x32/8x128xfp16",
-              "4x16384x32/8x128xfp16")
+              "4x16384x32/8x128xfp16", "mla:128x4096x128xbf16")
 GPU_QUICK_SHAPES = ("64x4096x32/8x128xfp16", "64x4096x32/8x128xfp16:e4m3", "64x2048x32/8x128xfp16 shared=8",
                     "32x1024x32/8x128xfp16")
 # On the CPU everything runs in the Numba simulator (~270 us per thread-barrier) or the CUDA C
@@ -264,7 +267,10 @@ GPU_QUICK_SHAPES = ("64x4096x32/8x128xfp16", "64x4096x32/8x128xfp16:e4m3", "64x2
 # 300 = one full 256-block + a partial one, GQA 4; then bfloat16 queries over an e4m3 cache (GQA 4 over 2
 # KV heads; in place of 2x64x8/2x64xfp32, with one sequence instead of two to pay for the next two), 4 query
 # tokens per sequence (only the multi-query variants run it), and 2 sequences forked from a 24-token prompt.
-CPU_SHAPES = ("2x300x4/2x64xfp16", "1x64x8/2x64xbf16:e4m3", "1x32x4/2x64xfp16 q=4", "2x24x2/1x64xfp16 shared=2")
+# Last, one MLA shape small enough for the simulator (8 of 16 tokens over fp8 records: sparse, the record's
+# decode and the top-k path in one; ~9k multiply-adds per launch).
+CPU_SHAPES = ("2x300x4/2x64xfp16", "1x64x8/2x64xbf16:e4m3", "1x32x4/2x64xfp16 q=4", "2x24x2/1x64xfp16 shared=2",
+              "mla:1x16x1xbf16:fp8 topk=8")
 CPU_QUICK_SHAPES = ("2x40x4/2x64xfp16",)
 GOAL_SHAPE = "64x4096x32/8x128xfp16"
 
@@ -285,14 +291,14 @@ def parse_shapes(text: str) -> list[Shape]:
     for item in (t.strip() for t in text.split(",")):
         if not item:
             continue
-        if items and item not in PRESETS and not _PATTERN.match(item.split()[0]):
+        if items and item not in PRESETS and not _PATTERN.match(item.split()[0]) and not mla_shapes.is_mla(item):
             items[-1] += "," + item  # an option of the previous shape
         else:
             items.append(item)
     out: list[Shape] = []
     for item in items:
         for spec in PRESETS.get(item, (item,)):
-            shape = parse_shape(spec)
+            shape = parse_any(spec)
             if shape not in out:
                 out.append(shape)
     if not out:
@@ -300,9 +306,14 @@ def parse_shapes(text: str) -> list[Shape]:
     return out
 
 
+def parse_any(spec: str):
+    """A decode Shape, or an MLAShape for ``mla:...`` (sandbox/sweep/mla_shapes.py)."""
+    return mla_shapes.parse_mla_shape(spec) if mla_shapes.is_mla(spec) else parse_shape(spec)
+
+
 def default_shapes(on_gpu: bool, quick: bool) -> list[Shape]:
     key = ("gpu" if on_gpu else "cpu") + ("-quick" if quick else "")
-    return [parse_shape(s) for s in PRESETS[key]]
+    return [parse_any(s) for s in PRESETS[key]]
 
 
 def expand(shapes: list[Shape], query_lens=(), shared_prefix: int | None = None, group_size: int | None = None,
@@ -324,6 +335,9 @@ def expand(shapes: list[Shape], query_lens=(), shared_prefix: int | None = None,
             out.append(shape)
 
     for shape in shapes:
+        if getattr(shape, "kind", "decode") == "mla":  # the decode additions do not apply to MLA shapes
+            add(shape)
+            continue
         if options is not None:
             shape = shape.replace(options=options)
         add(shape)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..problem import dtypes
 from . import goals as goals_mod
+from .mla_summary import mla_table
 
 CPU_BANNER = "CPU EMULATION: wall-clock times of the Numba simulator / CUDA C executor / NumPy, NOT GPU performance"
 
@@ -270,7 +271,8 @@ def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, res
         where = "streaming-read kernel" if on_gpu else "host memory (CPU)"
         lines.append(f"Read bandwidth ({where}): {read.gbps:.1f} GB/s")
     lines.append("Points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    for section in (time_tables(rows), parts_table(rows), best_table(rows, dense_name), cascade_table(rows),
+    for section in (time_tables(rows), parts_table(rows), best_table(rows, dense_name), mla_table(rows),
+                    cascade_table(rows),
                     overhead_tables(rows, dense_name), unsupported_lines(rows), failure_lines(rows), without_ok_lines(without_ok),
                     goals_mod.render(goal_report)):
         if section:

@@ -1,7 +1,9 @@
 """The one list of variants: name -> module. Tests, check, benchmarks and the sweep walk it.
 
 Adding a variant is one module plus one line here. Modules load lazily, so importing the
-sandbox never imports numba.cuda or CuPy.
+sandbox never imports numba.cuda or CuPy. Each variant solves one kind of problem (PROBLEMS), read
+from its LIMITS (`LIMITS.problem`: "decode" for Limits, "mla" for MLALimits); variants(problem=...)
+walks one kind, so the decode suites never meet an MLA variant and the other way round.
 """
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import types
 
 from . import tunables
 from .limits import Limits
+
+PROBLEMS = ("decode", "mla")
 
 VARIANTS = {
     "numpy.gather": "kernels.numpy_gather",
@@ -26,6 +30,10 @@ VARIANTS = {
     "cupy.dense": "kernels.cupy_raw.dense",
     "cupy.multi": "kernels.cupy_raw.multi",
     "cupy.cascade": "kernels.cupy_raw.cascade",
+    # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
+    "numpy.mla": "kernels.numpy_mla",
+    "numba.mla": "kernels.numba_cuda.mla",
+    "cupy.mla": "kernels.cupy_raw.mla",
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
@@ -42,6 +50,8 @@ WRONG_VARIANTS = {
     "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
     "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
     "wrong.cupy.uncoalesced_k": "kernels.wrong.cupy_uncoalesced_k",
+    "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_mla_v_from_rope",
+    "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
 }
 
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
@@ -69,6 +79,11 @@ class Variant:
         return getattr(self.module, "LIMITS", Limits())
 
     @property
+    def problem(self) -> str:
+        """The kind of problem it solves: "decode" (DecodeProblem, sandbox.run) or "mla" (MLAProblem, sandbox.run_mla)."""
+        return getattr(self.limits, "problem", "decode")
+
+    @property
     def summary(self) -> str:
         doc = (self.module.__doc__ or "").strip()
         return doc.splitlines()[0] if doc else ""
@@ -87,12 +102,16 @@ class Variant:
         return self.module.prepare(problem, backend, **self.configuration(config))
 
 
-def variants(family: str | None = None) -> list[str]:
-    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", or "wrong")."""
+def variants(family: str | None = None, problem: str | None = "decode") -> list[str]:
+    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", or "wrong"), solving one
+    kind of problem (PROBLEMS: "decode" by default, "mla"; None: every kind)."""
+    if problem is not None and problem not in PROBLEMS:
+        raise ValueError(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")
     if family == "wrong":
-        return list(WRONG_VARIANTS)
-    names = list(VARIANTS)
-    return names if family is None else [n for n in names if n.split(".")[0] == family]
+        names = list(WRONG_VARIANTS)
+    else:
+        names = [n for n in VARIANTS if family is None or n.split(".")[0] == family]
+    return names if problem is None else [n for n in names if get(n).problem == problem]
 
 
 def cache_writers(family: str | None = None) -> list[str]:
@@ -106,13 +125,19 @@ def get_cache_writer(name: str) -> Variant:
     return Variant(name, importlib.import_module(CACHE_WRITERS[name]))
 
 
-def get(name: str) -> Variant:
-    """The variant called `name`; an unknown name lists the valid ones."""
+def get(name: str, problem: str | None = None) -> Variant:
+    """The variant called `name`; an unknown name lists the valid ones. With `problem` ("decode", "mla"), a
+    variant of another kind is refused (ValueError) with the names of that kind."""
     path = VARIANTS.get(name) or WRONG_VARIANTS.get(name)
     if path is None:
         valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS))
         raise ValueError(f"unknown variant {name!r}; valid names: {valid}")
-    return Variant(name, importlib.import_module(path))
+    variant = Variant(name, importlib.import_module(path))
+    if problem is not None and variant.problem != problem:
+        entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}
+        raise ValueError(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
+                         f"{problem} variants: {', '.join(variants(problem=problem))}")
+    return variant
 
 
 def declared_tunables(name: str) -> dict[str, tuple]:

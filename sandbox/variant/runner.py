@@ -17,7 +17,7 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
     A numba variant whose mode differs from this process's cannot be prepared here: use run().
     """
     problem.validate()
-    variant = registry.get(name)
+    variant = registry.get(name, problem="decode")
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
@@ -29,7 +29,7 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
 def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None) -> np.ndarray:
     """Run one variant on one problem: [num_query_tokens, num_heads, head_dim] in the query's dtype."""
     problem.validate()
-    variant = registry.get(name)
+    variant = registry.get(name, problem="decode")
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
     variant.configuration(config)  # an undeclared tunable is refused here, in this process

@@ -218,6 +218,9 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     if variant.family == "numpy":
         raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
                          "memory accesses; choose a cupy.* or numba.* variant")
+    if getattr(variant, "problem", "decode") != "decode":
+        raise ValueError(f"{name} solves {variant.problem} problems: traffic counts the decode variants "
+                         "(a DecodeProblem)")
     problem.validate()
     variant.limits.check(name, problem, "cpu")
     counted, scale, note = sample(problem, sample_seqs if variant.family == "cupy" else None)
