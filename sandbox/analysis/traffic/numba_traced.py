@@ -297,3 +297,14 @@ class TracedArray:
 
     def __repr__(self):
         return f"TracedArray({self._recorder.target_name(self._target)}, shape={self._ary.shape}, dtype={self.dtype})"
+
+
+_STORES = {"STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_GLOBAL"}
+
+
+def stored_name(code, offset: int) -> str | None:
+    """The variable the call at `offset` stores its result in (`sh = cuda.shared.array(...)` -> "sh")."""
+    for ins in dis.get_instructions(code):
+        if ins.offset > offset and ins.opname not in ("CACHE", "PRECALL"):
+            return ins.argval if ins.opname in _STORES else None
+    return None
