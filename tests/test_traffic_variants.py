@@ -185,14 +185,15 @@ def test_numba_variants_go_to_the_simulators_capture(monkeypatch):
     seen = []
 
     @contextlib.contextmanager
-    def capture():
+    def capture(**options):  # represent=, as the real one takes, when numba_sample is there
         launches = []
         yield launches
         seen.append("launched")
         launches.append(T.RawLaunch("gqa_kernel", (1, 1, 1), (32, 1, 1), [site], rows, sectors))
 
-    monkeypatch.setitem(sys.modules, "sandbox.analysis.traffic.numba_sim",
-                        types.SimpleNamespace(capture=capture))
+    stand_in = types.SimpleNamespace(capture=capture)
+    monkeypatch.setitem(sys.modules, "sandbox.analysis.traffic.numba_sim", stand_in)
+    monkeypatch.setattr(T, "numba_sim", stand_in, raising=False)  # `from . import` reads the package first
     problem = private(num_seqs=1, context_lens=[16], dtype="float32")
     r = sandbox.traffic("numba.gqa", problem, census=False)
     assert seen == ["launched"] and [k["name"] for k in r["kernels"]] == ["gqa_kernel"]
