@@ -58,6 +58,11 @@ def out_array(dtype, ndim=3):
     return array(element_type(dtype), ndim)
 
 
+def lse_array():
+    """The lse output every attention kernel takes: float32 [num_query_tokens, num_heads]."""
+    return array(float32, 2)
+
+
 @functools.lru_cache(maxsize=None)
 def kernel_resources(pyfunc, signature: tuple, arch: str) -> dict:
     """Registers, static shared, local bytes and spills of one kernel, via compile_ptx + nvJitLink.
