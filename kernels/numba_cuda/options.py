@@ -101,9 +101,12 @@ def kernel_key(problem) -> tuple[str, str, int]:
     return problem.dtype.name, problem.kv_format, kernel_flags(problem)
 
 
-def report_flags(logit_options: bool) -> int:
-    """compile_report's `logit_options`: the kernel built with soft-cap and ALiBi, or (False) the plain one."""
-    return OPT_SOFTCAP | OPT_ALIBI if logit_options else 0
+def report_flags(logit_options) -> int:
+    """compile_report's `logit_options`: True, the kernel built with soft-cap and ALiBi; False, the plain one;
+    an int, those option flags (the specialised ones: RUNTIME_FLAGS are dropped)."""
+    if isinstance(logit_options, bool):
+        return OPT_SOFTCAP | OPT_ALIBI if logit_options else 0
+    return int(logit_options) & ~RUNTIME_FLAGS
 
 
 def option_types():

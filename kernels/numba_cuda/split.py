@@ -242,7 +242,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     threads = launch.launch_threads(size, simulated=False)
     merge_threads = launch.launch_threads(head_dim, simulated=False)
     partition_body, _ = partition_kernel_for(q, kv, options.report_flags(logit_options))
-    merge_body, _ = merge_kernel_for(q)
+    merge_body, _ = merge_kernel_for(q, options.report_flags(logit_options))
     kernels = [
         dict(name="partition", threads_per_block=threads, dynamic_shared_bytes=4 * size,
              **reports.kernel_resources(partition_body, partition_sig, arch)),

@@ -230,14 +230,23 @@ def prepare_write(key_cache, value_cache, key, value, slot_mapping, backend: str
                        k_block_scales, v_block_scales)
 
 
-def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   per_token: bool = False) -> dict:
     """Threads as launched for REPRESENTATIVE's KV heads at `head_dim`; no shared memory.
-    dtype: key/value's ("bfloat16"), with "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache."""
+    dtype: key/value's ("bfloat16"), with "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache ("nvfp4" for
+    an NVFP4 cache); per_token: the fp8 writer that chooses a scale per token and KV head."""
     q, kv = reports.report_dtypes(dtype, kv_dtype)
     e, c = reports.element_type(q), reports.element_type(kv)
-    signature = (reports.array(c, 4), reports.array(c, 4), reports.array(e, 3), reports.array(e, 3),
-                 reports.array(types.int64, 1), types.float32, types.float32)
-    body, _ = kernel_for(q, kv)
+    f32, u8 = types.float32, types.uint8
+    head = (reports.array(c, 4), reports.array(c, 4), reports.array(e, 3), reports.array(e, 3),
+            reports.array(types.int64, 1))
+    if kv == NVFP4:
+        signature, work = head + (f32, f32, reports.array(u8, 4), reports.array(u8, 4)), head_dim // NVFP4_GROUP
+    elif per_token:
+        signature, work = head + (reports.array(f32, 3), reports.array(f32, 3)), 1
+    else:
+        signature, work = head + (f32, f32), head_dim
+    body, _ = kernel_for(q, kv, per_token)
     kernel = dict(name="write_cache", **reports.kernel_resources(body, signature, arch))
-    threads = launch.launch_threads(reports.REPRESENTATIVE["num_kv_heads"] * head_dim, simulated=False)
+    threads = launch.launch_threads(reports.REPRESENTATIVE["num_kv_heads"] * work, simulated=False)
     return reports.report([kernel], threads, 0)
