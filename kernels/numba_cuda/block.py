@@ -2,9 +2,10 @@
 
 Idea (one, over v1): threads split the tokens, keep every logit in dynamic shared memory, take the
 block-wide max and sum as reductions, then split head_dim for the weighted sum of V (coalesced).
-Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); queries
-float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32;
-every option (k/v scales, sliding window, soft-cap, ALiBi); any GQA ratio; decode only; at most
+Limits: any block size 1..4096 (runtime); head dims up to 512 (declared as numba.naive; the staged
+query is 2 KB of static shared); queries float32, float16, bfloat16 and caches of the query's dtype or
+fp8 (e4m3fn, e5m2, per tensor or per token), math in float32; the options as numba.naive (window,
+softcap, alibi, kv_scale, sinks, lse, kv_scales); any GQA ratio; decode only; at most
 MAX_CONTEXT_LEN = 8192 tokens read per sequence (32 KB of float32 logits, inside the 48 KB a
 block gets without an opt-in): the context, or what a sliding window keeps of it, refused by
 prepare() before any launch (Unsupported).
@@ -12,7 +13,7 @@ Precisions and options as numba.naive (codecs.py, options.py): one kernel per (q
 dtype, option flags); logits live at index t - first (the window's start), so shared
 memory is sized by the tokens read and blocks before the window are never looked up nor read.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
-GPU). Compiled for sm_90 (fp16): 64 registers, 1152 B static + 16 KB dynamic shared at 4096
+GPU). Compiled for sm_90 (fp16): 64 registers, 1152 B static (256-float query) + 16 KB dynamic shared at 4096
 tokens, no local memory, 50% theoretical occupancy (register-limited). Design-level expectation,
 not a measurement: num_seqs*num_heads blocks instead of threads and coalesced V reads, but each
 thread still reads whole K rows alone and every query head re-reads its KV head.

@@ -3,11 +3,11 @@
 Idea (one, over v2): a K row and a V row are read once per group (num_heads/num_kv_heads query
 heads) instead of once per query head; the context is walked in chunks with an online softmax per
 head (chunk max, rescale), so shared memory is bounded by the group and chunk, not the context.
-Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); queries
-float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32;
-every option (k/v scales, sliding window, soft-cap, ALiBi); decode only; any context length; group
-sizes whose shared memory fits 48 KB (refused by prepare() before launch otherwise, Unsupported:
-e.g. group 32 at head_dim 256). A thread keeps the dot products of a tile
+Limits: any block size 1..4096 (runtime); head dims up to 512 (declared as numba.naive); queries
+float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2, per tensor or per
+token), math in float32; the options as numba.naive (window, softcap, alibi, kv_scale, sinks, lse,
+kv_scales); decode only; any context length; group sizes whose shared memory fits 48 KB (refused by
+prepare() before launch otherwise, Unsupported: e.g. group 32 at head_dim 256, group 16 at 512). A thread keeps the dot products of a tile
 of min(8, next pow2 of group) heads in registers (the tile is a compile-time constant, one kernel
 per tile); groups above 8 re-read K/V once per tile.
 Precisions and options as numba.naive (codecs.py, options.py): one kernel per (tile, query dtype,

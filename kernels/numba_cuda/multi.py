@@ -28,14 +28,17 @@ simulated and compiled) and stage V | rescale and accumulate (each thread one (d
 Tiles are scheduled by a host-made table (prepare, untimed): block x serves tiles[x] = (sequence,
 first query row, query tokens in the tile, the sequence's end row); block y is the KV head.
 
-Limits: block sizes 1..256 (runtime); head dims 32..256 (device.HEAD_DIMS); queries float32,
-float16, bfloat16, caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option
-(k/v scales, sliding window, soft-cap, ALiBi); any query length (query_start), decode included; any
-context length. Shared memory is kept within 48 KB by halving the chunk (to 8), then the tile's
+Limits: any block size 1..4096 (runtime); head dims 32..512 (device.HEAD_DIMS); queries float32,
+float16, bfloat16, caches of the query's dtype, fp8 (e4m3fn, e5m2, per tensor or per token and KV
+head) or NVFP4, math in float32; the options window, softcap, alibi, kv_scale, sinks, lse, kv_scales;
+any query length (query_start), decode included; any context length. Caches are dequantized once, when
+a chunk is staged (stage_rows): fp8 codes times the slot's per-token scale, NVFP4 bytes as two e2m1
+values times their group's e4m3 block scale (k_scale stays folded into the softmax scale, v_scale in
+the output), so the rest of the kernel never sees the format. Shared memory is kept within 48 KB by halving the chunk (to 8), then the tile's
 query tokens (to 1), then the chunk (to 1); a group that still does not fit (e.g. 32 query heads
 per KV head at head_dim 256) is refused by prepare() before launch (Unsupported).
 Precisions and options as numba.gqa (codecs.py, options.py): one kernel per (register tile, query
-dtype, cache dtype, option flags).
+dtype, cache format, option flags); the sink joins each row's final denominator (options.finish).
 Tile size: tile_tokens = TARGET_ROWS (16) // group query tokens (at least 1, at most the longest
 query rounded up to a power of two), so decode runs tiles of one token.
 Debugging: prepare(..., count_loads=True) builds the kernel with a global-load counter

@@ -2,15 +2,18 @@
 
 Idea: each thread walks its sequence's blocks through the block table, token by token, with an
 online softmax (running max and sum, float32) and a per-thread accumulator of head_dim floats.
-Limits: block sizes 1..256 (any power of two, a runtime value); head dims up to 256 (declared:
-32, 64, 80, 96, 112, 120, 128, 192, 256); queries float32, float16, bfloat16 and caches of the
-query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option (k/v scales, sliding window,
-soft-cap, ALiBi); any GQA ratio; decode (one query token per sequence).
+Limits: any block size 1..4096 (a runtime value); head dims up to 512 (declared: 32, 64, 80, 96,
+112, 120, 128, 192, 256, 512; the accumulator is a 2 KB local array at 512); queries float32, float16,
+bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2, per tensor or per token and KV head),
+math in float32; the options window, softcap, alibi, kv_scale, sinks, lse, kv_scales; any GQA ratio;
+decode (one query token per sequence).
 Precisions and options (codecs.py, options.py): one kernel per (query dtype, cache dtype, option
 flags), made on first use; bfloat16 and fp8 arrive as their bits and are decoded by device functions.
 k_scale is folded into the scale, v_scale multiplies the output and a window only moves the first
 block and offset (blocks wholly before it are never looked up nor read), all runtime values;
-soft-cap and ALiBi are compiled in (options.logit_hook) only for the problems that use them.
+soft-cap and ALiBi (options.logit_hook), the sink (options.finish: it joins the final denominator),
+the lse output (options.log_sum_exp) and per-token scales (a logit times its slot's k scale, a weight
+times its v scale) are compiled in only for the problems that use them.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16): 64 registers, the accumulator in 1 KB of local memory per thread,
 50% theoretical occupancy (register-limited). Design-level expectation, not a measurement: each

@@ -3,17 +3,21 @@
 Idea (one, over v2): cut each context into partitions of P tokens; one thread block per (sequence,
 head, partition) writes a partial max, sum and normalized output; a second kernel merges them with
 log-sum-exp rescaling. Long contexts get many blocks, and shared memory is bounded by P, not context.
-Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); queries
-float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32;
-every option (k/v scales, sliding window, soft-cap, ALiBi); any GQA ratio; decode only; any
-context length whose partitions fit CUDA's grid (grid z <= 65535 partitions, refused before
-launch as Unsupported). P (partition_size) is a positive multiple of the block size, at most 8192;
-default 512 (the block size when it exceeds 512). Partitions start at each sequence's first token
+Limits: any block size 1..4096 (runtime); head dims up to 512 (declared as numba.naive); queries
+float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2, per tensor or per
+token), math in float32; the options as numba.naive (window, softcap, alibi, kv_scale, sinks, lse,
+kv_scales); any GQA ratio; decode only; any context length whose partitions fit CUDA's grid (grid z
+<= 65535 partitions, refused before launch as Unsupported). P (partition_size) is a positive multiple
+of the block size, at most 8192; default 512 rounded down to a multiple of the block size (the block
+size when it exceeds 512). Partitions start at each sequence's first token
 read: token 0, or its sliding window's start (so blocks before a window are never looked up nor
 read). The grid covers the most partitions any sequence needs; a sequence's empty ones write
 max=-inf, sum=0, output 0.
 Precisions and options as numba.naive (codecs.py, options.py): one partition kernel per (query dtype,
-cache dtype, option flags) and one merge per output dtype (v_scale applied by the merge).
+cache dtype, option flags) and one merge per (output dtype, sink and lse flags); v_scale, the sink and
+the lse belong to the merge: a partition's partials are over its tokens alone, and the sink joins the
+merged denominator once (adding it per partition is the negative control
+kernels/wrong/numba_split_sink_per_partition.py).
 Verdict: matches the reference on every problem the suites draw, the same to 1e-6 for P = 4..512
 (simulator only; never run on a GPU). Compiled for sm_90 (fp16): partition kernel 69 registers
 (43.8% theoretical occupancy), merge 56. Design-level expectation, not a measurement: numba.block's

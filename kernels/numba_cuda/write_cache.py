@@ -7,9 +7,14 @@ A cache of their dtype stores them bit-exact (bfloat16 as its uint16 bits); an f
 (float8_e4m3fn, float8_e5m2) stores fp8(clip(x / k_scale or v_scale, +-max_finite)), rounded to
 nearest even with subnormals, saturating, NaN kept NaN (codecs.make_fp8_encoder: integer
 arithmetic on the float32 bits, the same code simulated and compiled), exactly
-reference.write_cache. One kernel per (input dtype, cache dtype), made on first use; the scales
-are runtime arguments (unused when the cache has the inputs' dtype).
-Verdict: exact against reference.write_cache on every case tests/test_cache_write.py draws (simulator).
+reference.write_cache. With per-token scales (WRITES "kv_scales") one thread per KV head of the
+token finds its amax over the finite values, stores scale = amax / max_finite (1.0 for zeros) beside
+the row and the codes fp8(x / scale); an NVFP4 cache (WRITES "nvfp4") takes one thread per (KV head,
+group of 16): block scale e4m3(amax / 6) of y = x / tensor scale, codes e2m1(y / block scale), both
+nearest even and saturating, two codes a byte (element 2i low). One kernel per (input dtype, cache
+format, per-token scales), made on first use; the per-tensor scales are runtime arguments.
+Verdict: exact against reference.write_cache on every case tests/test_cache_write.py and
+tests/test_numba_write_cache.py draw (simulator).
 """
 from __future__ import annotations
 
