@@ -97,9 +97,11 @@ def random_options(rng: np.random.Generator, limits, kv_dtype) -> dict:
 
 
 def error_key(problem) -> str:
-    """'bfloat16', 'float16:float8_e4m3fn' or 'bfloat16:nvfp4': what the worst error is reported per."""
+    """'bfloat16', 'float16:float8_e4m3fn', 'float16:float8_e4m3fn/token' (per-token scales) or
+    'bfloat16:nvfp4': what the worst error is reported per."""
     kv = "" if problem.kv_dtype == problem.dtype else f":{problem.kv_format}"
-    return f"{problem.dtype.name}{kv}"
+    per_token = "/token" if problem.options.k_scales is not None else ""
+    return f"{problem.dtype.name}{kv}{per_token}"
 
 
 def selected_modes(args) -> list[str]:
