@@ -87,7 +87,7 @@ class Launch:
         self.args = args
         self.outputs = outputs
         self.out_dtype = out_dtype
-        self.lse = lse
+        self.lse_out = lse
 
     def launch(self) -> None:
         if SIMULATED:
@@ -99,7 +99,7 @@ class Launch:
     def result(self):
         out = self.outputs.copy_to_host()
         out = out if self.out_dtype is None else host_view(out, self.out_dtype)
-        return out if self.lse is None else (out, self.lse.copy_to_host())
+        return out if self.lse_out is None else (out, self.lse_out.copy_to_host())
 
 
 def returned_lse(problem, lse):
