@@ -51,6 +51,7 @@ def call(argv, capsys):
     (["--trace", "/nonexistent.csv"], "is not a readable file"),
     (["--step-cost", "roofline"], "--step-cost 'roofline': unknown source 'roofline'"),
     (["--step-cost", "model:numba.gqa"], "numba.gqa is not a CUDA C (cupy.*) variant"),
+    (["--step-cost", "model", "--block-sizes", "24"], "--step-cost model: cupy.v1 does not support block_size=24"),
     (["--step-cost", f"sweep:{CPU_SWEEP}"], "CPU emulation"),
     (["--json", "/nonexistent/dir/out.json"], "--json must be a file in an existing folder"),
 ])
