@@ -25,9 +25,9 @@ import dataclasses
 
 from sandbox.serving.cost import AnalyticCost, ModelShape, StepBatch
 
-# The CUDA C decode variants (cupy.multi and cupy.cascade serve several query tokens and shared prefixes: at
-# one query token per sequence they are cupy.v2's shape with more bookkeeping). Numba variants count under
-# the simulator, which pays per thread: too slow to serve a cost model.
+# The CUDA C single-query decode variants; cupy.multi and cupy.cascade (several query tokens, shared prefixes)
+# are taken when named (model:cupy.multi,...). Numba variants count under the simulator, which pays per
+# thread: too slow to serve a cost model.
 DEFAULT_VARIANTS = ("cupy.v1", "cupy.v2", "cupy.gqa", "cupy.rows", "cupy.dense")
 UNIT_SEQS, UNIT_HEADS = 2, 2
 FIRST_POINT = 16
