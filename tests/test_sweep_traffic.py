@@ -17,11 +17,13 @@ HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 GOAL = shapes.GOAL_SHAPE
 
 
-def test_a_cpu_sweep_records_the_traffic_columns_of_its_cuda_c_points(tmp_path):
-    outcome, rows = sweep(tmp_path, "--shapes", "2x24x4/2x32xfp16", "--block-sizes", "16", "--no-plots",
-                          "--no-resources", "--variants", "cupy.gqa,numba.gqa,numpy.gather")
+def test_a_cpu_sweep_records_the_traffic_columns_of_its_cuda_c_points_at_its_first_shape(tmp_path):
+    outcome, rows = sweep(tmp_path, "--shapes", "2x24x4/2x32xfp16,1x8x2/1x32xfp16", "--block-sizes", "16",
+                          "--no-plots", "--no-resources", "--variants", "cupy.gqa,numba.gqa,numpy.gather")
     assert outcome.exit_code == 0
-    by = {r["variant"]: r for r in rows}
+    second = [r for r in rows if r["shape"] == "1x8x2/1x32xfp16"]
+    assert [r["model_time_us"] for r in second] == [""] * 3 and "first shape" in second[0]["traffic_note"]
+    by = {r["variant"]: r for r in rows if r["shape"] == "2x24x4/2x32xfp16"}
     gqa = by["cupy.gqa"]
     # 2 seqs x 24 tokens x 2 KV heads x 32 dims x 2 bytes, K and V: every byte read once (it all fits in L2)
     kv = 2 * 2 * 24 * 2 * 32 * 2
@@ -40,14 +42,12 @@ def test_a_cpu_sweep_records_the_traffic_columns_of_its_cuda_c_points(tmp_path):
 
 
 def test_traffic_modes_and_refusals():
-    goal = shapes.parse_shape(GOAL)
     small = shapes.parse_shape("2x24x4/2x32xfp16")
-    assert traffic_columns.wanted("auto", "cupy", small, on_gpu=False)
-    assert not traffic_columns.wanted("auto", "numba", small, on_gpu=False)
-    assert traffic_columns.wanted("auto", "cupy", goal, on_gpu=True)
-    assert not traffic_columns.wanted("auto", "cupy", small, on_gpu=True)
-    assert traffic_columns.wanted("all", "numba", small, on_gpu=True)
-    assert not traffic_columns.wanted("none", "cupy", goal, on_gpu=False)
+    assert traffic_columns.wanted("auto", "cupy", first_shape=True)
+    assert not traffic_columns.wanted("auto", "cupy", first_shape=False)
+    assert not traffic_columns.wanted("auto", "numba", first_shape=True)
+    assert traffic_columns.wanted("all", "numba", first_shape=False)
+    assert not traffic_columns.wanted("none", "cupy", first_shape=True)
     with pytest.raises(ValueError, match="--traffic must be one of auto, all, none"):
         run.validate(run.SweepConfig(["cupy.gqa"], (16,), [small], traffic="some"))
     with pytest.raises(ValueError, match="--model-device a100: device must be one of h200, h100"):

@@ -6,7 +6,7 @@ exists only where the shape's kind is the variant's (registry problem kinds).
 One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
 output is compared with the expected output (MLA: out and lse) -> only if correct, timed repeats (CUDA events and
 an L2 flush on a GPU; wall clock on the CPU) -> its traffic counted on the CPU and modelled on an H200
-(sweep/traffic_columns.py: the CUDA C variants' points, on a GPU the goal shape's; --traffic) -> one row
+(sweep/traffic_columns.py: the CUDA C variants' points of the first shape; --traffic) -> one row
 appended to sweep.csv at once.
 
 A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
@@ -368,7 +368,7 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
 def validate(config: "SweepConfig") -> None:
     """Refuse what cannot be run, before a run folder exists (ValueError, one line)."""
     from ..analysis import gpus
-    traffic_columns.wanted(config.traffic, "", None, False)  # ValueError naming --traffic
+    traffic_columns.wanted(config.traffic, "", False)  # ValueError naming --traffic
     try:
         gpus.get(config.model_device)
     except ValueError as exc:
@@ -467,7 +467,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
                                          backend_label(c.family, "cpu"), on_gpu)
                         row.update(status="unsupported", note=why_not)
                     else:
-                        counted = traffic_columns.wanted(config.traffic, c.family, shape, on_gpu)
+                        counted = traffic_columns.wanted(config.traffic, c.family, shape is config.shapes[0])
                         row = run_point(c, backend, data, block_size, env,
                                         config.gpu_timing if backend == "gpu" else config.cpu_timing,
                                         config.model_device if counted else None)

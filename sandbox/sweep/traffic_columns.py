@@ -1,7 +1,7 @@
 """A sweep point's traffic columns: memory traffic counted on the CPU and the modelled time on a GPU.
 
     COLUMNS                             what every sweep.csv row carries (empty where nothing was counted)
-    wanted(mode, family, shape, on_gpu) whether a point gets them under --traffic MODE
+    wanted(mode, family, first_shape)   whether a point gets them under --traffic MODE
     record(row, name, problem, device, config=None)   fills them in for one correct point
 
 The columns are sandbox.analysis.traffic.variant.columns()'s (docs/performance-model.md): DRAM bytes,
@@ -11,10 +11,12 @@ traffic_s (CPU seconds the count took) and traffic_note (why a point has none, o
 sampled sequences behind the counts, a simulator-only path).
 
 Counted at correct points of decode variants with a kernel. cupy.* runs on the CPU executor in traffic
-mode, about a CPU second per point at the CPU shapes, in a GPU sweep too (the counts do not depend on
-where a point was timed). numba.* runs under the Numba simulator's capture at a GPU's thread count:
-5-30 CPU seconds per point at the CPU shapes, so only under --traffic all, and only where numba.cuda
-is the simulator (a CPU sweep). Large problems count the blocks of SAMPLE_SEQS sequences (whole
+mode, in a GPU sweep too (the counts do not depend on where a point was timed): about 2.5 CPU seconds a
+point at the CPU shapes, most of it g++ building the instrumented instantiation, so --traffic auto counts
+the sweep's first shape only (the CPU preset's 2x300 decode shape; the GPU presets' goal shape) and
+keeps the CPU sweep within its budget. numba.* runs under the Numba simulator's capture at a GPU's
+thread count: 5-30 CPU seconds a point at the CPU shapes, so only under --traffic all, and only where
+numba.cuda is the simulator (a CPU sweep). Large problems count the blocks of SAMPLE_SEQS sequences (whole
 sharing groups) and scale, as `sandbox traffic` does. A count that fails is a note, never a failed
 point: the point's correctness and time stand.
 """
@@ -25,7 +27,6 @@ import time
 from ..analysis.traffic import variant as traffic_variant
 from ..devices import backends
 from ..variant import registry
-from .shapes import GOAL_SHAPE
 
 COLUMNS = [*traffic_variant.COLUMNS, "traffic_s", "traffic_note"]
 MODES = ("auto", "all", "none")
@@ -35,16 +36,14 @@ MODES = ("auto", "all", "none")
 SAMPLE_SEQS = 2
 
 
-def wanted(mode: str, family: str, shape, on_gpu: bool) -> bool:
-    """--traffic auto: the CUDA C variants' points (on a GPU the goal shape's only: each count is CPU
-    seconds the measured points wait for); all: every variant's; none: no point."""
+def wanted(mode: str, family: str, first_shape: bool) -> bool:
+    """--traffic auto: the CUDA C variants' points at the sweep's first shape; all: every variant's points;
+    none: no point."""
     if mode not in MODES:
         raise ValueError(f"--traffic must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "none":
         return False
-    if mode == "all":
-        return True
-    return family == "cupy" and (not on_gpu or getattr(shape, "name", None) == GOAL_SHAPE)
+    return mode == "all" or (family == "cupy" and first_shape)
 
 
 def skipped_note(mode: str, name: str, family: str) -> str:
@@ -56,7 +55,7 @@ def skipped_note(mode: str, name: str, family: str) -> str:
         return "not counted (--traffic none)"
     if family == "numba" and mode == "auto":
         return "not counted: the simulator's capture costs 5-30 s per point (--traffic all counts it)"
-    return "not counted on a GPU outside the goal shape (--traffic all counts every point)"
+    return "not counted outside the sweep's first shape (--traffic all counts every point)"
 
 
 def why_not(name: str) -> str | None:
