@@ -123,6 +123,12 @@ def test_the_model_plot_is_headed_as_a_model_and_ranks_its_legend(tmp_path):
     assert fig._suptitle.get_text().startswith("MODEL (H200), not a measurement")
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels[0].startswith("cupy.rows") and labels[1].startswith("cupy.v1")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title, legend = fig._suptitle.get_window_extent(renderer), fig.legends[0].get_window_extent(renderer)
+    for box in (title, legend):
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1  # nothing cut off
+    assert not title.overlaps(legend)
 
 
 # ---------------------------------------------------------------- plot layout: legend inside, no blank band, titles once

@@ -57,11 +57,13 @@ def _offsets(names):
     return {n: 2 ** (OFFSET * (i - middle)) for i, n in enumerate(order)}
 
 
-def _legend(fig, handles: dict, columns: int = 4):
-    """The figure's legend below its panels (room taken from the layout: never cut off)."""
+def _legend(fig, handles: dict, columns: int = 4, ranked: bool = False):
+    """The figure's legend below its panels, or (ranked) one column right of them, first at the top; its room
+    is taken from the layout, so it is never cut off."""
     if handles:
-        fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
-                   ncol=min(columns, len(handles)), fontsize=8, frameon=False)
+        fig.legend(list(handles.values()), list(handles.keys()), loc="outside right center" if ranked else
+                   "outside lower center", ncol=1 if ranked else min(columns, len(handles)), fontsize=8,
+                   frameon=False)
 
 
 def _plain_log_labels(ax):
@@ -98,6 +100,7 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
     from matplotlib.transforms import blended_transform_factory
 
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
+    width = max(5.6 * min(len(shapes), 3), 8.0) + (2.6 if rank is not None else 0.0)  # a ranked legend: right
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     if rank is not None:
         variants.sort(key=rank)
@@ -106,8 +109,7 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
     sizes = sorted({r["block_size"] for r in rows if r["block_size"] is not None})
     nrows, ncols = _grid(len(shapes))
     height = 4.4 * nrows + 1.2
-    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.6 * ncols, 8.0), height), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, layout="constrained")
     handles = {}
     for ax, shape in zip(axes.flat, shapes):
         here = [r for r in rows if r["shape"] == shape]
@@ -147,7 +149,7 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
     for ax in list(axes.flat)[len(shapes):]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=11)
-    _legend(fig, handles)
+    _legend(fig, handles, ranked=rank is not None)
     return fig
 
 
@@ -170,8 +172,8 @@ def model_figure(rows, device: str = "h200", style=None):
     for r in points:
         best[r["variant"]] = min(best.get(r["variant"], float("inf")), model_value(r))
     return _panels(points, "modelled time per call (us, log)",
-                   f"{model_header(device)}: modelled time per call vs block size, from the traffic counted on the "
-                   f"CPU (legend: fastest by the model first)", model_value, logy=True, style=style,
+                   f"{model_header(device)}\nmodelled time per call vs block size\n(traffic counted on the CPU; "
+                   f"legend: fastest by the model first)", model_value, logy=True, style=style,
                    rank=lambda v: best[v])
 
 
