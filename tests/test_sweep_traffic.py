@@ -47,6 +47,8 @@ def test_traffic_modes_and_refusals():
     assert not traffic_columns.wanted("auto", "cupy", first_shape=False)
     assert not traffic_columns.wanted("auto", "numba", first_shape=True)
     assert traffic_columns.wanted("all", "numba", first_shape=False)
+    assert traffic_columns.wanted("auto", "cupy", True, on_gpu=True, block_size=16)
+    assert not traffic_columns.wanted("auto", "cupy", True, on_gpu=True, block_size=8)
     assert not traffic_columns.wanted("none", "cupy", first_shape=True)
     with pytest.raises(ValueError, match="--traffic must be one of auto, all, none"):
         run.validate(run.SweepConfig(["cupy.gqa"], (16,), [small], traffic="some"))

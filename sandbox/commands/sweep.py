@@ -62,7 +62,7 @@ def add_arguments(parser) -> None:
                         help="most timed calls per point (default GPU 500, CPU 5; --quick 100 / 3)")
     parser.add_argument("--traffic", default="auto", choices=traffic_columns.MODES,
                         help="which points get the traffic columns (counted on the CPU, modelled on --model-device): "
-                             "auto = the CUDA C variants' points of the first shape (the goal shape on a GPU); all = every "
+                             "auto = the CUDA C variants' points of the first shape (on a GPU at block size 16); all = every "
                              "variant's (the Numba simulator's capture: 5-30 s per point); none (default auto)")
     parser.add_argument("--model-device", default="h200", metavar="GPU",
                         help="the GPU the traffic columns model: h200 or h100 (default h200)")

@@ -6,7 +6,8 @@ exists only where the shape's kind is the variant's (registry problem kinds).
 One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
 output is compared with the expected output (MLA: out and lse) -> only if correct, timed repeats (CUDA events and
 an L2 flush on a GPU; wall clock on the CPU) -> its traffic counted on the CPU and modelled on an H200
-(sweep/traffic_columns.py: the CUDA C variants' points of the first shape; --traffic) -> one row
+(sweep/traffic_columns.py: the CUDA C variants' points of the first shape, on a GPU at block size 16;
+--traffic) -> one row
 appended to sweep.csv at once.
 
 A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
@@ -467,7 +468,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
                                          backend_label(c.family, "cpu"), on_gpu)
                         row.update(status="unsupported", note=why_not)
                     else:
-                        counted = traffic_columns.wanted(config.traffic, c.family, shape is config.shapes[0])
+                        counted = traffic_columns.wanted(config.traffic, c.family, shape is config.shapes[0], on_gpu,
+                                                         block_size)
                         row = run_point(c, backend, data, block_size, env,
                                         config.gpu_timing if backend == "gpu" else config.cpu_timing,
                                         config.model_device if counted else None)

@@ -1,7 +1,7 @@
 """A sweep point's traffic columns: memory traffic counted on the CPU and the modelled time on a GPU.
 
     COLUMNS                             what every sweep.csv row carries (empty where nothing was counted)
-    wanted(mode, family, first_shape)   whether a point gets them under --traffic MODE
+    wanted(mode, family, first_shape, on_gpu, block_size)   whether a point gets them under --traffic MODE
     record(row, name, problem, device, config=None)   fills them in for one correct point
 
 The columns are sandbox.analysis.traffic.variant.columns()'s (docs/performance-model.md): DRAM bytes,
@@ -13,8 +13,9 @@ sampled sequences behind the counts, a simulator-only path).
 Counted at correct points of decode variants with a kernel. cupy.* runs on the CPU executor in traffic
 mode, in a GPU sweep too (the counts do not depend on where a point was timed): about 2.5 CPU seconds a
 point at the CPU shapes, most of it g++ building the instrumented instantiation, so --traffic auto counts
-the sweep's first shape only (the CPU preset's 2x300 decode shape; the GPU presets' goal shape) and
-keeps the CPU sweep within its budget. numba.* runs under the Numba simulator's capture at a GPU's
+the sweep's first shape only (the CPU preset's 2x300 decode shape) and keeps the CPU sweep within its
+budget; on a GPU, whose sweep has seconds per point, the first shape's (the presets' goal shape) block
+size 16 only: the goal's point, its measured time beside the modelled one. numba.* runs under the Numba simulator's capture at a GPU's
 thread count: 5-30 CPU seconds a point at the CPU shapes, so only under --traffic all, and only where
 numba.cuda is the simulator (a CPU sweep). Large problems count the blocks of SAMPLE_SEQS sequences (whole
 sharing groups) and scale, as `sandbox traffic` does. A count that fails is a note, never a failed
@@ -34,16 +35,17 @@ MODES = ("auto", "all", "none")
 # work. Two keep the goal shape's count near 6 s per point on 2 cores (8: 22 s) and differ from the exact
 # count only in the sectors of the per-sequence arrays smaller than a sector (context_lens, table rows).
 SAMPLE_SEQS = 2
+GPU_BLOCK_SIZE = 16  # the goals' block size: the one a GPU sweep's --traffic auto counts
 
 
-def wanted(mode: str, family: str, first_shape: bool) -> bool:
-    """--traffic auto: the CUDA C variants' points at the sweep's first shape; all: every variant's points;
-    none: no point."""
+def wanted(mode: str, family: str, first_shape: bool, on_gpu: bool = False, block_size: int | None = None) -> bool:
+    """--traffic auto: the CUDA C variants' points at the sweep's first shape (on a GPU at block size 16
+    only); all: every variant's points; none: no point."""
     if mode not in MODES:
         raise ValueError(f"--traffic must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "none":
         return False
-    return mode == "all" or (family == "cupy" and first_shape)
+    return mode == "all" or (family == "cupy" and first_shape and (not on_gpu or block_size == GPU_BLOCK_SIZE))
 
 
 def skipped_note(mode: str, name: str, family: str) -> str:
@@ -55,7 +57,8 @@ def skipped_note(mode: str, name: str, family: str) -> str:
         return "not counted (--traffic none)"
     if family == "numba" and mode == "auto":
         return "not counted: the simulator's capture costs 5-30 s per point (--traffic all counts it)"
-    return "not counted outside the sweep's first shape (--traffic all counts every point)"
+    return ("not counted outside the sweep's first shape (on a GPU: its block size 16; --traffic all counts every "
+            "point)")
 
 
 def why_not(name: str) -> str | None:
