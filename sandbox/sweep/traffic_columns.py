@@ -32,8 +32,10 @@ from ..variant import registry
 COLUMNS = [*traffic_variant.COLUMNS, "traffic_s", "traffic_note"]
 MODES = ("auto", "all", "none")
 # Sequences (whole groups sharing a prompt) whose blocks are counted when every sequence does the same
-# work. Two keep the goal shape's count near 6 s per point on 2 cores (8: 22 s) and differ from the exact
-# count only in the sectors of the per-sequence arrays smaller than a sector (context_lens, table rows).
+# work: a quarter of the blocks `sandbox traffic`'s default 8 counts (cupy.rows at the goal shape, block
+# size 16: 22 CPU seconds at 8). The counts differ from the whole problem's only in the sectors of the
+# per-sequence arrays smaller than a sector and in the partials a full L2 evicts before the reduce reads
+# them (there 1.008x the ideal bytes counting 1 sequence, 1.012x counting 8).
 SAMPLE_SEQS = 2
 GPU_BLOCK_SIZE = 16  # the goals' block size: the one a GPU sweep's --traffic auto counts
 
