@@ -3,8 +3,9 @@ traffic columns); regressions flagged. CPU emulation times are noise: listed, ne
 --cpu-times.
 
 Exit status 1 when any point regressed beyond --threshold (a GPU time, a modelled time, or with --cpu-times
-a CPU emulation time) or turned wrong, or when the runs share no point; 2 when a run cannot be read (no sweep.csv, no point, a truncated or unparsable row, an ok row
-without a time; the message names the file and line); else 0. A run that was interrupted is warned about.
+a CPU emulation time) or turned wrong, or when the runs share no point; 2 when a run cannot be read (no
+sweep.csv, no point, a truncated or unparsable row, an ok row without a time; the message names the file
+and line); else 0. A run that was interrupted is warned about.
 """
 from __future__ import annotations
 

@@ -11,15 +11,16 @@ traffic_s (CPU seconds the count took) and traffic_note (why a point has none, o
 sampled sequences behind the counts, a simulator-only path).
 
 Counted at correct points of decode variants with a kernel. cupy.* runs on the CPU executor in traffic
-mode, in a GPU sweep too (the counts do not depend on where a point was timed): about 2.5 CPU seconds a
-point at the CPU shapes, most of it g++ building the instrumented instantiation, so --traffic auto counts
-the sweep's first shape only (the CPU preset's 2x300 decode shape) and keeps the CPU sweep within its
-budget; on a GPU, whose sweep has seconds per point, the first shape's (the presets' goal shape) block
-size 16 only: the goal's point, its measured time beside the modelled one. numba.* runs under the Numba simulator's capture at a GPU's
-thread count: 5-30 CPU seconds a point at the CPU shapes, so only under --traffic all, and only where
-numba.cuda is the simulator (a CPU sweep). Large problems count the blocks of SAMPLE_SEQS sequences (whole
-sharing groups) and scale, as `sandbox traffic` does. A count that fails is a note, never a failed
-point: the point's correctness and time stand.
+mode, in a GPU sweep too (the counts do not depend on where a point was timed): about 2.3 CPU seconds a
+point at the CPU shapes with a cold executor cache, most of it g++ building the instrumented
+instantiation. So --traffic auto counts the sweep's first shape only (the CPU preset's 2x300 decode
+shape: 49 points, 112 CPU seconds cold); on a GPU, whose sweep has seconds per point, the first shape's
+(the presets' goal shape) block size 16 only: the goal's point, its measured time beside the modelled
+one. numba.* runs under the Numba simulator's capture at a GPU's thread count: 5-30 CPU seconds a point
+at the CPU shapes, so only under --traffic all, and only where numba.cuda is the simulator (a CPU sweep).
+Large problems count the blocks of SAMPLE_SEQS sequences (whole sharing groups) and scale, as
+`sandbox traffic` does. A count that fails is a note, never a failed point: the point's correctness and
+time stand.
 """
 from __future__ import annotations
 
