@@ -191,3 +191,50 @@ def test_an_interrupted_or_unfinished_run_is_warned_about(tmp_path, capsys):
     assert f"warning: run B ({b}) did not finish" in out
     (b / "meta.json").write_text('{"interrupted": false, "end_utc": "x"}')
     assert diff.compare_runs(a, b).warnings == [f"run A ({a}) interrupted: its points are partial"]
+
+
+# ---------------------------------------------------------------- CPU runs: the model decides, emulation times are noise
+
+def cpu_point(variant, block_size, time_us, model_us=None, dram=None, conflicts=0):
+    row = point(variant, block_size, time_us, backend="cpu-executor")
+    if model_us is not None:
+        row.update(model_time_us=model_us, dram_bytes=dram, bank_conflicts=conflicts, model_bound="dram",
+                   kv_sectors_per_request=16.0, load_sectors_per_request=9.5)
+    return row
+
+
+CPU_BASE = [cpu_point("cupy.v1", 16, 9000.0, 12.5, 40960), cpu_point("cupy.gqa", 16, 8000.0, 10.0, 36864),
+            cpu_point("numba.gqa", 16, 400000.0)]
+
+
+def test_cpu_emulation_times_are_noise_unless_cpu_times(tmp_path, capsys):
+    a = make_run(tmp_path / "a", CPU_BASE)
+    rows = [dict(r) for r in CPU_BASE]
+    rows[0]["time_us"] = 18000.0   # 2x slower emulation: a busy machine, not the code
+    rows[2]["time_us"] = 900000.0
+    b = make_run(tmp_path / "b", rows)
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "noise" in out and "REGRESSION" not in out and "slower (noise: CPU emulation)" in out
+    assert "MODEL, not a measurement: 2 points modelled in both runs, 0 changed" in out
+    assert cli.main(["compare", str(a), str(b), "--cpu-times"]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "FAIL: 2 regression(s), 0 modelled regression(s)" in out
+
+
+def test_a_modelled_regression_fails_and_the_changed_counts_are_listed(tmp_path, capsys):
+    a = make_run(tmp_path / "a", CPU_BASE)
+    rows = [dict(r) for r in CPU_BASE]
+    rows[1].update(model_time_us=12.0, dram_bytes=49152, bank_conflicts=256)   # +20% modelled: more bytes read
+    rows[0].update(model_time_us=12.6)                                         # +0.8%: within the threshold
+    b = make_run(tmp_path / "b", rows)
+    report = diff.compare_runs(a, b)
+    assert [t[0][0] for t in report.model_regressions] == ["cupy.gqa"] and report.regressions == []
+    assert report.model_regressions[0][3] == pytest.approx(1.2) and report.exit_code == 1
+    assert report.traffic_changes == [(("cupy.gqa", SHAPE, 16, "cpu-executor"),
+                                       "dram_bytes 36864 -> 49152, bank_conflicts 0 -> 256")]
+    assert cli.main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "MODEL, not a measurement: 2 points modelled in both runs, 2 changed" in out
+    assert "traffic counts changed: 1 point(s)" in out and "FAIL: 0 regression(s), 1 modelled regression(s)" in out
+    assert cli.main(["compare", str(a), str(b), "--threshold", "0.25"]) == 0

@@ -35,6 +35,7 @@ def test_report_csv_and_json(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "== cupy.gqa" in text and "== cupy.v1" in text and "MODEL (H200 SXM), not a measurement" in text
     assert "kernels/cupy_raw/common.cuh:" in text and "key_cache" in text and "bound by" in text
+    assert "  assumes: device H200 SXM" in text and "LOADS_IN_FLIGHT" in text  # the model prints its assumptions
     rows = list(csv.DictReader(out_csv.open()))
     assert [r["variant"] for r in rows] == ["cupy.gqa", "cupy.gqa", "cupy.v1"]  # gqa: partition + reduce
     assert set(M.METRICS) <= set(rows[0]) and int(rows[0][M.GLOBAL_LOAD_REQUESTS]) > 0
@@ -55,3 +56,10 @@ def test_a_failing_point_is_reported_and_exits_1(capsys, monkeypatch):
     assert cli.main(["traffic", "cupy.v1", "cupy.gqa", "--shape", SHAPE, "--sites", "0"]) == 1
     text = capsys.readouterr().out
     assert "== cupy.v1 block size 16: FAILED: RuntimeError: it broke" in text and "== cupy.gqa" in text
+
+
+def test_nothing_counted_exits_1(capsys):
+    """Every point outside the variants' limits (block size 3: none declares it) counts nothing: a failure."""
+    assert cli.main(["traffic", "cupy.v1", "cupy.gqa", "--shape", SHAPE, "--block-sizes", "3"]) == 1
+    text = capsys.readouterr().out
+    assert "== cupy.v1 block size 3: skipped" in text and "nothing counted" in text

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..devices import backends
 from ..problem.option_tokens import known_tokens, parse_option_tokens
 from ..variant import registry
-from ..sweep import shapes as shapes_mod, timing
+from ..sweep import shapes as shapes_mod, timing, traffic_columns
 from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
 from . import block_size_list, select_names
 
@@ -60,6 +60,12 @@ def add_arguments(parser) -> None:
                              "--quick 30 / 200)")
     parser.add_argument("--max-repeats", type=int, metavar="N",
                         help="most timed calls per point (default GPU 500, CPU 5; --quick 100 / 3)")
+    parser.add_argument("--traffic", default="auto", choices=traffic_columns.MODES,
+                        help="which points get the traffic columns (counted on the CPU, modelled on --model-device): "
+                             "auto = the CUDA C variants' points of the first shape (on a GPU at block size 16); all = every "
+                             "variant's (the Numba simulator's capture: 5-30 s per point); none (default auto)")
+    parser.add_argument("--model-device", default="h200", metavar="GPU",
+                        help="the GPU the traffic columns model: h200 or h100 (default h200)")
     parser.add_argument("--no-torch", action="store_true", help="leave torch.sdpa out even where torch is importable")
     parser.add_argument("--no-resources", action="store_true", help="skip the static resources (resources.csv)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -107,7 +113,7 @@ def build_config(args) -> SweepConfig:
                        backend=args.backend, seed=args.seed, quick=args.quick, max_seconds=args.max_seconds,
                        gpu_timing=gpu, cpu_timing=cpu, dense_baseline=args.dense, torch=not args.no_torch,
                        resources=not args.no_resources, plots=not args.no_plots, progress=not args.no_progress,
-                       results_dir=args.results_dir)
+                       results_dir=args.results_dir, traffic=args.traffic, model_device=args.model_device)
 
 
 def query_len_list(text: str | None) -> tuple[int, ...]:

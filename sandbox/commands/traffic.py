@@ -5,7 +5,7 @@ For each point: the totals against the ideal bytes, the per-site table (the unco
 conflicting store), the model's time, fraction of DRAM bandwidth and binding level; then one summary
 table. --csv writes one row per kernel whose columns are the metric names (diff it against
 `ncu --csv --metrics ...`), --json every result in full. Exit 0; 2 for a refused request (nothing
-written); 1 when a point failed to run.
+written); 1 when a point failed to run, or when no point was counted (every one outside its variant's limits).
 """
 from __future__ import annotations
 
@@ -176,4 +176,6 @@ def main(args) -> int:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    return 1 if failed else 0
+    if not points and not failed:
+        print("nothing counted: every point was outside its variant's limits (see the skipped lines above)")
+    return 1 if failed or not points else 0

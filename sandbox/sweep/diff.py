@@ -2,6 +2,12 @@
 kv_dtype, options, query_len, prefix_len, group_size); a run older than a column reads as its default (the
 query's dtype for kv_dtype, no option, one query token, no shared prefix).
 
+What decides: correctness; the modelled times (model_time_us of the traffic columns, deterministic: the
+same code counts the same traffic), a rise beyond the threshold a regression; and the measured times of
+GPU runs. CPU emulation times are noise on a shared machine: listed, never a regression, unless
+cpu_times=True (`compare --cpu-times`). Traffic counts that changed (DRAM bytes, sectors per request,
+bank conflicts) are listed beside them: the cause of a modelled change.
+
 When both run folders hold resources.csv / sass.csv, the report also lists each kernel whose static
 resources or SASS census changed (registers 96 -> 80, 16-byte loads 16 -> 8, ...): the code change
 behind a time change. Those lines inform; only times and correctness decide the exit status.
@@ -19,11 +25,15 @@ import math
 from pathlib import Path
 
 INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes",
-               "flops", "query_len", "prefix_len", "group_size")
+               "flops", "query_len", "prefix_len", "group_size", "dram_bytes", "ideal_bytes", "bank_conflicts")
 # Point columns newer than the first sweeps, and what a run without them meant.
 POINT_DEFAULTS = {"options": "", "query_len": 1, "prefix_len": 0, "group_size": 0, "problem": "decode"}
 FLOAT_COLUMNS = ("max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us", "min_us", "gbps", "fraction_of_copy_bw",
-                 "fraction_of_read_bw", "paging_overhead", "dense_time_us", "partition_us", "point_s")
+                 "fraction_of_read_bw", "paging_overhead", "dense_time_us", "partition_us", "point_s",
+                 "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request", "model_time_us",
+                 "model_fraction_of_bw", "traffic_s")
+# Traffic counts whose change between two runs is listed (the deterministic causes of a modelled change).
+TRAFFIC_COUNTS = ("dram_bytes", "load_sectors_per_request", "kv_sectors_per_request", "bank_conflicts", "model_bound")
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
 
 
@@ -135,6 +145,16 @@ class Report:
     cpu_emulation: bool
     static_changes: list = dataclasses.field(default_factory=list)  # "variant [kernel] bs=N: field a -> b, ..."
     warnings: list = dataclasses.field(default_factory=list)        # e.g. "run B was interrupted: ..."
+    model_ratios: list = dataclasses.field(default_factory=list)    # (key, a_us, b_us, ratio): modelled in both
+    model_regressions: list = dataclasses.field(default_factory=list)
+    model_improvements: list = dataclasses.field(default_factory=list)
+    traffic_changes: list = dataclasses.field(default_factory=list)  # (key, "column a -> b, ...")
+    cpu_times: bool = False  # CPU emulation times decide too (compare --cpu-times)
+
+    @property
+    def times_decide(self) -> bool:
+        """Whether measured times can be regressions: GPU runs, or CPU runs with --cpu-times."""
+        return self.cpu_times or not self.cpu_emulation
 
     @property
     def shared(self) -> bool:
@@ -146,18 +166,34 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.regressions or self.turned_wrong or not self.shared else 0
+        return 1 if self.regressions or self.model_regressions or self.turned_wrong or not self.shared else 0
 
     def render(self) -> str:
         lines = [f"warning: {w}" for w in self.warnings]
         lines.append(f"{len(self.ratios)} points timed in both runs; regression = B/A > {1 + self.threshold:.2f}")
-        if self.cpu_emulation:
-            lines.append("note: CPU-emulation timings (not GPU performance); expect noise on a busy machine")
+        if self.cpu_emulation and not self.cpu_times:
+            lines.append("note: CPU-emulation timings (not GPU performance) are noise on a shared machine: listed, "
+                         "never a regression (--cpu-times counts them); the modelled times and traffic counts decide")
+        elif self.cpu_emulation:
+            lines.append("note: CPU-emulation timings (not GPU performance) count as regressions (--cpu-times); "
+                         "expect noise on a busy machine")
         if self.ratios:
             lines.append(f"  {'point':<60} {'A us':>10} {'B us':>10} {'B/A':>7}")
             for k, a, b, ratio in sorted(self.ratios, key=lambda t: -t[3]):
+                flag = "  faster" if ratio < 1 - self.threshold else ""
+                if ratio > 1 + self.threshold:
+                    flag = "  REGRESSION" if self.times_decide else "  slower (noise: CPU emulation)"
+                lines.append(f"  {_fmt_key(k):<60} {a:>10.2f} {b:>10.2f} {ratio:>7.3f}{flag}")
+        if self.model_ratios:
+            changed = [t for t in self.model_ratios if t[3] != 1.0]
+            lines.append(f"MODEL, not a measurement: {len(self.model_ratios)} points modelled in both runs, "
+                         f"{len(changed)} changed; regression = B/A > {1 + self.threshold:.2f}")
+            for k, a, b, ratio in sorted(changed, key=lambda t: -t[3]):
                 flag = "  REGRESSION" if ratio > 1 + self.threshold else ("  faster" if ratio < 1 - self.threshold else "")
                 lines.append(f"  {_fmt_key(k):<60} {a:>10.2f} {b:>10.2f} {ratio:>7.3f}{flag}")
+        if self.traffic_changes:
+            lines.append(f"traffic counts changed: {len(self.traffic_changes)} point(s)")
+            lines += [f"  {_fmt_key(k)}: {what}" for k, what in self.traffic_changes]
         for title, items in (("TURNED WRONG (correct in A, not in B)", self.turned_wrong),
                              ("still wrong in B", self.still_wrong)):
             if items:
@@ -177,23 +213,42 @@ class Report:
             verdict = ("FAIL: the runs share no point (variant, shape, block size, backend): nothing was compared "
                        "(a GPU run against a CPU run? different --shapes?)")
         elif self.exit_code:
-            verdict = f"FAIL: {len(self.regressions)} regression(s), {len(self.turned_wrong)} turned wrong"
+            verdict = (f"FAIL: {len(self.regressions)} regression(s), {len(self.model_regressions)} modelled "
+                       f"regression(s), {len(self.turned_wrong)} turned wrong")
         else:
             verdict = f"OK: no regression beyond {self.threshold:.0%}, nothing turned wrong"
-        if self.improvements:
+        if self.improvements and self.times_decide:
             verdict += f"; {len(self.improvements)} faster beyond {self.threshold:.0%}"
+        if self.model_improvements:
+            verdict += f"; {len(self.model_improvements)} faster by the model beyond {self.threshold:.0%}"
         lines.append(verdict)
         return "\n".join(lines)
 
 
-def compare_rows(rows_a: list[dict], rows_b: list[dict], threshold: float = 0.10) -> Report:
+def _traffic_change(ra: dict, rb: dict) -> str:
+    """"column a -> b, ..." for the TRAFFIC_COUNTS both rows hold and that differ ("" if none)."""
+    def shown(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    return ", ".join(f"{c} {shown(ra[c])} -> {shown(rb[c])}" for c in TRAFFIC_COUNTS
+                     if ra.get(c) not in (None, "") and rb.get(c) not in (None, "") and ra[c] != rb[c])
+
+
+def compare_rows(rows_a: list[dict], rows_b: list[dict], threshold: float = 0.10, cpu_times: bool = False) -> Report:
     a = {key(r): r for r in rows_a}
     b = {key(r): r for r in rows_b}
-    ratios, turned, still, changes = [], [], [], []
+    ratios, turned, still, changes, modelled, traffic = [], [], [], [], [], []
     unchanged = 0
     for k in a.keys() & b.keys():
         ra, rb = a[k], b[k]
         sa, sb = ra["status"], rb["status"]
+        if sa == sb == "ok":
+            ma, mb = ra.get("model_time_us"), rb.get("model_time_us")
+            if ma and mb is not None:
+                modelled.append((k, ma, mb, mb / ma))
+            what = _traffic_change(ra, rb)
+            if what:
+                traffic.append((k, what))
         if sb in ("wrong", "error"):
             (still if sa in ("wrong", "error") else turned).append((k, sa, sb, rb["note"]))
         elif sa == sb == "ok" and ra["time_us"] and rb["time_us"] is not None:
@@ -203,21 +258,28 @@ def compare_rows(rows_a: list[dict], rows_b: list[dict], threshold: float = 0.10
         else:
             unchanged += 1
     order = lambda items: sorted(items, key=lambda t: tuple("" if x is None else str(x) for x in t[0]))  # noqa: E731
+    emulated = any(r.get("timing") == "cpu-emulation" for r in rows_a + rows_b)
+    times_decide = cpu_times or not emulated
     return Report(
         threshold=threshold,
         ratios=order(ratios),
-        regressions=order([t for t in ratios if t[3] > 1 + threshold]),
+        regressions=order([t for t in ratios if t[3] > 1 + threshold]) if times_decide else [],
         improvements=order([t for t in ratios if t[3] < 1 - threshold]),
+        model_ratios=order(modelled),
+        model_regressions=order([t for t in modelled if t[3] > 1 + threshold]),
+        model_improvements=order([t for t in modelled if t[3] < 1 - threshold]),
+        traffic_changes=order(traffic),
+        cpu_times=cpu_times,
         turned_wrong=order(turned), still_wrong=order(still), status_changes=order(changes),
         only_a=sorted(a.keys() - b.keys(), key=lambda k: tuple(map(str, k))),
         only_b=sorted(b.keys() - a.keys(), key=lambda k: tuple(map(str, k))),
-        cpu_emulation=any(r.get("timing") == "cpu-emulation" for r in rows_a + rows_b),
+        cpu_emulation=emulated,
         shared_unchanged=unchanged,
     )
 
 
-def compare_runs(run_a: Path, run_b: Path, threshold: float = 0.10) -> Report:
-    report = compare_rows(load_rows(run_a), load_rows(run_b), threshold)
+def compare_runs(run_a: Path, run_b: Path, threshold: float = 0.10, cpu_times: bool = False) -> Report:
+    report = compare_rows(load_rows(run_a), load_rows(run_b), threshold, cpu_times)
     report.static_changes = static_changes(Path(run_a), Path(run_b))
     for label, path in (("A", run_a), ("B", run_b)):
         state = run_state(path)

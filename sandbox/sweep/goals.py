@@ -9,6 +9,11 @@
 shared-prefix shape is left out (a cascade reads less than the dense baseline: not a paging overhead),
 so is a multi-query one (the dense baseline is decode-only).
 "Paged" means a registry variant other than the dense baseline (and not torch.sdpa).
+
+Every goal also gets a modelled status beside the measured one (modelled_status, modelled, modelled_passed,
+modelled_detail), from the traffic columns of the correct points of any backend (sweep/traffic_columns.py):
+the same three checks on modelled times, the first against the model's fraction of the device's DRAM
+bandwidth. A model is not a measurement: "not measured (no GPU)" stays until a GPU measures the goal.
 """
 from __future__ import annotations
 
@@ -56,7 +61,16 @@ def best_paged(rows, dense_name: str) -> dict:
 
 
 def evaluate(rows, on_gpu: bool, dense_name: str) -> dict:
-    """{"on_gpu", "goal_shape", "checks": [{id, goal, threshold, measured, passed, status, detail}]}."""
+    """{"on_gpu", "goal_shape", "checks": [{id, goal, threshold, measured, passed, status, detail,
+    modelled, modelled_passed, modelled_status, modelled_detail}]}."""
+    report = _measured(rows, on_gpu, dense_name)
+    for check, model in zip(report["checks"], _modelled(rows, dense_name)):
+        check.update({"modelled" if k == "measured" else f"modelled_{k}": model[k]
+                      for k in ("measured", "passed", "status", "detail")})
+    return report
+
+
+def _measured(rows, on_gpu: bool, dense_name: str) -> dict:
     if not on_gpu:
         return {"on_gpu": False, "goal_shape": GOAL_SHAPE,
                 "checks": [_check(g, t, status="not measured (no GPU)")
@@ -116,6 +130,60 @@ def _bs8(best, shapes) -> dict:
     return _check("block_size_8_vs_128", BS8_VS_128, round(worst[0], 4), worst[0] <= BS8_VS_128, detail)
 
 
+# ---------------------------------------------------------------- the same goals, modelled
+
+def _model_rows(rows, dense_name: str):
+    """(best paged by modelled time per (shape, block size), the dense baseline's modelled rows, decode shapes)."""
+    ok = [r for r in rows if r["status"] == "ok" and r.get("model_time_us") not in (None, "")
+          and r["block_size"] is not None]
+    best, dense = {}, {}
+    for r in ok:
+        key = (r["shape"], r["block_size"])
+        if r["variant"] == dense_name:
+            dense[key] = r
+        elif r["family"] != "torch" and not r["variant"].startswith("wrong."):
+            if key not in best or r["model_time_us"] < best[key]["model_time_us"]:
+                best[key] = r
+    shapes = list(dict.fromkeys(r["shape"] for r in ok if decode_shape(r)))
+    return best, dense, shapes
+
+
+def _modelled(rows, dense_name: str) -> list[dict]:
+    """The three checks of evaluate() on modelled times (their "measured" is the modelled value)."""
+    best, dense, shapes = _model_rows(rows, dense_name)
+    none = "not modelled (no correct point with traffic counted"
+    row = best.get((GOAL_SHAPE, 16))
+    if row is None:
+        copy = _check("copy_bw_fraction", COPY_BW_FRACTION,
+                      status=f"{none} for a paged variant at {GOAL_SHAPE}, block size 16: python -m sandbox traffic "
+                             f"cupy --shape {GOAL_SHAPE} models it)")
+    else:
+        f = row["model_fraction_of_bw"]
+        copy = _check("copy_bw_fraction", COPY_BW_FRACTION, round(f, 4), f >= COPY_BW_FRACTION,
+                      f"{row['variant']}: {row['model_time_us']:.1f} us modelled = {f:.1%} of the device's DRAM "
+                      f"bandwidth, bound by {row['model_bound']}")
+    ratios = [(r["model_time_us"] / dense[key]["model_time_us"], key[0], key[1], r["variant"])
+              for key, r in sorted(best.items(), key=lambda kv: kv[0][1])
+              if key[0] in shapes and key[1] >= 16 and key in dense]
+    if not ratios:
+        overhead = _check("paging_overhead", PAGING_OVERHEAD,
+                          status=f"{none} for {dense_name} and a paged variant at block size >= 16)")
+    else:
+        worst = max(ratios)
+        overhead = _check("paging_overhead", PAGING_OVERHEAD, round(worst[0], 4), worst[0] <= PAGING_OVERHEAD,
+                          f"worst {worst[0]:.3f} at {worst[1]} bs{worst[2]} ({worst[3]}); all: "
+                          + "; ".join(f"{s} bs{b} {v} {x:.3f}" for x, s, b, v in ratios))
+    pairs = [(best[(s, 8)]["model_time_us"] / best[(s, 128)]["model_time_us"], s, best[(s, 8)]["variant"],
+              best[(s, 128)]["variant"]) for s in shapes if (s, 8) in best and (s, 128) in best]
+    if not pairs:
+        bs8 = _check("block_size_8_vs_128", BS8_VS_128, status=f"{none} for paged variants at block sizes 8 and 128)")
+    else:
+        worst = max(pairs)
+        bs8 = _check("block_size_8_vs_128", BS8_VS_128, round(worst[0], 4), worst[0] <= BS8_VS_128,
+                     "; ".join(f"{s}: {a} / {b} = {x:.3f}" for x, s, a, b in pairs))
+    return [copy, overhead, bs8]
+
+
 def to_json(report: dict) -> str:
     return json.dumps(report, indent=2) + "\n"
 
@@ -127,4 +195,9 @@ def render(report: dict) -> list[str]:
         lines.append(f"  [{c['status']}] {c['goal']}{measured}")
         if c["detail"]:
             lines.append(f"         {c['detail']}")
+        if "modelled_status" in c:
+            value = "" if c["modelled"] is None else f" {c['modelled']:g} (threshold {c['threshold']:g})"
+            lines.append(f"         MODEL, not a measurement: [{c['modelled_status']}]{value}")
+            if c["modelled_detail"]:
+                lines.append(f"         {c['modelled_detail']}")
     return lines

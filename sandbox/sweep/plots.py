@@ -1,5 +1,11 @@
 """PNG plots of a sweep: time and GB/s against block size (one panel per shape, one line per variant),
-paging overhead, and static resources. CPU runs say "CPU emulation" in every title.
+paging overhead, static resources, and the modelled time (headed "MODEL (H200), not a measurement", its
+legend ranked by the model). CPU runs say "CPU emulation" in every measured title.
+
+Each variant has its own colour, marker and line style in every figure, and its points sit a few
+percent off the block size (always the same side for a variant), so equal lines stay visible side by side.
+Layouts are matplotlib's constrained ones: the legend below the panels and the title above them
+take exactly their room.
 """
 from __future__ import annotations
 
@@ -24,10 +30,40 @@ def _colors(names):
 
 
 MARKERS = "osD^vP*Xh<>p"
+LINESTYLES = ("-", "--", "-.", ":")
+# A variant's points sit at block size x 2**(OFFSET * k), k its rank among the figure's variants centred on 0:
+# lines with the same values (cupy.multi and cupy.cascade at a private-context shape) stay side by side.
+OFFSET = 0.03
 
 
 def _markers(names):
     return {n: MARKERS[i % len(MARKERS)] for i, n in enumerate(sorted(names))}
+
+
+def _linestyles(names):
+    """One line style per variant; with 10 colours and 4 styles no two of 40 variants look alike."""
+    return {n: LINESTYLES[(i // 10) % len(LINESTYLES)] if len(names) <= 10 else LINESTYLES[i % len(LINESTYLES)]
+            for i, n in enumerate(sorted(names))}
+
+
+def _hollow(names):
+    """Every other variant (by name) draws hollow markers: a marker under another still shows."""
+    return {n: dict(mfc="none", mew=1.4) if i % 2 else {} for i, n in enumerate(sorted(names))}
+
+
+def _offsets(names):
+    order = sorted(names)
+    middle = (len(order) - 1) / 2
+    return {n: 2 ** (OFFSET * (i - middle)) for i, n in enumerate(order)}
+
+
+def _legend(fig, handles: dict, columns: int = 4, ranked: bool = False):
+    """The figure's legend below its panels, or (ranked) one column right of them, first at the top; its room
+    is taken from the layout, so it is never cut off."""
+    if handles:
+        fig.legend(list(handles.values()), list(handles.keys()), loc="outside right center" if ranked else
+                   "outside lower center", ncol=1 if ranked else min(columns, len(handles)), fontsize=8,
+                   frameon=False)
 
 
 def _plain_log_labels(ax):
@@ -56,18 +92,24 @@ def _log2_axis(ax, sizes):
     ax.grid(True, which="major", alpha=0.3)
 
 
-def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=False, yfloor=None, dense="", style=None):
-    """One figure: a panel per shape, a line per variant; wrong/error points marked at the panel's bottom."""
+def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=False, yfloor=None, dense="", style=None,
+            rank=None):
+    """One figure: a panel per shape, a line per variant; wrong/error points marked at the panel's bottom.
+    rank: a key ordering the variants (and so the legend), else their order in rows."""
     plt = _mpl()
     from matplotlib.transforms import blended_transform_factory
 
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
+    width = max(5.6 * min(len(shapes), 3), 8.0) + (2.6 if rank is not None else 0.0)  # a ranked legend: right
     variants = list(dict.fromkeys(r["variant"] for r in rows))
+    if rank is not None:
+        variants.sort(key=rank)
     colors, markers = style or (_colors(variants), _markers(variants))
+    lines, offsets, hollow = _linestyles(colors), _offsets(variants), _hollow(variants)
     sizes = sorted({r["block_size"] for r in rows if r["block_size"] is not None})
     nrows, ncols = _grid(len(shapes))
     height = 4.4 * nrows + 1.2
-    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.6 * ncols, 8.0), height), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, layout="constrained")
     handles = {}
     for ax, shape in zip(axes.flat, shapes):
         here = [r for r in rows if r["shape"] == shape]
@@ -79,11 +121,11 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
             if ok and ok[0]["block_size"] is None:  # per-shape peer: a horizontal reference line
                 handles[label] = ax.axhline(value(ok[0]), color=colors[variant], ls=":", lw=1.6, label=label)
             elif ok:
-                xs = [r["block_size"] for r in ok]
+                xs = [r["block_size"] * offsets[variant] for r in ok]
                 ys = [value(r) for r in ok]
-                line_style = dict(ls="-.", lw=2.2) if variant == dense else dict(ls="-", lw=1.6)
+                line_style = dict(ls="-.", lw=2.2) if variant == dense else dict(ls=lines[variant], lw=1.6)
                 handles[label], = ax.plot(xs, ys, marker=markers[variant], ms=5, color=colors[variant], label=label,
-                                          **line_style)
+                                          **line_style, **hollow[variant])
                 if value.__name__ == "time_value":
                     lo = [max(y - (r["q1_us"] or y), 0) for r, y in zip(ok, ys)]
                     hi = [max((r["q3_us"] or y) - y, 0) for r, y in zip(ok, ys)]
@@ -107,16 +149,32 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
     for ax in list(axes.flat)[len(shapes):]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=11)
-    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=min(4, max(1, len(handles))),
-               fontsize=8, frameon=False)
-    legend_rows = math.ceil(len(handles) / min(4, max(1, len(handles))))
-    # the legend takes ~0.2 inch a row at font size 8, the title ~0.7 inch: fixed sizes, whatever the panels
-    fig.tight_layout(rect=(0, (0.2 * legend_rows + 0.15) / height, 1, 1 - 0.75 / height))
+    _legend(fig, handles, ranked=rank is not None)
     return fig
 
 
 def time_value(r):
     return r["time_us"]
+
+
+def model_value(r):
+    value = r.get("model_time_us")
+    return None if value in (None, "") else float(value)
+
+
+def model_figure(rows, device: str = "h200", style=None):
+    """Modelled time per call against block size, the legend ranked by each variant's best modelled time (or None)."""
+    from .model_summary import model_header, modelled
+    points = modelled(rows)
+    if not points:
+        return None
+    best = {}
+    for r in points:
+        best[r["variant"]] = min(best.get(r["variant"], float("inf")), model_value(r))
+    return _panels(points, "modelled time per call (us, log)",
+                   f"{model_header(device)}\nmodelled time per call vs block size\n(traffic counted on the CPU; "
+                   f"legend: fastest by the model first)", model_value, logy=True, style=style,
+                   rank=lambda v: best[v])
 
 
 def gbps_value(r):
@@ -127,8 +185,8 @@ def overhead_value(r):
     return r["paging_overhead"]
 
 
-def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, log, dense: str = "cupy.dense"
-              ) -> list[str]:
+def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, log, dense: str = "cupy.dense",
+              model_device: str = "h200") -> list[str]:
     """Write the PNGs into run_dir; returns their names. A plotting failure is logged, never fatal."""
     try:
         plt = _mpl()
@@ -156,6 +214,9 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
             save(_panels(rows, "GB/s (bytes_moved / time)", f"Achieved bandwidth vs block size\n{tag}", gbps_value,
                          ceiling=ceiling, ceiling_label=label, logy=not on_gpu, yfloor=0, dense=dense, style=style),
                  "gbps_vs_block_size.png")
+        fig = model_figure(rows, model_device, style)
+        if fig is not None:
+            save(fig, "model_time_vs_block_size.png")
         paged = [r for r in rows if r["paging_overhead"] is not None]
         if paged:
             save(_panels(paged, "time / dense time", f"Paging overhead vs block size\n{tag}", overhead_value,
@@ -214,10 +275,13 @@ def resource_figure(rows, style=None):
         return None
     variants = list(dict.fromkeys(r[name_key] for r in rows))
     colors, markers = style or (_colors(variants), _markers(variants))
+    lines, offsets, hollow = _linestyles(colors), _offsets(variants), _hollow(variants)
     sizes = sorted({int(r["block_size"]) for r in rows if _number(r.get("block_size")) is not None})
     panels = [p for p in RESOURCE_PANELS if p[0] in columns]
     nrows, ncols = (1, len(panels)) if len(panels) <= 2 else (2, 2)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, 4.2 * nrows + 1.0), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, 4.2 * nrows + 1.0), squeeze=False,
+                             layout="constrained")
+    handles = {}
     shared_in_bytes = any("byte" in c.lower() for c in columns.get("shared", ()))
     for ax, (panel, _, ylabel) in zip(axes.flat, panels):
         for variant in variants:
@@ -232,21 +296,26 @@ def resource_figure(rows, style=None):
                 y = sum(values) if panel in ("spills", "shared") else values[0]  # static + dynamic shared
                 if panel == "shared" and shared_in_bytes:
                     y /= 1024  # bytes -> KiB
-                xs.append(int(float(r["block_size"])))
+                xs.append(int(float(r["block_size"])) * offsets[variant])
                 ys.append(y)
             if xs:
-                ax.plot(xs, ys, marker=markers[variant], ms=5, color=colors[variant], label=variant)
+                handles[variant], = ax.plot(xs, ys, marker=markers[variant], ms=5, color=colors[variant],
+                                            ls=lines[variant], label=variant, **hollow[variant])
         if sizes:
             _log2_axis(ax, sizes)
         if panel == "spills":
             ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1]))
         ax.set_ylabel(ylabel if panel != "shared" or shared_in_bytes else "shared memory per block")
-        ax.set_title(f"{panel} ({', '.join(columns[panel])})", fontsize=9)
+        ax.set_title(panel_title(panel, columns[panel]), fontsize=9)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(5, max(1, len(labels))), fontsize=8, frameon=False)
+    _legend(fig, handles, columns=5)
     fig.suptitle("Static resources per variant and block size (compiled for sm_90, head dim 128, float16; "
                  "no GPU needed)", fontsize=11)
-    fig.tight_layout(rect=(0, 0.04 * math.ceil(len(labels) / 5) + 0.02, 1, 0.94))
     return fig
+
+
+def panel_title(panel: str, columns) -> str:
+    """The panel's name, then the resources.csv columns it plots where they say more than the name."""
+    more = [c for c in columns if c != panel]
+    return f"{panel} ({' + '.join(columns)})" if more else panel

@@ -5,7 +5,10 @@ exists only where the shape's kind is the variant's (registry problem kinds).
 
 One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
 output is compared with the expected output (MLA: out and lse) -> only if correct, timed repeats (CUDA events and
-an L2 flush on a GPU; wall clock on the CPU) -> one row appended to sweep.csv at once.
+an L2 flush on a GPU; wall clock on the CPU) -> its traffic counted on the CPU and modelled on an H200
+(sweep/traffic_columns.py: the CUDA C variants' points of the first shape, on a GPU at block size 16;
+--traffic) -> one row
+appended to sweep.csv at once.
 
 A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
 reduce) both launches and the host gap between them are inside the timed region. Where the prepared
@@ -34,6 +37,7 @@ from ..results import CsvAppender, new_run_dir
 from ..problem.validate import MAX_BLOCK_SIZE
 from ..variant.limits import Unsupported
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
+from . import traffic_columns
 
 DENSE_BASELINE = "cupy.dense"
 
@@ -41,7 +45,7 @@ COLUMNS = [
     "variant", "family", "problem", "backend", "timing", "shape", "num_seqs", "context_len", "num_heads", "num_kv_heads",
     "head_dim", "dtype", "kv_dtype", "options", "query_len", "prefix_len", "group_size", "block_size", "status", "correct", "max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us",
     "min_us", "repeats", "bytes", "flops", "gbps", "fraction_of_copy_bw", "fraction_of_read_bw", "paging_overhead",
-    "dense_time_us", "partition_us", "parts_us", "point_s", "note",
+    "dense_time_us", "partition_us", "parts_us", *traffic_columns.COLUMNS, "point_s", "note",
 ]
 # ok: correct and timed | wrong: output differs from the reference (never timed) | error: raised while
 # preparing or running (anything but sandbox.Unsupported) | unsupported: outside the variant's limits, a
@@ -106,6 +110,8 @@ class SweepConfig:
     plots: bool = True
     progress: bool = True
     results_dir: Path | None = None
+    traffic: str = "auto"          # traffic_columns.MODES: which points get the traffic columns
+    model_device: str = "h200"     # the GPU the traffic columns model
 
     def describe(self) -> dict:
         d = dataclasses.asdict(self)
@@ -211,8 +217,10 @@ def _blank_row(candidate: Candidate, shape, block_size, label: str, on_gpu: bool
 
 
 def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size: int, env: Environment,
-              config: timing.TimingConfig) -> dict:
-    """Check, then time, one (candidate, shape, block size): one sweep.csv row. Never raises for the variant's faults."""
+              config: timing.TimingConfig, traffic_device: str | None = None) -> dict:
+    """Check, then time, one (candidate, shape, block size): one sweep.csv row. Never raises for the variant's faults.
+
+    traffic_device: count a correct point's traffic and model it on this GPU (sweep/traffic_columns.py)."""
     started = time.perf_counter()
     label = backend_label(candidate.family, resolved)
     row = _blank_row(candidate, data.shape, None if candidate.per_shape else block_size, label, env.on_gpu)
@@ -266,6 +274,8 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
     except Exception as exc:
         return done("error", f"bytes_moved() raised {type(exc).__name__}: {exc}")
     gbps = bandwidth.kernel_gbps(nbytes, stats.median)
+    if traffic_device is not None and not candidate.per_shape:
+        traffic_columns.record(row, candidate.name, problem, traffic_device, getattr(candidate, "config", None))
     flops = problem.flops() if hasattr(problem, "flops") else None  # MLA: exact FLOPs, for memory- vs compute-bound
     return done("ok", candidate.note(), time_us=stats.median * 1e6, flops=flops, iqr_us=stats.iqr * 1e6, q1_us=stats.q1 * 1e6,
                 q3_us=stats.q3 * 1e6, min_us=stats.min * 1e6, repeats=stats.repeats, bytes=nbytes, gbps=gbps,
@@ -358,6 +368,12 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
 
 def validate(config: "SweepConfig") -> None:
     """Refuse what cannot be run, before a run folder exists (ValueError, one line)."""
+    from ..analysis import gpus
+    traffic_columns.wanted(config.traffic, "", False)  # ValueError naming --traffic
+    try:
+        gpus.get(config.model_device)
+    except ValueError as exc:
+        raise ValueError(f"--model-device {config.model_device}: {exc}") from None
     bad = [b for b in config.block_sizes if not 1 <= b <= MAX_BLOCK_SIZE]
     if bad:
         raise ValueError(f"--block-sizes {','.join(map(str, bad))}: block sizes must be integers in "
@@ -452,8 +468,13 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
                                          backend_label(c.family, "cpu"), on_gpu)
                         row.update(status="unsupported", note=why_not)
                     else:
+                        counted = traffic_columns.wanted(config.traffic, c.family, shape is config.shapes[0], on_gpu,
+                                                         block_size)
                         row = run_point(c, backend, data, block_size, env,
-                                        config.gpu_timing if backend == "gpu" else config.cpu_timing)
+                                        config.gpu_timing if backend == "gpu" else config.cpu_timing,
+                                        config.model_device if counted else None)
+                        if not counted and row["status"] == "ok" and not c.per_shape:
+                            row["traffic_note"] = traffic_columns.skipped_note(config.traffic, c.name, c.family)
                         add_paging_overhead(row, dense_times, config.dense_baseline)
                     csv.write(row)
                     rows.append(row)
@@ -495,12 +516,13 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
     (run_dir / "goals.json").write_text(goals_mod.to_json(goal_report))
     if config.plots:
         meta["plots"] = plots.write_all(run_dir, rows, resource_rows, env.copy, on_gpu, meta.get("gpu"), log,
-                                        config.dense_baseline)
+                                        config.dense_baseline, config.model_device)
     kinds = {shape_kind(shape) for shape in config.shapes}  # a variant whose kind has no shape here: not raced
     raced = [n for n in config.variants if registry.get(n).problem in kinds]
     without_ok = [] if interrupted else variants_without_ok(rows, raced, not_raced)
     text = summary_mod.render(rows, env.copy, on_gpu, meta.get("gpu"), goal_report, config.dense_baseline,
-                              resource_rows, read=env.read, interrupted=interrupted, without_ok=without_ok)
+                              resource_rows, read=env.read, interrupted=interrupted, without_ok=without_ok,
+                              model_device=config.model_device)
     (run_dir / "summary.txt").write_text(text + "\n")
     counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
     meta.update(end_utc=meta_mod.utc_now(), interrupted=interrupted, points=counts, goals=goal_report,

@@ -1,9 +1,14 @@
-"""The summary printed at the end of a sweep (and saved as summary.txt): who wins where, what broke, the goals."""
+"""The summary printed at the end of a sweep (and saved as summary.txt): who wins where, what broke, the goals.
+
+On the CPU the variants are ranked by the model (MODEL (H200), not a measurement: sweep/model_summary.py) and
+the emulation times follow under their own banner; on a GPU the measured times lead, then the measured
+time beside the modelled one per point, then the model's ranking."""
 from __future__ import annotations
 
 from ..problem import dtypes
 from . import goals as goals_mod
 from .mla_summary import mla_table
+from .model_summary import measured_vs_model, model_tables
 
 CPU_BANNER = "CPU EMULATION: wall-clock times of the Numba simulator / CUDA C executor / NumPy, NOT GPU performance"
 
@@ -254,8 +259,12 @@ def without_ok_lines(without_ok) -> list[str]:
 INTERRUPTED = "INTERRUPTED: the run was stopped (Ctrl-C / SIGINT) before every point ran; the rows above are partial"
 
 
+EMULATION_HEADING = ("CPU emulation times (wall clock of the simulator / executor / NumPy: they check and order nothing "
+                     "about a GPU; the ranking above is the model's)")
+
+
 def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, resource_rows=(), read=None,
-           interrupted: bool = False, without_ok=()) -> str:
+           interrupted: bool = False, without_ok=(), model_device: str = "h200") -> str:
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "wrong", "error", "unsupported", "skipped")}
     if on_gpu:
         head = f"Sweep summary: GPU {(gpu_info or {}).get('name', '?')} (CUDA events, L2 flushed before each call, median)"
@@ -271,9 +280,14 @@ def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, res
         where = "streaming-read kernel" if on_gpu else "host memory (CPU)"
         lines.append(f"Read bandwidth ({where}): {read.gbps:.1f} GB/s")
     lines.append("Points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    for section in (time_tables(rows), parts_table(rows), best_table(rows, dense_name), mla_table(rows),
-                    cascade_table(rows),
-                    overhead_tables(rows, dense_name), unsupported_lines(rows), failure_lines(rows), without_ok_lines(without_ok),
+    model = model_tables(rows, model_device)
+    timed = [time_tables(rows), parts_table(rows), best_table(rows, dense_name), mla_table(rows), cascade_table(rows),
+             overhead_tables(rows, dense_name)]
+    if on_gpu:
+        ordered = [*timed, measured_vs_model(rows), model]
+    else:  # the model ranks; the emulation times stay, after it
+        ordered = [model, [EMULATION_HEADING] if model else [], *timed]
+    for section in (*ordered, unsupported_lines(rows), failure_lines(rows), without_ok_lines(without_ok),
                     goals_mod.render(goal_report)):
         if section:
             lines += ["", *section]

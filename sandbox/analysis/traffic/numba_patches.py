@@ -25,8 +25,8 @@ def install(cap, patches: list) -> None:
     from numba.cuda.np import numpy_support
     from numba.cuda.simulator import kernel, kernelapi
 
-    try:  # kernels/numba_cuda/common.py serialises shared allocations when first imported: before our patch
-        import kernels.numba_cuda.common  # noqa: F401
+    try:  # kernels/numba_cuda/simulator.py serialises shared allocations when first imported: before our patch
+        import kernels.numba_cuda.simulator  # noqa: F401
     except ImportError:
         pass
 
@@ -79,7 +79,7 @@ def install(cap, patches: list) -> None:
             launch.note_local(sys._getframe(1), array.nbytes)
         return array
 
-    shared_array.serialised = True  # it takes a lock too: common.serialise_simulated_shared_arrays leaves it
+    shared_array.serialised = True  # it takes a lock too: simulator.serialise_simulated_shared_arrays leaves it
     patch(kernel.BlockManager, "run", run)
     patch(kernel.BlockThread, "syncthreads", syncthreads)
     patch(kernel.BlockThread, "_traffic_epoch", 0)

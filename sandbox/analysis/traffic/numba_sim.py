@@ -83,14 +83,14 @@ def gpu_thread_counts():
     """Let the Numba variants size their blocks as on a GPU (up to MAX_THREADS, 128) while the
     simulator runs them; prepare() the variant inside. By default the simulator's launches are
     capped at SIM_MAX_THREADS (16) threads per block, so their warps are partial."""
-    from kernels.numba_cuda import common
+    from kernels.numba_cuda import launch
 
-    previous = common.SIM_MAX_THREADS
-    common.SIM_MAX_THREADS = common.MAX_THREADS
+    previous = launch.SIM_MAX_THREADS
+    launch.SIM_MAX_THREADS = launch.MAX_THREADS
     try:
         yield
     finally:
-        common.SIM_MAX_THREADS = previous
+        launch.SIM_MAX_THREADS = previous
 
 
 def _require_simulator() -> None:

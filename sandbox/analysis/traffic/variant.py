@@ -101,7 +101,7 @@ def sample(problem, sample_seqs: int | None):
 
 # ---------------------------------------------------------------- captures per family
 
-def _capture_cupy(name, problem, counted, census: bool, config):
+def _capture_cupy(name, problem, counted, census: bool, config, device):
     from kernels.cupy_raw import common
     from sandbox.cpucuda import traffic_capture
     from sandbox.variant import runner
@@ -117,7 +117,7 @@ def _capture_cupy(name, problem, counted, census: bool, config):
     return launches, grids, resources
 
 
-def _capture_numba(name, problem, counted, census: bool, config):
+def _capture_numba(name, problem, counted, census: bool, config, device):
     try:
         from . import numba_sim
     except ImportError as exc:
@@ -136,19 +136,26 @@ def _capture_numba(name, problem, counted, census: bool, config):
     sizes = getattr(numba_sim, "gpu_thread_counts", contextlib.nullcontext)
     with sizes():
         prepared, _ = runner.prepare(name, problem, "cpu", config)
-    represent = _numba_representatives(problem)
+    represent = _numba_representatives(problem, gpus.get(device).l2_bytes)
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
     res = _numba_census(name, problem) if census else dict(census_error="not asked for (census=False)")
     return launches, [tuple(r.grid) for r in launches], [res] * len(launches)
 
 
-def _numba_representatives(problem):
+def _numba_representatives(problem, l2_bytes: int):
+    """One block simulated per kind of identical-work block (numba_sample). Query heads of one KV head are
+    one kind only when the problem's K/V overflow the L2: when they fit, a GPU serves a head's repeat
+    reads from L2, and only simulating every head shows it (a represented head would be charged its
+    representative's DRAM bytes: twice the truth or more)."""
     try:
         from . import numba_sample
     except ImportError:
         return None
-    return numba_sample.decode_representatives(problem) if problem.max_query_len == 1 else None
+    if problem.max_query_len != 1:
+        return None
+    kv_bytes = problem.key_cache.nbytes + problem.value_cache.nbytes
+    return numba_sample.decode_representatives(problem, across_heads=kv_bytes > l2_bytes)
 
 
 def _dims(value) -> tuple:
@@ -225,7 +232,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     variant.limits.check(name, problem, "cpu")
     counted, scale, note = sample(problem, sample_seqs if variant.family == "cupy" else None)
     capture = _capture_cupy if variant.family == "cupy" else _capture_numba
-    launches, grids, resources = capture(name, problem, counted, census, config)
+    launches, grids, resources = capture(name, problem, counted, census, config, gpu)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)

@@ -1,0 +1,100 @@
+"""A sweep point's traffic columns: memory traffic counted on the CPU and the modelled time on a GPU.
+
+    COLUMNS                             what every sweep.csv row carries (empty where nothing was counted)
+    wanted(mode, family, first_shape, on_gpu, block_size)   whether a point gets them under --traffic MODE
+    record(row, name, problem, device, config=None)   fills them in for one correct point
+
+The columns are sandbox.analysis.traffic.variant.columns()'s (docs/performance-model.md): DRAM bytes,
+ideal bytes, their ratio, global load sectors per request (all loads, and the K/V loads alone), shared
+bank conflicts, the model's time, fraction of DRAM bandwidth and binding level on `device`; then
+traffic_s (CPU seconds the count took) and traffic_note (why a point has none, or what to know: the
+sampled sequences behind the counts, a simulator-only path).
+
+Counted at correct points of decode variants with a kernel. cupy.* runs on the CPU executor in traffic
+mode, in a GPU sweep too (the counts do not depend on where a point was timed): about 2.3 CPU seconds a
+point at the CPU shapes with a cold executor cache, most of it g++ building the instrumented
+instantiation. So --traffic auto counts the sweep's first shape only (the CPU preset's 2x300 decode
+shape: 49 points, 112 CPU seconds cold); on a GPU, whose sweep has seconds per point, the first shape's
+(the presets' goal shape) block size 16 only: the goal's point, its measured time beside the modelled
+one. numba.* runs under the Numba simulator's capture at a GPU's thread count: 5-30 CPU seconds a point
+at the CPU shapes, so only under --traffic all, and only where numba.cuda is the simulator (a CPU sweep).
+Large problems count the blocks of SAMPLE_SEQS sequences (whole sharing groups) and scale, as
+`sandbox traffic` does. A count that fails is a note, never a failed point: the point's correctness and
+time stand.
+"""
+from __future__ import annotations
+
+import time
+
+from ..analysis.traffic import variant as traffic_variant
+from ..devices import backends
+from ..variant import registry
+
+COLUMNS = [*traffic_variant.COLUMNS, "traffic_s", "traffic_note"]
+MODES = ("auto", "all", "none")
+# Sequences (whole groups sharing a prompt) whose blocks are counted when every sequence does the same
+# work: a quarter of the blocks `sandbox traffic`'s default 8 counts (cupy.rows at the goal shape, block
+# size 16: 22 CPU seconds at 8). The counts differ from the whole problem's only in the sectors of the
+# per-sequence arrays smaller than a sector and in the partials a full L2 evicts before the reduce reads
+# them (there 1.008x the ideal bytes counting 1 sequence, 1.012x counting 8).
+SAMPLE_SEQS = 2
+GPU_BLOCK_SIZE = 16  # the goals' block size: the one a GPU sweep's --traffic auto counts
+
+
+def wanted(mode: str, family: str, first_shape: bool, on_gpu: bool = False, block_size: int | None = None) -> bool:
+    """--traffic auto: the CUDA C variants' points at the sweep's first shape (on a GPU at block size 16
+    only); all: every variant's points; none: no point."""
+    if mode not in MODES:
+        raise ValueError(f"--traffic must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "none":
+        return False
+    return mode == "all" or (family == "cupy" and first_shape and (not on_gpu or block_size == GPU_BLOCK_SIZE))
+
+
+def skipped_note(mode: str, name: str, family: str) -> str:
+    """What traffic_note says at a point wanted() left out."""
+    reason = why_not(name)
+    if reason is not None:
+        return reason
+    if mode == "none":
+        return "not counted (--traffic none)"
+    if family == "numba" and mode == "auto":
+        return "not counted: the simulator's capture costs 5-30 s per point (--traffic all counts it)"
+    return ("not counted outside the sweep's first shape (on a GPU: its block size 16; --traffic all counts every "
+            "point)")
+
+
+def why_not(name: str) -> str | None:
+    """Why `name`'s points cannot be counted in this process (None: they can)."""
+    variant = registry.get(name)
+    if getattr(variant, "problem", "decode") != "decode":
+        return "traffic counts the decode variants"
+    if variant.family == "numpy":
+        return "no kernel: NumPy gathers on the host"
+    if variant.family == "numba" and not backends.numba_simulated():
+        return "the Numba capture needs the simulator (numba.cuda is in real mode here)"
+    if variant.family not in ("cupy", "numba"):
+        return f"no traffic capture for the {variant.family} family"
+    return None
+
+
+def record(row: dict, name: str, problem, device: str = "h200", config: dict | None = None) -> None:
+    """Fill `row`'s COLUMNS from one count of `name` on `problem` (or say in traffic_note why not).
+
+    The Numba variants' compile census (a real-mode compile in a child process per point) is left out:
+    their model takes occupancy as unknown and says so."""
+    reason = why_not(name)
+    if reason is not None:
+        row["traffic_note"] = reason
+        return
+    census = registry.get(name).family != "numba"
+    started = time.process_time()
+    try:
+        result = traffic_variant.traffic(name, problem, device, SAMPLE_SEQS, census=census, config=config)
+    except Exception as exc:  # the point was checked and timed: a failed count is said, not fatal
+        row["traffic_note"] = f"traffic count raised {type(exc).__name__}: {exc}"[:400]
+        return
+    finally:
+        row["traffic_s"] = round(time.process_time() - started, 3)
+    row.update(traffic_variant.summary(result))
+    row["traffic_note"] = "; ".join(result["notes"])[:400]
