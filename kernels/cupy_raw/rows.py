@@ -24,6 +24,9 @@ from . import gqa
 PATH = gqa.PATH
 NAME = "cupy.rows"
 LIMITS = gqa.LIMITS
+# Global load requests a warp has in flight before their math (the performance model's Little's law): the
+# row mapping issues 8 16-byte vectors per lane (UK passes x K_VECS in common.cuh's rows path) for K, then for V.
+LOADS_IN_FLIGHT = 8
 
 
 def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0) -> str:
