@@ -81,10 +81,11 @@ def test_measure_without_warmup_repeats_until_the_budget_and_no_flush_when_disab
     timer = FakeTimer([2.0, 1.0, 3.0])
     flushes = []
     stats = timing.measure(lambda: None, timer, timing.CPU_TIMING, flush=lambda: flushes.append(1))
-    assert stats.repeats == 1 and not flushes  # one 2 s call spends the 1 s budget
-    timer = FakeTimer([0.3, 0.1, 0.2])
-    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING)
-    assert stats.repeats == 5 and stats.median == pytest.approx(0.2)  # 0.8 s after 4 calls: a fifth, the max
+    assert stats.repeats == 1 and not flushes  # one 2 s call spends the 0.3 s budget
+    stats = timing.measure(lambda: None, FakeTimer([0.2, 0.15]), timing.CPU_TIMING)
+    assert stats.repeats == 2  # 0.2 s after one call: a second, and 0.35 s spends the budget
+    stats = timing.measure(lambda: None, FakeTimer([0.05, 0.01, 0.03]), timing.CPU_TIMING)
+    assert stats.repeats == 3 and stats.median == pytest.approx(0.03)  # 0.09 s after 3 calls: the max
     timer = FakeTimer([1.5, 0.001])  # a slow first call does not starve a fast kernel of samples
     config = timing.TimingConfig(warmup_s=0, budget_s=1.0, min_repeats=1, max_repeats=50)
     assert timing.measure(lambda: None, timer, config).repeats == 1
