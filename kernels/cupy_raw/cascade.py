@@ -33,6 +33,7 @@ from . import common, multi
 PATH = multi.PATH  # the same kernels (tile attention and merge): cascade is a work list
 NAME = "cupy.cascade"
 LIMITS = multi.LIMITS
+TUNABLES = multi.TUNABLES
 
 
 def shared_prefixes(groups, block_size: int) -> list[tuple[tuple[int, ...], int]]:
@@ -107,12 +108,12 @@ class CascadePrepared(multi.MultiPrepared):
 
 
 def prepare_with_prefixes(name: str, problem, backend: str, groups, prefixes,
-                          partition_size: int | None = None) -> CascadePrepared:
+                          partition_size: int | None = None, threads: int = common.NUM_THREADS) -> CascadePrepared:
     """The cascade of `prefixes` ([(seqs, prefix tokens)] covering every sequence once); `groups` is kept as .plan."""
     layout = multi.Layout.for_problem(problem)
     work = cascade_work(problem, layout, multi.partition_tokens(partition_size), prefixes)
-    return multi.prepare_work(name, PATH, problem, backend, work, prepared_class=CascadePrepared, plan=groups,
-                              prefixes=prefixes)
+    return multi.prepare_work(name, PATH, problem, backend, work, prepared_class=CascadePrepared, threads=threads,
+                              plan=groups, prefixes=prefixes)
 
 
 def plan_for(problem) -> list:
@@ -120,12 +121,14 @@ def plan_for(problem) -> list:
     return cascade_plan.plan(problem.block_tables, problem.context_lens, problem.block_size)
 
 
-def prepare(problem, backend: str, partition_size: int | None = None) -> CascadePrepared:
+def prepare(problem, backend: str, partition_size: int | None = None, *,
+            threads: int = common.NUM_THREADS) -> CascadePrepared:
     groups = plan_for(problem)
     return prepare_with_prefixes(NAME, problem, backend, groups, shared_prefixes(groups, problem.block_size),
-                                 partition_size)
+                                 partition_size, threads)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
+                   threads: int = common.NUM_THREADS) -> dict:
     """cupy.multi's kernels (the cascade launches the same two)."""
-    return multi.compile_report(block_size, head_dim, dtype, arch, kv_dtype=kv_dtype, flags=flags)
+    return multi.compile_report(block_size, head_dim, dtype, arch, kv_dtype=kv_dtype, flags=flags, threads=threads)

@@ -34,6 +34,9 @@
 namespace pa {
 
 constexpr int WARP = 32;
+// The default threads per block. A variant's kernels take their thread count as a template argument
+// (THREADS, a multiple of 32; kernels/cupy_raw/<variant>.py TUNABLES["threads"]); NUM_THREADS is its default
+// and the thread count of the kernels that have no such argument.
 constexpr int NUM_THREADS = 128;
 constexpr int NUM_WARPS = NUM_THREADS / WARP;
 constexpr unsigned FULL_MASK = 0xffffffffu;
@@ -232,7 +235,7 @@ __device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, con
 // per token (1 from block size 32 up); one table lookup per block. With a window, `start` may fall
 // inside a block: its tokens before `start` are neither loaded nor kept (OPT_WINDOW only; without it
 // every start is a block boundary).
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV, typename Opt>
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, int THREADS, typename T, typename KV, typename Opt>
 __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
                                                     const float* q_smem, float scale, const Opt& opt,
                                                     const float (&slopes)[TILE], int start, int end,
@@ -245,6 +248,7 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
   static_assert(TOKENS_PER_GROUP * GROUPS_PER_WARP == BLOCK_SIZE, "block size must divide 32 or be a multiple of 32");
   constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;  // vectors per lane
   constexpr int K_CHUNK = K_VECS < 8 ? K_VECS : 8;
+  constexpr int NUM_WARPS = THREADS / WARP;
   const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   const int group = lane / TGS, lane_in_group = lane % TGS;
   const int first_block = start / BLOCK_SIZE, end_block = (end + BLOCK_SIZE - 1) / BLOCK_SIZE;
@@ -290,7 +294,7 @@ __host__ __device__ constexpr int row_group_size() {
 // K phase, row-mapped (cupy.rows): TGS lanes per token whatever the block size; a warp takes chunks of
 // UK * (32 / TGS) consecutive tokens and issues every load of a chunk (8 vectors per lane) before
 // its math. Each token's row is looked up on its own: kv.row(t).
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV, typename Opt>
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, int THREADS, typename T, typename KV, typename Opt>
 __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
                                                   const float* q_smem, float scale, const Opt& opt,
                                                   const float (&slopes)[TILE], int start, int end,
@@ -302,6 +306,7 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
   constexpr int TOKENS_PER_PASS = WARP / TGS;
   constexpr int UK = K_VECS >= 8 ? 1 : 8 / K_VECS;    // passes whose loads are in flight together
   constexpr int CHUNK = UK * TOKENS_PER_PASS;
+  constexpr int NUM_WARPS = THREADS / WARP;
   const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   const int group = lane / TGS, lane_in_group = lane % TGS;
   for (int c0 = start + warp * CHUNK; c0 < end; c0 += NUM_WARPS * CHUNK) {
@@ -382,8 +387,9 @@ __device__ __forceinline__ void accumulate_pv(const Pack16<T> (&vp)[V_VECS], con
 // out:      out + g * out_head_stride + d  <- normalized output of head g (OutT: Q, or float for partitions)
 // max_out, sum_out (nullable): + g * stats_stride <- the range's max logit and sum of exp(logit - max)
 // ROW_MAPPED: the block-size-independent mapping of cupy.rows (see the top of this file).
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, bool ROW_MAPPED = false, typename T, typename Q, typename KV,
-          typename OutT, typename Opt>
+// THREADS: the block's threads (a multiple of 32; the kernel's launch bound), THREADS / 32 warps.
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, bool ROW_MAPPED = false, int THREADS = NUM_THREADS, typename T,
+          typename Q, typename KV, typename OutT, typename Opt>
 __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __restrict__ value_cache,
                        const Q* __restrict__ q, int num_heads_here, int kv_head, int num_kv_heads, float scale,
                        const Opt& opt, int start, int end, int logits_stride, float* __restrict__ smem,
@@ -396,6 +402,9 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   constexpr int LPT = NUM_VECS < WARP ? NUM_VECS : WARP;
   constexpr int ROWS = WARP / LPT;
   constexpr int V_VECS = (NUM_VECS + LPT - 1) / LPT;
+  static_assert(THREADS % WARP == 0 && THREADS >= WARP, "THREADS must be a positive multiple of 32");
+  constexpr int NUM_WARPS = THREADS / WARP;
+  constexpr int NUM_THREADS = THREADS;
 
   __shared__ __align__(16) float q_smem[TILE * HEAD_DIM];
   __shared__ float red_max[TILE][NUM_WARPS];
@@ -418,10 +427,10 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   }
   const T* k_head = key_cache + (long long)kv_head * HEAD_DIM;
   if constexpr (ROW_MAPPED)
-    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
+    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
                                                   logits, logits_stride, qk_max);
   else
-    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
+    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
                                                     logits, logits_stride, qk_max);
 #pragma unroll
   for (int g = 0; g < TILE; ++g) {

@@ -37,8 +37,10 @@ from sandbox.variant import Unsupported
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
 OPTIONS = ("-std=c++17",)
-NUM_THREADS = 128     # pa::NUM_THREADS in common.cuh
+NUM_THREADS = 128     # pa::NUM_THREADS in common.cuh: the default threads per block, and the reduce kernels'
 NUM_WARPS = 4
+# Threads per block pa::attend is correct for (the THREADS template argument; TUNABLES["threads"], default first).
+ATTEND_THREADS = (128, 64, 256)
 # Dynamic shared memory every GPU grants without an opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize):
 # 48 KiB on every architecture since sm_20, static and dynamic together.
 SHARED_LIMIT_BYTES = 48 * 1024
@@ -157,13 +159,17 @@ def ctype(dtype) -> str:
     return CTYPES[name]
 
 
-def type_args(dtype, kv_dtype=None, flags: int = 0) -> str:
-    """Template arguments for (query dtype, cache dtype, option flags): "__half", or "__half, __nv_fp8_e4m3, 5".
+def type_args(dtype, kv_dtype=None, flags: int = 0, threads: int = NUM_THREADS) -> str:
+    """Template arguments for (query dtype, cache dtype, option flags, threads per block): "__half",
+    "__half, __nv_fp8_e4m3, 5", or "__half, __half, 0, 64".
 
-    The plain case (cache of the query's dtype, no options) names the kernel by the template's defaults
-    alone, so every plain instantiation has one name expression (one cache entry, one report).
+    The plain case (cache of the query's dtype, no options, the default thread count) names the kernel by
+    the template's defaults alone, so every plain instantiation has one name expression (one cache entry,
+    one report); the thread count is named only when it is not the default.
     """
     kv = np.dtype(dtype) if kv_dtype is None else np.dtype(kv_dtype)
+    if threads != NUM_THREADS:
+        return f"{ctype(dtype)}, {ctype(kv)}, {int(flags)}, {int(threads)}"
     if kv == np.dtype(dtype) and not flags:
         return ctype(dtype)
     return f"{ctype(dtype)}, {ctype(kv)}, {int(flags)}"
@@ -228,11 +234,12 @@ def compile_report(path, expression: str, arch: str, threads_per_block: int, dyn
 
 
 def split_kv_report(path, expression: str, head_dim: int, dtype, arch: str, dynamic_shared_bytes: int,
-                    note: str, window: bool = False) -> dict:
-    """compile_report() of a split-KV variant: the attention kernel's numbers on top, and `kernels`
-    listing it ("partition") and the reduce kernel ("reduce", shared memory for 8 partitions)."""
+                    note: str, window: bool = False, threads: int = NUM_THREADS) -> dict:
+    """compile_report() of a split-KV variant: the attention kernel's numbers on top (launched with
+    `threads` threads), and `kernels` listing it ("partition") and the reduce kernel ("reduce", 128
+    threads, shared memory for 8 partitions)."""
     reduce = reduce_name(head_dim, dtype, window)
-    main = compile_report(path, expression, arch, NUM_THREADS, dynamic_shared_bytes, extra_expressions=[reduce])
+    main = compile_report(path, expression, arch, threads, dynamic_shared_bytes, extra_expressions=[reduce])
     second = compile_report(path, reduce, arch, NUM_THREADS, 4 * 8, extra_expressions=[expression])
     fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
               "spill_loads", "threads_per_block", "image")
@@ -249,14 +256,14 @@ def check_shared(name: str, dynamic_bytes: int, static_bytes: int, what: str) ->
                          f"({dynamic_bytes} dynamic + {static_bytes} static), over the {SHARED_LIMIT_BYTES}-byte limit")
 
 
-def attend_static_shared_bytes(head_dim: int, tile: int) -> int:
-    """Static shared memory of pa::attend (common.cuh): q tile + two [TILE][NUM_WARPS] reduction arrays."""
-    return 4 * (tile * head_dim + 2 * tile * NUM_WARPS)
+def attend_static_shared_bytes(head_dim: int, tile: int, threads: int = NUM_THREADS) -> int:
+    """Static shared memory of pa::attend (common.cuh): q tile + two [TILE][threads / 32] reduction arrays."""
+    return 4 * (tile * head_dim + 2 * tile * (threads // 32))
 
 
-def attend_dynamic_floats(head_dim: int, tile: int, logits_stride: int) -> int:
+def attend_dynamic_floats(head_dim: int, tile: int, logits_stride: int, threads: int = NUM_THREADS) -> int:
     """Dynamic shared floats pa::attend needs: logits, later reused for the warps' partial outputs."""
-    return max(tile * logits_stride, NUM_WARPS * tile * head_dim)
+    return max(tile * logits_stride, (threads // 32) * tile * head_dim)
 
 
 def partition_for(block_size: int, partition_size: int | None) -> int:

@@ -25,10 +25,12 @@ NAME = "cupy.dense"
 LIMITS = gqa.LIMITS
 TWIN = rows  # the paged design this baseline mirrors (bit for bit: tests/test_cupy_family.py)
 ROW_MAPPED = TWIN is rows
+TUNABLES = gqa.TUNABLES
 
 
-def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0) -> str:
-    types = common.type_args(dtype, kv_dtype, flags)
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0,
+                threads: int = common.NUM_THREADS) -> str:
+    types = common.type_args(dtype, kv_dtype, flags, threads)
     query_type, _, rest = types.partition(", ")
     return (f"dense_attention<{block_size}, {head_dim}, {tile}, {query_type}, {str(ROW_MAPPED).lower()}"
             f"{', ' + rest if rest else ''}>")
@@ -50,7 +52,8 @@ def contiguous_cache(cache: np.ndarray, block_tables: np.ndarray, context_lens: 
     return out
 
 
-def prepare(problem, backend: str, partition_size: int | None = None) -> common.Prepared:
+def prepare(problem, backend: str, partition_size: int | None = None, *,
+            threads: int = common.NUM_THREADS) -> common.Prepared:
     p = problem
 
     def make_args(scratch, partition, max_partitions):
@@ -65,13 +68,15 @@ def prepare(problem, backend: str, partition_size: int | None = None) -> common.
                 np.int32(max_partitions), *options)
         return args, (query, key_cache, value_cache, *options, context_lens)
 
-    return gqa.prepare_split_kv(NAME, PATH, kernel_name, p, backend, partition_size, make_args)
+    return gqa.prepare_split_kv(NAME, PATH, kernel_name, p, backend, partition_size, make_args, threads)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
-    """As gqa.compile_report: group 4 (TILE 4), partition 512; `kernels` adds the reduce."""
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
+                   threads: int = common.NUM_THREADS) -> dict:
+    """As gqa.compile_report: group 4 (TILE 4), partition 512, `threads` threads; `kernels` adds the reduce."""
     tile = gqa.tile_for(gqa.REPORT_GROUP)
-    return common.split_kv_report(PATH, kernel_name(block_size, head_dim, tile, dtype, kv_dtype, flags), head_dim,
-                                  dtype, arch, gqa.dynamic_shared_bytes(head_dim, tile, 512),
+    return common.split_kv_report(PATH, kernel_name(block_size, head_dim, tile, dtype, kv_dtype, flags, threads),
+                                  head_dim, dtype, arch, gqa.dynamic_shared_bytes(head_dim, tile, 512, threads),
                                   f"group {gqa.REPORT_GROUP} (tile {tile}), partition 512, contiguous cache; "
-                                  "reduce kernel in 'kernels'", window=bool(flags & common.OPT_WINDOW))
+                                  "reduce kernel in 'kernels'", window=bool(flags & common.OPT_WINDOW),
+                                  threads=threads)

@@ -5,11 +5,12 @@
 // pa::paged_attention_reduce. Dynamic shared memory: max(TILE * partition_size, 4 * TILE * HEAD_DIM) floats.
 // ROW_MAPPED = false: cupy.gqa (vLLM's block-mapped threads); true: cupy.rows (block-size-independent
 // token rows, batched loads; see common.cuh).
+// THREADS: threads per block (TUNABLES["threads"] of the variant; default pa::NUM_THREADS = 128).
 // T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, no option code compiled in).
 #include "common.cuh"
 
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, bool ROW_MAPPED, typename C = T, int OPTS = 0>
-__global__ void __launch_bounds__(pa::NUM_THREADS)
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, bool ROW_MAPPED, typename C = T, int OPTS = 0, int THREADS = pa::NUM_THREADS>
+__global__ void __launch_bounds__(THREADS)
     paged_attention_gqa(float* __restrict__ tmp_out,      // [num_seqs, num_heads, max_partitions, HEAD_DIM]
                         float* __restrict__ max_logits,   // [num_seqs, num_heads, max_partitions]
                         float* __restrict__ exp_sums,     // [num_seqs, num_heads, max_partitions]
@@ -31,7 +32,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
   const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   const long long stat = ((long long)seq * num_heads + tile.head0) * max_partitions + part;
-  pa::attend<BLOCK_SIZE, HEAD_DIM, TILE, ROW_MAPPED>(kv, key_cache, value_cache, query + q_offset, tile.num_heads_here,
+  pa::attend<BLOCK_SIZE, HEAD_DIM, TILE, ROW_MAPPED, THREADS>(kv, key_cache, value_cache, query + q_offset, tile.num_heads_here,
                                                      tile.kv_head, num_kv_heads, scale, opt, start, end,
                                                      partition_size, smem, tmp_out + stat * HEAD_DIM,
                                                      (long long)max_partitions * HEAD_DIM, max_logits + stat,

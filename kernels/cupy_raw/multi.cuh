@@ -9,7 +9,7 @@
 // Each row carries its own position p (causal: t <= p), window start (t >= p - window_left) and
 // ALiBi slope; a row sees no token outside [kv_start, kv_end) of its tile.
 //
-// Thread block (128 threads) per (tile, KV head x head chunk, partition): partition z covers
+// Thread block (THREADS threads, default 128) per (tile, KV head x head chunk, partition): partition z covers
 // [kv_start + z * partition_size, ...) of the tile's range. It walks its range in chunks of CHUNK
 // tokens, flash-attention style (online softmax):
 //   1. stage: the chunk's K and V rows (16-byte vectors, dequantized to float) into shared memory;
@@ -89,7 +89,8 @@ struct Causal {
 // tiles [num_tiles][4]: table_seq, rows (query tokens), kv_start, kv_end.
 // tile_rows [num_tiles][tile_tokens][3]: query row (index into query/out), position, slot0.
 // row_slots [total_q]: partial results of the row over all tiles and partitions (1: written directly).
-template <int HEAD_DIM, typename T, typename C, int OPTS, typename Mask>
+// THREADS: the block's threads (a multiple of 32, at least CHUNK and HEAD_DIM / 4; default pa::NUM_THREADS).
+template <int HEAD_DIM, typename T, typename C, int OPTS, typename Mask, int THREADS = pa::NUM_THREADS>
 __device__ __forceinline__ void tile_attention(
     T* __restrict__ out, float* __restrict__ tmp_out, float* __restrict__ max_out, float* __restrict__ sum_out,
     const T* __restrict__ query, const C* __restrict__ key_cache, const C* __restrict__ value_cache,
@@ -98,6 +99,8 @@ __device__ __forceinline__ void tile_attention(
     int num_kv_heads, int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
     const pa::OptionArgs& options) {
   using S = Shape<HEAD_DIM>;
+  constexpr int NUM_THREADS = THREADS, NUM_WARPS = THREADS / WARP;
+  static_assert(THREADS % WARP == 0, "THREADS must be a multiple of 32");
   constexpr int ROWS = S::ROWS, CHUNK = S::CHUNK, KS = S::KS, PS = S::PS;
   constexpr int VEC = 16 / sizeof(C);            // cache values per 16-byte vector
   static_assert(HEAD_DIM % VEC == 0 && HEAD_DIM % 4 == 0, "head_dim * sizeof(cache) must be a multiple of 16 bytes");

@@ -29,7 +29,7 @@ import dataclasses
 
 import numpy as np
 
-from sandbox.variant import KERNEL_SUPPORT, Limits
+from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
 
 from . import common
 
@@ -38,6 +38,8 @@ NAME = "cupy.multi"
 LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
 DEFAULT_PARTITION = 512
 KERNEL = "paged_attention_multi"
+# The tile kernel's threads per block, the default first (at least head_dim / 4: one float4 column each).
+TUNABLES = {"threads": (128, 64, 256)}
 
 
 def tile_rows(head_dim: int) -> int:
@@ -59,8 +61,18 @@ def static_shared_bytes(head_dim: int) -> int:
     return 4 * (rows * head_dim + 2 * chunk * (head_dim + 4) + chunk * (rows + 1) + 9 * rows)
 
 
-def kernel_name(head_dim: int, dtype, kv_dtype=None, flags: int = 0, kernel: str = KERNEL) -> str:
-    return f"{kernel}<{head_dim}, {common.type_args(dtype, kv_dtype, flags)}>"
+def kernel_name(head_dim: int, dtype, kv_dtype=None, flags: int = 0, kernel: str = KERNEL,
+                threads: int = common.NUM_THREADS) -> str:
+    return f"{kernel}<{head_dim}, {common.type_args(dtype, kv_dtype, flags, threads)}>"
+
+
+def check_threads(name: str, head_dim: int, threads: int) -> None:
+    """Refuse a thread count the tile kernel's mapping cannot use: a thread per float4 column of a row
+    (head_dim / 4) and per staged token (mq::Shape<HEAD_DIM>::CHUNK)."""
+    need = max(head_dim // 4, chunk_tokens(head_dim))
+    if threads < need:
+        raise Unsupported(f"{name}: threads={threads} is below the {need} threads the tile mapping needs at "
+                          f"head_dim {head_dim} (one per float4 column and per staged token)")
 
 
 def merge_name(head_dim: int, dtype) -> str:
@@ -188,12 +200,14 @@ class MultiPrepared(common.Prepared):
 
 
 def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel: str = KERNEL,
-                 prepared_class=MultiPrepared, **extra) -> MultiPrepared:
-    """Compile and build the launches of `work` (a WorkList) on the tile kernel `kernel` of `path`."""
+                 prepared_class=MultiPrepared, threads: int = common.NUM_THREADS, **extra) -> MultiPrepared:
+    """Compile and build the launches of `work` (a WorkList) on the tile kernel `kernel` of `path`, with
+    `threads` threads per tile block (the merge: 128)."""
     p = problem
     layout = work.layout
     flags = common.option_flags(p)
-    expression = kernel_name(p.head_dim, p.dtype, p.kv_dtype, flags, kernel=kernel)
+    check_threads(name, p.head_dim, threads)
+    expression = kernel_name(p.head_dim, p.dtype, p.kv_dtype, flags, kernel=kernel, threads=threads)
     merge = merge_name(p.head_dim, p.dtype)
     common.check_shared(name, 0, static_shared_bytes(p.head_dim), f"a tile of {tile_rows(p.head_dim)} query rows")
     tile_kernel = common.get_function(backend, path, expression, [expression, merge])
@@ -213,7 +227,7 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
             np.int32(layout.head_chunk), np.int32(p.block_size.bit_length() - 1), common.kernel_scale(p),
             np.int32(work.partition), np.int32(max_slots), *options)
     grid = (len(work.tiles), p.num_kv_heads * layout.head_chunks, work.max_parts)
-    launches = [(tile_kernel, grid, (common.NUM_THREADS,), args, 0)]
+    launches = [(tile_kernel, grid, (threads,), args, 0)]
     if max_slots > 1:
         common.check_shared(name, 4 * max_slots, 0, f"the merge of {max_slots} partial results")
         merge_args = (out, *scratch, slots_d, np.int32(p.num_heads), np.int32(max_slots))
@@ -237,18 +251,21 @@ def partition_tokens(partition_size: int | None) -> int:
     return size
 
 
-def prepare(problem, backend: str, partition_size: int | None = None) -> MultiPrepared:
+def prepare(problem, backend: str, partition_size: int | None = None, *,
+            threads: int = common.NUM_THREADS) -> MultiPrepared:
     layout = Layout.for_problem(problem)
     work = multi_work(problem, layout, partition_tokens(partition_size))
-    return prepare_work(NAME, PATH, problem, backend, work)
+    return prepare_work(NAME, PATH, problem, backend, work, threads=threads)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
-    """NVRTC -> cubin resources of the tile kernel (one instantiation for every block size: it is a runtime
-    value) and, in `kernels`, of the merge."""
-    expression = kernel_name(head_dim, dtype, kv_dtype, flags)
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
+                   threads: int = common.NUM_THREADS) -> dict:
+    """NVRTC -> cubin resources of the tile kernel with `threads` threads (one instantiation for every block
+    size: it is a runtime value) and, in `kernels`, of the merge."""
+    check_threads(NAME, head_dim, threads)
+    expression = kernel_name(head_dim, dtype, kv_dtype, flags, threads=threads)
     merge = merge_name(head_dim, dtype)
-    main = common.compile_report(PATH, expression, arch, common.NUM_THREADS, 0, extra_expressions=[merge])
+    main = common.compile_report(PATH, expression, arch, threads, 0, extra_expressions=[merge])
     second = common.compile_report(PATH, merge, arch, common.NUM_THREADS, 4 * 8, extra_expressions=[expression])
     fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
               "spill_loads", "threads_per_block", "image")

@@ -24,17 +24,21 @@ from . import gqa
 PATH = gqa.PATH
 NAME = "cupy.rows"
 LIMITS = gqa.LIMITS
+TUNABLES = gqa.TUNABLES
 
 
-def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0) -> str:
-    return gqa.kernel_name(block_size, head_dim, tile, dtype, row_mapped=True, kv_dtype=kv_dtype, flags=flags)
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0,
+                threads: int = gqa.common.NUM_THREADS) -> str:
+    return gqa.kernel_name(block_size, head_dim, tile, dtype, row_mapped=True, kv_dtype=kv_dtype, flags=flags,
+                           threads=threads)
 
 
-def prepare(problem, backend: str, partition_size: int | None = None):
-    return gqa.prepare_paged(NAME, kernel_name, problem, backend, partition_size)
+def prepare(problem, backend: str, partition_size: int | None = None, *, threads: int = gqa.common.NUM_THREADS):
+    return gqa.prepare_paged(NAME, kernel_name, problem, backend, partition_size, threads)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
+                   threads: int = gqa.common.NUM_THREADS) -> dict:
     """As gqa.compile_report (group 4, TILE 4, partition 512), for the row-mapped instantiation."""
     return gqa.compile_report(block_size, head_dim, dtype, arch, kernel_name_for=kernel_name, kv_dtype=kv_dtype,
-                              flags=flags)
+                              flags=flags, threads=threads)
