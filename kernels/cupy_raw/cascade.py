@@ -97,8 +97,8 @@ def bytes_moved_for(problem, prefixes) -> int:
 class CascadePrepared(multi.MultiPrepared):
     """cupy.multi's launches over a cascade's work list, with the plan that made it."""
 
-    def __init__(self, launches, out, keep, out_dtype, problem, work, plan=(), prefixes=()):
-        super().__init__(launches, out, keep, out_dtype, problem, work)
+    def __init__(self, launches, out, keep, out_dtype, problem, work, lse=None, plan=(), prefixes=()):
+        super().__init__(launches, out, keep, out_dtype, problem, work, lse=lse)
         self.plan = list(plan)                 # [sandbox.paging.cascade_plan.Group]
         self.shared_prefixes = list(prefixes)  # [(seqs, prefix tokens)]
 

@@ -24,6 +24,9 @@
 // pa::OPT_*) and the runtime values (pa::OptionArgs); with FLAGS = 0 no option code is compiled.
 // k_scale costs nothing here: the launcher folds it into `scale`. v_scale multiplies the output,
 // the soft-cap and ALiBi rewrite each logit after the scale (Opt::logit), and a window moves `start`.
+// Sinks and the log-sum-exp act where a head's softmax is finished (Opt::inv_denominator, Opt::lse): in
+// attend for a kernel that covers the whole range, in the reduce (or merge) for split-KV kernels, whose
+// partition kernels are built without them (PARTITION_FLAGS), so a sink is added once, after the merge.
 //
 // reduce kernel: combines the partitions of split-KV variants (log-sum-exp rescaling).
 #pragma once
@@ -113,13 +116,15 @@ struct Options : OptionArgs {
   static constexpr int flags = FLAGS;
   float inv_cap;        // OPT_SOFTCAP: 1 / soft_cap (logit = cap * tanh(logit / cap))
   const float* alibi;   // OPT_ALIBI: the served heads' slopes (alibi[g] for head g of the tile)
+  const float* sink;    // OPT_SINKS: the served heads' sink logits (sink[g] for head g of the tile)
   int position;         // the query token's position (decode: context_len - 1); ALiBi adds slope * (t - position)
   // OPT_WINDOW: only tokens t >= position - window_left; OPT_VSCALE: output *= v_scale (V = value * v_scale)
 
   __device__ __forceinline__ Options(const OptionArgs& args, int first_head, int context_len)
-      : OptionArgs(args), inv_cap(0.f), alibi(nullptr), position(context_len - 1) {
+      : OptionArgs(args), inv_cap(0.f), alibi(nullptr), sink(nullptr), position(context_len - 1) {
     if constexpr ((FLAGS & OPT_SOFTCAP) != 0) inv_cap = 1.f / soft_cap;
     if constexpr ((FLAGS & OPT_ALIBI) != 0) alibi = alibi_slopes + first_head;
+    if constexpr ((FLAGS & OPT_SINKS) != 0) sink = sinks + first_head;
   }
 
   // The first token the query reads: the window's start (0 without a window).
@@ -138,7 +143,34 @@ struct Options : OptionArgs {
     if constexpr ((FLAGS & OPT_ALIBI) != 0) s += slope_g * (float)(token - position);
     return s;
   }
+
+  // 1 / the softmax denominator of served head g, from the range's max logit and its sum of
+  // exp(logit - max) over the tokens (`total`): with OPT_SINKS, the sink joins the denominator only,
+  //   out = acc * e^(max - m) / (total * e^(max - m) + e^(sink - m)),  m = max(max, sink);
+  // without, 1 / total. No token (total 0, max -inf): 0 (the output is 0, never NaN).
+  __device__ __forceinline__ float inv_denominator(float max, float total, int g) const {
+    if constexpr ((FLAGS & OPT_SINKS) != 0) {
+      const float s = sink[g], m = fmaxf(max, s);
+      const float f = total > 0.f ? __expf(max - m) : 0.f;
+      return f / (total * f + __expf(s - m));
+    }
+    return total > 0.f ? 1.f / total : 0.f;
+  }
+
+  // The log-sum-exp (natural log) of the tokens' logits from their max and sum of exp(logit - max):
+  // the sink is not part of it; no token: -inf.
+  __device__ __forceinline__ float lse(float max, float total) const {
+    return total > 0.f ? max + logf(total) : neg_inf();
+  }
 };
+
+// The options a split-KV partition kernel is built with: the sink and the log-sum-exp belong to the
+// merge of the partitions (the reduce), never to one partition.
+template <int FLAGS>
+constexpr int PARTITION_FLAGS = FLAGS & ~(OPT_SINKS | OPT_LSE);
+// The options a reduce or merge kernel takes: those it finishes.
+template <int FLAGS>
+constexpr int MERGE_FLAGS = FLAGS & (OPT_SINKS | OPT_LSE);
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 
@@ -394,7 +426,8 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
                        const Q* __restrict__ q, int num_heads_here, int kv_head, int num_kv_heads, float scale,
                        const Opt& opt, int start, int end, int logits_stride, float* __restrict__ smem,
                        OutT* __restrict__ out, long long out_head_stride,
-                       float* __restrict__ max_out, float* __restrict__ sum_out, long long stats_stride) {
+                       float* __restrict__ max_out, float* __restrict__ sum_out, long long stats_stride,
+                       float* __restrict__ lse_out = nullptr) {
   constexpr int VEC = 16 / sizeof(T);
   static_assert(HEAD_DIM % VEC == 0, "head_dim * sizeof(T) must be a multiple of 16 bytes");
   constexpr int NUM_VECS = HEAD_DIM / VEC;
@@ -540,10 +573,28 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
       s += partial[(w * TILE + g) * HEAD_DIM + d];
       total += red_sum[g][w];
     }
-    if constexpr ((Opt::flags & OPT_VSCALE) != 0)
-      store(out + g * out_head_stride + d, s / total * opt.v_scale);
-    else
-      store(out + g * out_head_stride + d, s / total);
+    float value;
+    if constexpr ((Opt::flags & (OPT_SINKS | OPT_LSE)) != 0) {  // a sink in the denominator; no token: 0
+      float m = red_max[g][0];
+#pragma unroll
+      for (int w = 1; w < NUM_WARPS; ++w) m = fmaxf(m, red_max[g][w]);
+      value = s * opt.inv_denominator(m, total, g);
+    } else {
+      value = s / total;
+    }
+    if constexpr ((Opt::flags & OPT_VSCALE) != 0) value *= opt.v_scale;
+    store(out + g * out_head_stride + d, value);
+  }
+  if constexpr ((Opt::flags & OPT_LSE) != 0) {  // lse_out[g] <- the log-sum-exp of head g
+    for (int g = tid; g < num_heads_here; g += NUM_THREADS) {
+      float m = red_max[g][0], total = 0.f;
+#pragma unroll
+      for (int w = 0; w < NUM_WARPS; ++w) {
+        m = fmaxf(m, red_max[g][w]);
+        total += red_sum[g][w];
+      }
+      lse_out[g] = opt.lse(m, total);
+    }
   }
   if (max_out != nullptr) {
     for (int g = tid; g < num_heads_here; g += NUM_THREADS) {
@@ -577,12 +628,16 @@ struct HeadTile {
 //   w_p = exp_sum_p * exp(max_p - max),  out = sum_p w_p * tmp_out_p / sum_p w_p.
 // Reads only this sequence's ceil((context_len - first) / partition_size) partitions (empty ones are
 // never written); first = the window's start with WINDOW (window_left is read only then), else 0.
+// FLAGS (OPT_SINKS, OPT_LSE: MERGE_FLAGS of the problem's): the sink joins the merged denominator
+// (out = sum_p w_p * tmp_out_p * Opt::inv_denominator), and lse[seq, head] = Opt::lse of the merged range.
 // Grid (num_heads, num_seqs); dynamic shared memory: max_partitions floats.
-template <int HEAD_DIM, typename T, bool WINDOW = false>
+template <int HEAD_DIM, typename T, bool WINDOW = false, int FLAGS = 0>
 __global__ void __launch_bounds__(NUM_THREADS)
     paged_attention_reduce(T* __restrict__ out, const float* __restrict__ tmp_out, const float* __restrict__ max_logits,
                            const float* __restrict__ exp_sums, const int* __restrict__ context_lens, int num_heads,
-                           int max_partitions, int partition_size, int window_left) {
+                           int max_partitions, int partition_size,
+                           float* __restrict__ lse,  // [num_seqs, num_heads], written with OPT_LSE in FLAGS
+                           PA_OPTION_PARAMS) {
   extern __shared__ float weights[];
   __shared__ float red[2][NUM_WARPS];
   const int head = blockIdx.x, seq = blockIdx.y;
@@ -613,11 +668,17 @@ __global__ void __launch_bounds__(NUM_THREADS)
 #pragma unroll
   for (int w = 0; w < NUM_WARPS; ++w) total += red[1][w];
 
+  const Options<MERGE_FLAGS<FLAGS>> opt(PA_OPTION_ARGS, head, context_lens[seq]);
   for (int d = tid; d < HEAD_DIM; d += NUM_THREADS) {
     float acc = 0.f;
     for (int p = 0; p < parts; ++p) acc += weights[p] * tmp_out[(base + p) * HEAD_DIM + d];
-    store(out + ((long long)seq * num_heads + head) * HEAD_DIM + d, acc / total);
+    if constexpr ((FLAGS & OPT_SINKS) != 0)  // the sink joins the merged denominator, once
+      store(out + ((long long)seq * num_heads + head) * HEAD_DIM + d, acc * opt.inv_denominator(m, total, 0));
+    else
+      store(out + ((long long)seq * num_heads + head) * HEAD_DIM + d, acc / total);
   }
+  if constexpr ((FLAGS & OPT_LSE) != 0)
+    if (tid == 0) lse[(long long)seq * num_heads + head] = opt.lse(m, total);
 }
 
 }  // namespace pa

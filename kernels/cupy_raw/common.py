@@ -33,7 +33,7 @@ import numpy as np
 
 from sandbox.devices import backends
 from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS
-from sandbox.variant import Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Unsupported
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
 OPTIONS = ("-std=c++17",)
@@ -49,9 +49,15 @@ CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
 # pa::OPT_* (option_prelude): the options compiled into a kernel (its OPTS template argument), from the table.
 OPT = dict(KERNEL_FLAGS)
 OPT_WINDOW = OPT["OPT_WINDOW"]  # the reduce kernels' window (partitions start at the window's start)
+# What a split-KV variant's reduce (or merge) finishes, never its partitions (pa::MERGE_FLAGS): the sink
+# joins the merged denominator once, and the log-sum-exp is the merged range's.
+MERGE_FLAGS = OPT["OPT_SINKS"] | OPT["OPT_LSE"]
 # The same-size unsigned type a GPU upload sees for the dtypes CuPy does not know (ml_dtypes').
 _RAW_VIEW = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# What the CUDA C attention variants implement (Limits(**SUPPORT)): the kernels' common support, learned
+# sinks and the log-sum-exp as an output.
+SUPPORT = dict(KERNEL_SUPPORT, options=KERNEL_SUPPORT["options"] + ("sinks", "lse"))
 HEAD_DIMS = (32, 64, 80, 96, 128, 256)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
@@ -279,21 +285,25 @@ def partition_for(block_size: int, partition_size: int | None) -> int:
 
 class Prepared:
     """Launches (kernel, grid, block, args, shared_mem) run in order by launch(); result() downloads `out`
-    (in `out_dtype`: a GPU holds bfloat16 as raw uint16)."""
+    (in `out_dtype`: a GPU holds bfloat16 as raw uint16), and with `lse` (return_lse) returns (out, lse)."""
 
-    def __init__(self, launches, out, keep=(), out_dtype=None):
+    def __init__(self, launches, out, keep=(), out_dtype=None, lse=None):
         self.launches = launches
         self.out = out
         self.keep = keep  # device arrays the launches point at
         self.out_dtype = out_dtype
+        self.lse_device = lse  # float32 [num_query_tokens, num_heads] on the device, or None
 
     def launch(self) -> None:
         for kernel, grid, block, args, shared_mem in self.launches:
             kernel(grid, block, args, shared_mem=shared_mem)
 
-    def result(self) -> np.ndarray:
+    def result(self):
         out = np.asarray(backends.to_host(self.out))
-        return out if self.out_dtype is None else out.view(self.out_dtype)
+        out = out if self.out_dtype is None else out.view(self.out_dtype)
+        if self.lse_device is None:
+            return out
+        return out, np.asarray(backends.to_host(self.lse_device))
 
 
 class SplitKVPrepared(Prepared):
@@ -334,6 +344,13 @@ def output_like(problem, backend):
     return to_device(np.zeros(problem.query.shape, problem.dtype), backend)
 
 
+def lse_output(problem, backend):
+    """The kernels' `lse` argument: float32 [num_query_tokens, num_heads] NaN-filled (a row no kernel writes
+    poisons the result) with return_lse, else a one-float placeholder (never written: OPT_LSE is off)."""
+    shape = (problem.query.shape[0], problem.num_heads) if problem.options.return_lse else (1,)
+    return backends.to_device(np.full(shape, np.nan, np.float32), backend)
+
+
 def split_kv_scratch(problem, max_partitions: int, backend):
     """tmp_out [seqs, heads, parts, head_dim], max_logits and exp_sums [seqs, heads, parts], float32, NaN-filled:
     an entry the reduce reads without a partition having written it poisons the output."""
@@ -343,8 +360,12 @@ def split_kv_scratch(problem, max_partitions: int, backend):
                  for shape in (stats + (p.head_dim,), stats, stats))
 
 
-def reduce_name(head_dim: int, dtype, window: bool = False) -> str:
-    """The reduce kernel for a head dim and output dtype; window: partitions start at the window's start."""
+def reduce_name(head_dim: int, dtype, window: bool = False, flags: int = 0) -> str:
+    """The reduce kernel for a head dim and output dtype; window: partitions start at the window's start;
+    flags: the problem's option bits (the reduce takes MERGE_FLAGS of them: sinks, lse)."""
+    merge = int(flags) & MERGE_FLAGS
+    if merge:
+        return f"pa::paged_attention_reduce<{head_dim}, {ctype(dtype)}, {str(bool(window)).lower()}, {merge}>"
     return f"pa::paged_attention_reduce<{head_dim}, {ctype(dtype)}{', true' if window else ''}>"
 
 
@@ -352,11 +373,11 @@ REDUCE_STATIC_SHARED_BYTES = 4 * 2 * NUM_WARPS   # red[2][NUM_WARPS] in pa::page
 
 
 def reduce_launch(name, kernel, problem, out, tmp_out, max_logits, exp_sums, context_lens, partition: int,
-                  max_partitions: int):
-    """The reduce kernel's launch tuple: grid (num_heads, num_seqs), max_partitions floats of shared memory."""
+                  max_partitions: int, lse, options):
+    """The reduce kernel's launch tuple: grid (num_heads, num_seqs), max_partitions floats of shared memory;
+    lse: lse_output(); options: option_args() (the sinks, the window)."""
     shared = 4 * max_partitions
     check_shared(name, shared, REDUCE_STATIC_SHARED_BYTES, f"the reduce over {max_partitions} partitions")
-    window = min(int(problem.options.window_left), 2**31 - 1)
     args = (out, tmp_out, max_logits, exp_sums, context_lens, np.int32(problem.num_heads),
-            np.int32(max_partitions), np.int32(partition), np.int32(window))
+            np.int32(max_partitions), np.int32(partition), lse, *options)
     return (kernel, (problem.num_heads, problem.num_seqs), (NUM_THREADS,), args, shared)

@@ -24,7 +24,8 @@ __global__ void __launch_bounds__(THREADS)
   if (start >= context_len) return;
   const int end = pa::imin(start + partition_size, context_len);
   const pa::HeadTile<TILE> tile(blockIdx.x, num_heads, num_kv_heads);
-  const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_len);
+  // sinks and lse are the reduce's (a sink is added once, after the merge)
+  const pa::Options<pa::PARTITION_FLAGS<OPTS>> opt(PA_OPTION_ARGS, tile.head0, context_len);
   const pa::DenseKV<BLOCK_SIZE> kv{(long long)seq * max_context};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   const long long stat = ((long long)seq * num_heads + tile.head0) * max_partitions + part;

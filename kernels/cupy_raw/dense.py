@@ -66,7 +66,7 @@ def prepare(problem, backend: str, partition_size: int | None = None, *,
         args = (*scratch, query, key_cache, value_cache, context_lens, np.int32(keys.shape[1]),
                 np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(partition),
                 np.int32(max_partitions), *options)
-        return args, (query, key_cache, value_cache, *options, context_lens)
+        return args, (query, key_cache, value_cache, *options, context_lens), options
 
     return gqa.prepare_split_kv(NAME, PATH, kernel_name, p, backend, partition_size, make_args, threads)
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import KERNEL_SUPPORT, Limits
+from sandbox.variant import Limits
 
 from . import common
 
 PATH = common.KERNEL_DIR / "gqa.cu"
 NAME = "cupy.gqa"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **common.SUPPORT)
 MAX_TILE = 8
 REPORT_GROUP = 4
 TUNABLES = {"threads": common.ATTEND_THREADS}  # the partition kernel's threads per block, the default first
@@ -57,7 +57,7 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
 
     kernel_name_for(block_size, head_dim, tile, dtype, kv_dtype=, flags=, threads=) names the instantiation;
     make_args(scratch, partition, max_partitions) -> (attention kernel arguments, uploaded arrays with
-    context_lens last).
+    context_lens last, the option arguments on the device).
     """
     p = problem
     group = p.num_heads // p.num_kv_heads
@@ -73,8 +73,9 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
         return kernel_name_for(block_size, p.head_dim, tile, p.dtype, kv_dtype=p.kv_dtype, flags=flags,
                                threads=threads)
 
+    reduce_expression = common.reduce_name(p.head_dim, p.dtype, window=bool(flags & common.OPT_WINDOW), flags=flags)
+    flags &= ~common.MERGE_FLAGS  # sinks and lse are the reduce's: the partition kernel is built without them
     expression = name_for(p.block_size)
-    reduce_expression = common.reduce_name(p.head_dim, p.dtype, window=bool(flags & common.OPT_WINDOW))
     batch = common.cpu_batch([name_for(b) for b in common.POW2_BLOCK_SIZES], expression,
                              plain=flags == 0 and p.kv_dtype == p.dtype and threads == common.NUM_THREADS
                              ) + [reduce_expression]
@@ -82,12 +83,15 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
     reduce = common.get_function(backend, path, reduce_expression, batch)
     scratch = common.split_kv_scratch(p, max_partitions, backend)
     out = common.output_like(p, backend)
-    args, uploaded = make_args(scratch, partition, max_partitions)
+    lse = common.lse_output(p, backend)
+    args, uploaded, options = make_args(scratch, partition, max_partitions)
     context_lens = uploaded[-1]
     grid = (p.num_kv_heads * -(-group // tile), p.num_seqs, max_partitions)
     launches = [(kernel, grid, (threads,), args, shared),
-                common.reduce_launch(name, reduce, p, out, *scratch, context_lens, partition, max_partitions)]
-    return common.SplitKVPrepared(launches, out, keep=tuple(uploaded) + tuple(scratch), out_dtype=p.dtype)
+                common.reduce_launch(name, reduce, p, out, *scratch, context_lens, partition, max_partitions, lse,
+                                     options)]
+    return common.SplitKVPrepared(launches, out, keep=tuple(uploaded) + tuple(scratch), out_dtype=p.dtype,
+                                  lse=lse if p.options.return_lse else None)
 
 
 def prepare(problem, backend: str, partition_size: int | None = None, *,
@@ -107,7 +111,7 @@ def prepare_paged(name, kernel_name_for, problem, backend: str, partition_size: 
         args = (*scratch, query, key_cache, value_cache, block_tables, context_lens, np.int32(p.max_blocks_per_seq),
                 np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(partition),
                 np.int32(max_partitions), *options)
-        return args, (*uploaded[:-1], *options, uploaded[-1])
+        return args, (*uploaded[:-1], *options, uploaded[-1]), options
 
     return prepare_split_kv(name, PATH, kernel_name_for, p, backend, partition_size, make_args, threads)
 

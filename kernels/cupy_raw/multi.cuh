@@ -97,7 +97,7 @@ __device__ __forceinline__ void tile_attention(
     const int* __restrict__ block_tables, int max_blocks_per_seq, const int* __restrict__ tiles,
     const int* __restrict__ tile_rows, const int* __restrict__ row_slots, int tile_tokens, int num_heads,
     int num_kv_heads, int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
-    const pa::OptionArgs& options) {
+    float* __restrict__ lse, const pa::OptionArgs& options) {
   using S = Shape<HEAD_DIM>;
   constexpr int NUM_THREADS = THREADS, NUM_WARPS = THREADS / WARP;
   static_assert(THREADS % WARP == 0, "THREADS must be a multiple of 32");
@@ -303,14 +303,18 @@ __device__ __forceinline__ void tile_attention(
       const int r = pv_r0 + k * RSTEP;
       if (r < rows_here) {
         const float l = l_s[r];
-        float inv = l > 0.f ? 1.f / l : 0.f;
-        if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
         const long long qh = (long long)row_qrow[r] * num_heads + row_head[r];
-        if (row_slots[row_qrow[r]] == 1) {
+        if (row_slots[row_qrow[r]] == 1) {  // the row's only partial result: finished here (sink, lse)
+          float inv = opt.inv_denominator(m_s[r], l, row_head[r]);
+          if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
           T* o = out + qh * HEAD_DIM + 4 * pv_c;
 #pragma unroll
           for (int e = 0; e < 4; ++e) pa::store(o + e, acc[k][e] * inv);
-        } else {
+          if constexpr ((OPTS & pa::OPT_LSE) != 0)
+            if (pv_c == 0) lse[qh] = opt.lse(m_s[r], l);
+        } else {  // one of several: normalized by its own sum, merged (sink, lse) by merge_slots
+          float inv = l > 0.f ? 1.f / l : 0.f;
+          if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
           const long long slot = qh * max_slots + row_slot[r];
           reinterpret_cast<float4*>(tmp_out + slot * HEAD_DIM)[pv_c] =
               make_float4(acc[k][0] * inv, acc[k][1] * inv, acc[k][2] * inv, acc[k][3] * inv);
@@ -326,11 +330,14 @@ __device__ __forceinline__ void tile_attention(
 
 // Merge: out[qrow, head] = sum_s w_s * tmp_out_s / sum_s w_s, w_s = sum_s * exp(max_s - max) over the
 // row's row_slots[qrow] slots (rows with one slot were written directly: nothing to do).
+// FLAGS (pa::MERGE_FLAGS: OPT_SINKS, OPT_LSE): the sink joins the merged denominator once
+// (Opt::inv_denominator) and lse[qrow, head] = Opt::lse of the merged slots.
 // Grid (total_q, num_heads); dynamic shared memory: max_slots floats.
-template <int HEAD_DIM, typename T>
+template <int HEAD_DIM, typename T, int FLAGS = 0>
 __device__ __forceinline__ void merge_slots(T* __restrict__ out, const float* __restrict__ tmp_out,
                                             const float* __restrict__ max_in, const float* __restrict__ sum_in,
-                                            const int* __restrict__ row_slots, int num_heads, int max_slots) {
+                                            const int* __restrict__ row_slots, int num_heads, int max_slots,
+                                            float* __restrict__ lse, const pa::OptionArgs& options) {
   extern __shared__ float weights[];
   const int qrow = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
   const int n = row_slots[qrow];
@@ -347,12 +354,28 @@ __device__ __forceinline__ void merge_slots(T* __restrict__ out, const float* __
     if (s % NUM_THREADS == tid) weights[s] = w;
   }
   __syncthreads();
+  const pa::Options<pa::MERGE_FLAGS<FLAGS>> opt(options, 0, 1);
   for (int d = tid; d < HEAD_DIM; d += NUM_THREADS) {
     float a = 0.f;
     for (int s = 0; s < n; ++s)
       if (weights[s] > 0.f) a += weights[s] * tmp_out[(base + s) * HEAD_DIM + d];
-    pa::store(out + qh * HEAD_DIM + d, a / total);
+    if constexpr ((FLAGS & (pa::OPT_SINKS | pa::OPT_LSE)) != 0)
+      pa::store(out + qh * HEAD_DIM + d, a * opt.inv_denominator(m, total, head));
+    else
+      pa::store(out + qh * HEAD_DIM + d, a / total);
   }
+  if constexpr ((FLAGS & pa::OPT_LSE) != 0)
+    if (tid == 0) lse[qh] = opt.lse(m, total);
 }
 
 }  // namespace mq
+
+// The merge kernel of every tile kernel built on mq::tile_attention (cupy.multi, cupy.cascade, their controls).
+template <int HEAD_DIM, typename T, int FLAGS = 0>
+__global__ void __launch_bounds__(pa::NUM_THREADS)
+    paged_attention_merge(T* __restrict__ out, const float* __restrict__ tmp_out, const float* __restrict__ max_in,
+                          const float* __restrict__ sum_in, const int* __restrict__ row_slots, int num_heads,
+                          int max_slots, float* __restrict__ lse, PA_OPTION_PARAMS) {
+  mq::merge_slots<HEAD_DIM, T, FLAGS>(out, tmp_out, max_in, sum_in, row_slots, num_heads, max_slots, lse,
+                                      PA_OPTION_ARGS);
+}

@@ -29,13 +29,13 @@ import dataclasses
 
 import numpy as np
 
-from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
+from sandbox.variant import Limits, Unsupported
 
 from . import common
 
 PATH = common.KERNEL_DIR / "multi.cu"
 NAME = "cupy.multi"
-LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
+LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, **common.SUPPORT)
 DEFAULT_PARTITION = 512
 KERNEL = "paged_attention_multi"
 # The tile kernel's threads per block, the default first (at least head_dim / 4: one float4 column each).
@@ -75,8 +75,11 @@ def check_threads(name: str, head_dim: int, threads: int) -> None:
                           f"head_dim {head_dim} (one per float4 column and per staged token)")
 
 
-def merge_name(head_dim: int, dtype) -> str:
-    return f"paged_attention_merge<{head_dim}, {common.ctype(dtype)}>"
+def merge_name(head_dim: int, dtype, flags: int = 0) -> str:
+    """The merge kernel (multi.cuh) for a head dim, output dtype and the problem's option bits (it takes
+    their MERGE_FLAGS: sinks, lse)."""
+    merge = int(flags) & common.MERGE_FLAGS
+    return f"paged_attention_merge<{head_dim}, {common.ctype(dtype)}{f', {merge}' if merge else ''}>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +182,8 @@ def kv_token_bytes(problem) -> int:
 class MultiPrepared(common.Prepared):
     """The tile kernel, then (when a row has several partial results) the merge."""
 
-    def __init__(self, launches, out, keep, out_dtype, problem, work: WorkList):
-        super().__init__(launches, out, keep=keep, out_dtype=out_dtype)
+    def __init__(self, launches, out, keep, out_dtype, problem, work: WorkList, lse=None):
+        super().__init__(launches, out, keep=keep, out_dtype=out_dtype, lse=lse)
         self.problem = problem
         self.work = work
 
@@ -208,7 +211,7 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
     flags = common.option_flags(p)
     check_threads(name, p.head_dim, threads)
     expression = kernel_name(p.head_dim, p.dtype, p.kv_dtype, flags, kernel=kernel, threads=threads)
-    merge = merge_name(p.head_dim, p.dtype)
+    merge = merge_name(p.head_dim, p.dtype, flags)
     common.check_shared(name, 0, static_shared_bytes(p.head_dim), f"a tile of {tile_rows(p.head_dim)} query rows")
     tile_kernel = common.get_function(backend, path, expression, [expression, merge])
     merge_kernel = common.get_function(backend, path, merge, [expression, merge])
@@ -222,19 +225,20 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
     tiles_d, rows_d, slots_d = (common.to_device(a, backend) for a in (tiles, rows, slots))
     out = common.output_like(p, backend)
     options = common.option_args(p, backend)
+    lse = common.lse_output(p, backend)
     args = (out, *scratch, query, key_cache, value_cache, block_tables, np.int32(p.max_blocks_per_seq), tiles_d,
             rows_d, slots_d, np.int32(layout.tile_tokens), np.int32(p.num_heads), np.int32(p.num_kv_heads),
             np.int32(layout.head_chunk), np.int32(p.block_size.bit_length() - 1), common.kernel_scale(p),
-            np.int32(work.partition), np.int32(max_slots), *options)
+            np.int32(work.partition), np.int32(max_slots), lse, *options)
     grid = (len(work.tiles), p.num_kv_heads * layout.head_chunks, work.max_parts)
     launches = [(tile_kernel, grid, (threads,), args, 0)]
     if max_slots > 1:
         common.check_shared(name, 4 * max_slots, 0, f"the merge of {max_slots} partial results")
-        merge_args = (out, *scratch, slots_d, np.int32(p.num_heads), np.int32(max_slots))
+        merge_args = (out, *scratch, slots_d, np.int32(p.num_heads), np.int32(max_slots), lse, *options)
         launches.append((merge_kernel, (p.query.shape[0], p.num_heads), (common.NUM_THREADS,), merge_args,
                          4 * max_slots))
     keep = (query, key_cache, value_cache, block_tables, tiles_d, rows_d, slots_d, *options, *scratch)
-    return prepared_class(launches, out, keep, p.dtype, p, work, **extra)
+    return prepared_class(launches, out, keep, p.dtype, p, work, lse=lse if p.options.return_lse else None, **extra)
 
 
 def backends_full(shape, backend):
@@ -264,7 +268,7 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=No
     size: it is a runtime value) and, in `kernels`, of the merge."""
     check_threads(NAME, head_dim, threads)
     expression = kernel_name(head_dim, dtype, kv_dtype, flags, threads=threads)
-    merge = merge_name(head_dim, dtype)
+    merge = merge_name(head_dim, dtype, flags)
     main = common.compile_report(PATH, expression, arch, threads, 0, extra_expressions=[merge])
     second = common.compile_report(PATH, merge, arch, common.NUM_THREADS, 4 * 8, extra_expressions=[expression])
     fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",

@@ -19,6 +19,7 @@ __global__ void __launch_bounds__(THREADS)
                        int max_blocks_per_seq, int num_heads, int num_kv_heads,
                        float scale,                          // softmax scale * k_scale
                        int logits_stride,
+                       float* __restrict__ lse,              // [num_seqs, num_heads], written with OPT_LSE
                        PA_OPTION_PARAMS) {                   // the option table's (read only when compiled in)
   extern __shared__ float smem[];
   const int seq = blockIdx.y;
@@ -26,7 +27,8 @@ __global__ void __launch_bounds__(THREADS)
   const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_lens[seq]);
   const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
-  pa::attend<BLOCK_SIZE, HEAD_DIM, 1, false, THREADS>(kv, key_cache, value_cache, query + q_offset, 1, tile.kv_head, num_kv_heads,
-                                      scale, opt, opt.first_token(), context_lens[seq], logits_stride, smem,
-                                      out + q_offset, HEAD_DIM, (float*)nullptr, (float*)nullptr, 0);
+  pa::attend<BLOCK_SIZE, HEAD_DIM, 1, false, THREADS>(kv, key_cache, value_cache, query + q_offset, 1, tile.kv_head,
+                                                      num_kv_heads, scale, opt, opt.first_token(), context_lens[seq],
+                                                      logits_stride, smem, out + q_offset, HEAD_DIM, (float*)nullptr,
+                                                      (float*)nullptr, 0, lse + (long long)seq * num_heads + tile.head0);
 }

@@ -21,13 +21,13 @@ import functools
 
 import numpy as np
 
-from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
+from sandbox.variant import Limits, Unsupported
 
 from . import common
 
 PATH = common.KERNEL_DIR / "v1.cu"
 NAME = "cupy.v1"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **common.SUPPORT)
 REPORT_CONTEXT = 4096   # compile_report's dynamic shared memory is for this context length
 TUNABLES = {"threads": common.ATTEND_THREADS}  # threads per block, the default first (sandbox.variant.tunables)
 
@@ -76,11 +76,12 @@ def prepare_v1_shaped(name, path, kernel_name_for, problem, backend: str, int_ar
     query, key_cache, value_cache, block_tables, context_lens = common.upload_problem(p, backend)
     out = common.output_like(p, backend)
     options = common.option_args(p, backend)
+    lse = common.lse_output(p, backend)
     args = (out, query, key_cache, value_cache, block_tables, context_lens, np.int32(int_arg),
-            np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(longest), *options)
+            np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(longest), lse, *options)
     launch = (kernel, (p.num_heads, p.num_seqs), (threads,), args, shared)
     return common.Prepared([launch], out, keep=(query, key_cache, value_cache, block_tables, context_lens, *options),
-                           out_dtype=p.dtype)
+                           out_dtype=p.dtype, lse=lse if p.options.return_lse else None)
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,

@@ -26,7 +26,8 @@ __global__ void __launch_bounds__(THREADS)
   if (start >= context_len) return;
   const int end = pa::imin(start + partition_size, context_len);
   const pa::HeadTile<1> tile(blockIdx.x, num_heads, num_kv_heads);
-  const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_len);
+  // sinks and lse are the reduce's (a sink is added once, after the merge)
+  const pa::Options<pa::PARTITION_FLAGS<OPTS>> opt(PA_OPTION_ARGS, tile.head0, context_len);
   const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   const long long stat = ((long long)seq * num_heads + tile.head0) * max_partitions + part;

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.variant import KERNEL_SUPPORT, Limits
+from sandbox.variant import Limits
 
 from . import common
 
 PATH = common.KERNEL_DIR / "v2.cu"
 NAME = "cupy.v2"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **common.SUPPORT)
 TUNABLES = {"threads": common.ATTEND_THREADS}  # the partition kernel's threads per block, the default first
 
 
@@ -47,8 +47,9 @@ def prepare(problem, backend: str, partition_size: int | None = None, *,
                         f"partition_size {partition} with {threads} threads")
     max_partitions = -(-int(common.tokens_read(p).max()) // partition)
     flags = common.option_flags(p)
+    reduce_expression = common.reduce_name(p.head_dim, p.dtype, window=bool(flags & common.OPT_WINDOW), flags=flags)
+    flags &= ~common.MERGE_FLAGS  # sinks and lse are the reduce's: the partition kernel is built without them
     expression = kernel_name(p.block_size, p.head_dim, p.dtype, p.kv_dtype, flags, threads)
-    reduce_expression = common.reduce_name(p.head_dim, p.dtype, window=bool(flags & common.OPT_WINDOW))
     plain = flags == 0 and p.kv_dtype == p.dtype and threads == common.NUM_THREADS
     batch = common.cpu_batch([kernel_name(b, p.head_dim, p.dtype, p.kv_dtype, flags, threads)
                               for b in common.POW2_BLOCK_SIZES], expression, plain) + [reduce_expression]
@@ -58,14 +59,16 @@ def prepare(problem, backend: str, partition_size: int | None = None, *,
     tmp_out, max_logits, exp_sums = common.split_kv_scratch(p, max_partitions, backend)
     out = common.output_like(p, backend)
     options = common.option_args(p, backend)
+    lse = common.lse_output(p, backend)
     args = (tmp_out, max_logits, exp_sums, query, key_cache, value_cache, block_tables, context_lens,
             np.int32(p.max_blocks_per_seq), np.int32(p.num_heads), np.int32(p.num_kv_heads),
             common.kernel_scale(p), np.int32(partition), np.int32(max_partitions), *options)
     launches = [(kernel, (p.num_heads, p.num_seqs, max_partitions), (threads,), args, shared),
                 common.reduce_launch(NAME, reduce, p, out, tmp_out, max_logits, exp_sums, context_lens, partition,
-                                     max_partitions)]
+                                     max_partitions, lse, options)]
     return common.SplitKVPrepared(launches, out, keep=(query, key_cache, value_cache, block_tables, context_lens,
-                                                       tmp_out, max_logits, exp_sums, *options), out_dtype=p.dtype)
+                                                       tmp_out, max_logits, exp_sums, *options), out_dtype=p.dtype,
+                                  lse=lse if p.options.return_lse else None)
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
