@@ -144,6 +144,17 @@ struct Options : OptionArgs {
     return s;
   }
 
+  // Per-token scales (OPT_KV_SCALES): K's and V's scale of cache row `row` (block * block_size + offset)
+  // and KV head `kv_head`; 1 without (the per-tensor k_scale is in `scale`, v_scale in the output).
+  __device__ __forceinline__ float k_token(long long row, int kv_head, int num_kv_heads) const {
+    if constexpr ((FLAGS & OPT_KV_SCALES) != 0) return k_scales[row * num_kv_heads + kv_head];
+    return 1.f;
+  }
+  __device__ __forceinline__ float v_token(long long row, int kv_head, int num_kv_heads) const {
+    if constexpr ((FLAGS & OPT_KV_SCALES) != 0) return v_scales[row * num_kv_heads + kv_head];
+    return 1.f;
+  }
+
   // 1 / the softmax denominator of served head g, from the range's max logit and its sum of
   // exp(logit - max) over the tokens (`total`): with OPT_SINKS, the sink joins the denominator only,
   //   out = acc * e^(max - m) / (total * e^(max - m) + e^(sink - m)),  m = max(max, sink);
@@ -245,15 +256,20 @@ __device__ __forceinline__ void accumulate_qk(const Pack16<T> (&kp)[N], const fl
   }
 }
 
-// Finishes one token's logits: sums the TGS lanes' partial dot products, makes them logits (scale, then
-// the options: opt.logit), and (for a token in range) keeps the running max and writes
-// logits[g][token - start] (index = token - start).
+// Finishes one token's logits: sums the TGS lanes' partial dot products, makes them logits (the token's
+// K scale with OPT_KV_SCALES, the scale, then the options: opt.logit), and (for a token in range) keeps
+// the running max and writes logits[g][token - start] (index = token - start).
 template <int TILE, int TGS, typename Opt>
 __device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, const Opt& opt,
                                              const float (&slopes)[TILE], int token, bool valid, bool writer,
-                                             int index, float* logits, int logits_stride, float (&qk_max)[TILE]) {
+                                             int index, float* logits, int logits_stride, float (&qk_max)[TILE],
+                                             float k_token_scale = 1.f) {
 #pragma unroll
-  for (int g = 0; g < TILE; ++g) qk[g] = opt.logit(group_sum<TGS>(qk[g]), scale, slopes[g], token);
+  for (int g = 0; g < TILE; ++g) {
+    float dot = group_sum<TGS>(qk[g]);
+    if constexpr ((Opt::flags & OPT_KV_SCALES) != 0) dot *= k_token_scale;
+    qk[g] = opt.logit(dot, scale, slopes[g], token);
+  }
   if (valid) {
 #pragma unroll
     for (int g = 0; g < TILE; ++g) {
@@ -269,6 +285,7 @@ __device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, con
 // every start is a block boundary).
 template <int BLOCK_SIZE, int HEAD_DIM, int TILE, int THREADS, typename T, typename KV, typename Opt>
 __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
+                                                    int kv_head, int num_kv_heads,
                                                     const float* q_smem, float scale, const Opt& opt,
                                                     const float (&slopes)[TILE], int start, int end,
                                                     float* logits, int logits_stride, float (&qk_max)[TILE]) {
@@ -310,7 +327,7 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
         }
       }
       store_logits<TILE, TGS>(qk, scale, opt, slopes, token, valid, lane_in_group == 0, token - start, logits,
-                              logits_stride, qk_max);
+                              logits_stride, qk_max, valid ? opt.k_token(row0 + offset, kv_head, num_kv_heads) : 1.f);
     }
   }
 }
@@ -328,6 +345,7 @@ __host__ __device__ constexpr int row_group_size() {
 // its math. Each token's row is looked up on its own: kv.row(t).
 template <int BLOCK_SIZE, int HEAD_DIM, int TILE, int THREADS, typename T, typename KV, typename Opt>
 __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
+                                                  int kv_head, int num_kv_heads,
                                                   const float* q_smem, float scale, const Opt& opt,
                                                   const float (&slopes)[TILE], int start, int end,
                                                   float* logits, int logits_stride, float (&qk_max)[TILE]) {
@@ -363,7 +381,7 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
       for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
       if (t < end) accumulate_qk<HEAD_DIM, TILE, TGS>(kp[u], q_smem, lane_in_group, qk);
       store_logits<TILE, TGS>(qk, scale, opt, slopes, t, t < end, lane_in_group == 0, t - start, logits,
-                              logits_stride, qk_max);
+                              logits_stride, qk_max, t < end ? opt.k_token(kv.row(t), kv_head, num_kv_heads) : 1.f);
     }
   }
 }
@@ -379,14 +397,15 @@ __device__ __forceinline__ void load_value_row(const T* __restrict__ vrow, int l
   }
 }
 
-// acc[g][j * VEC + e] += p_g * v[e] for the lane's V vectors; p_g = probs[g * probs_stride].
-template <int TILE, int NUM_VECS, int LPT, int V_VECS, int ACC, typename T>
+// acc[g][j * VEC + e] += p_g * v[e] for the lane's V vectors; p_g = probs[g * probs_stride] (times the
+// row's V scale v_token_scale when SCALED: per-token scales).
+template <int TILE, int NUM_VECS, int LPT, bool SCALED = false, int V_VECS, int ACC, typename T>
 __device__ __forceinline__ void accumulate_pv(const Pack16<T> (&vp)[V_VECS], const float* probs, int probs_stride,
-                                              int lane_in_row, float (&acc)[TILE][ACC]) {
+                                              int lane_in_row, float (&acc)[TILE][ACC], float v_token_scale = 1.f) {
   constexpr int VEC = 16 / sizeof(T);
   float p[TILE];
 #pragma unroll
-  for (int g = 0; g < TILE; ++g) p[g] = probs[g * probs_stride];
+  for (int g = 0; g < TILE; ++g) p[g] = SCALED ? probs[g * probs_stride] * v_token_scale : probs[g * probs_stride];
 #pragma unroll
   for (int j = 0; j < V_VECS; ++j) {
     const int v = lane_in_row + j * LPT;
@@ -438,6 +457,7 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   static_assert(THREADS % WARP == 0 && THREADS >= WARP, "THREADS must be a positive multiple of 32");
   constexpr int NUM_WARPS = THREADS / WARP;
   constexpr int NUM_THREADS = THREADS;
+  constexpr bool KV_SCALED = (Opt::flags & OPT_KV_SCALES) != 0;  // per-token scales: V rows scaled in the P.V step
 
   __shared__ __align__(16) float q_smem[TILE * HEAD_DIM];
   __shared__ float red_max[TILE][NUM_WARPS];
@@ -460,10 +480,10 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   }
   const T* k_head = key_cache + (long long)kv_head * HEAD_DIM;
   if constexpr (ROW_MAPPED)
-    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
+    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, slopes, start, end,
                                                   logits, logits_stride, qk_max);
   else
-    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
+    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, slopes, start, end,
                                                     logits, logits_stride, qk_max);
 #pragma unroll
   for (int g = 0; g < TILE; ++g) {
@@ -521,15 +541,18 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
 #pragma unroll
         for (int u = 0; u < UV; ++u) {
           const int t = c0 + u * ROWS + row;
-          if (t < end) accumulate_pv<TILE, NUM_VECS, LPT>(vp[u], logits + t - start, logits_stride, lane_in_row, acc);
+          if (t < end)
+            accumulate_pv<TILE, NUM_VECS, LPT, KV_SCALED>(vp[u], logits + t - start, logits_stride, lane_in_row, acc,
+                                                          opt.v_token(kv.row(t), kv_head, num_kv_heads));
         }
       }
     } else {
       for (int t = start + warp * ROWS + row; t < end; t += NUM_WARPS * ROWS) {
         Pack16<T> vp[V_VECS];
-        load_value_row<NUM_VECS, LPT>(v_head + (kv.first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE) * kv_stride,
-                                      lane_in_row, vp);
-        accumulate_pv<TILE, NUM_VECS, LPT>(vp, logits + t - start, logits_stride, lane_in_row, acc);
+        const long long vrow = kv.first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE;
+        load_value_row<NUM_VECS, LPT>(v_head + vrow * kv_stride, lane_in_row, vp);
+        accumulate_pv<TILE, NUM_VECS, LPT, KV_SCALED>(vp, logits + t - start, logits_stride, lane_in_row, acc,
+                                                      opt.v_token(vrow, kv_head, num_kv_heads));
       }
     }
   }

@@ -56,8 +56,8 @@ MERGE_FLAGS = OPT["OPT_SINKS"] | OPT["OPT_LSE"]
 _RAW_VIEW = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # What the CUDA C attention variants implement (Limits(**SUPPORT)): the kernels' common support, learned
-# sinks and the log-sum-exp as an output.
-SUPPORT = dict(KERNEL_SUPPORT, options=KERNEL_SUPPORT["options"] + ("sinks", "lse"))
+# sinks, the log-sum-exp as an output and fp8 scales per token and KV head.
+SUPPORT = dict(KERNEL_SUPPORT, options=KERNEL_SUPPORT["options"] + ("sinks", "lse", "kv_scales"))
 HEAD_DIMS = (32, 64, 80, 96, 128, 256)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')

@@ -192,6 +192,16 @@ __device__ __forceinline__ void tile_attention(
         if (c0 + tt < end) {
           unpack16(kp[j], kd);
           unpack16(vp[j], vd);
+          if constexpr ((OPTS & pa::OPT_KV_SCALES) != 0) {  // per-token scales: K and V rows scaled as staged
+            const int t = c0 + tt;
+            const long long row = (long long)table[t >> block_shift] * (block_mask + 1) + (t & block_mask);
+            const float ks = opt.k_token(row, kv_head, num_kv_heads), vs = opt.v_token(row, kv_head, num_kv_heads);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              kd[e] *= ks;
+              vd[e] *= vs;
+            }
+          }
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e) kd[e] = vd[e] = 0.f;
