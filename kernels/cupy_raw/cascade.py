@@ -12,7 +12,7 @@ work list: a group of one, or a problem without sharing, is exactly cupy.multi.
 Prefix tokens before every member's window are never looked up or loaded (a tile's range starts at the
 earliest window start among its rows); only full blocks shared by every member count as prefix (a
 partly full or copy-on-write-split last block is each sequence's own).
-Limits: as cupy.multi (block sizes 1..256, head dims 32..256, every dtype, fp8 cache and option, any
+Limits: as cupy.multi (any block size, head dims 32..256, every dtype, fp8 cache and option, any
 query length and decode).
 prepare() returns a CascadePrepared: .plan (the sandbox.paging.cascade_plan groups), .shared_prefixes
 ([(seqs, prefix tokens)]), bytes_moved() (K/V of the tokens read with each group's prefix counted

@@ -202,14 +202,25 @@ __device__ __forceinline__ float warp_max(float x) {
 __device__ __forceinline__ float warp_sum(float x) { return group_sum<WARP>(x); }
 
 // Logical block b of a sequence starts at token row table[b] * BLOCK_SIZE of the paged cache.
+// BLOCK_SIZE = 0 (the row-mapped kernels' any-block-size instantiation): the block size is a runtime value.
 template <int BLOCK_SIZE>
 struct PagedKV {
   const int* table;  // this sequence's block-table row
+  __device__ __forceinline__ static PagedKV make(const int* table, int) { return PagedKV{table}; }
   __device__ __forceinline__ long long first_row(int b) const { return (long long)table[b] * BLOCK_SIZE; }
   __device__ __forceinline__ long long row(int t) const { return first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE; }
 };
+template <>
+struct PagedKV<0> {
+  const int* table;
+  int block_size;
+  __device__ __forceinline__ static PagedKV make(const int* table, int block_size) { return PagedKV{table, block_size}; }
+  __device__ __forceinline__ long long first_row(int b) const { return (long long)table[b] * block_size; }
+  __device__ __forceinline__ long long row(int t) const { return first_row(t / block_size) + t % block_size; }
+};
 
-// A contiguous cache [num_seqs, max_context, ...]: no table, BLOCK_SIZE only sets the thread mapping.
+// A contiguous cache [num_seqs, max_context, ...]: no table, BLOCK_SIZE only sets the thread mapping
+// (BLOCK_SIZE = 0: the row-mapped mapping, which needs none).
 template <int BLOCK_SIZE>
 struct DenseKV {
   long long seq_row;  // seq * max_context

@@ -191,11 +191,15 @@ def kernel_scale(problem) -> np.float32:
     return np.float32(problem.softmax_scale * problem.options.scale_factor())
 
 
-def option_args(problem, backend) -> tuple:
+def option_args(problem, backend, replace=None) -> tuple:
     """PA_OPTION_PARAMS' values: the option table's kernel arguments in table order, arrays on the backend.
-    Options not in use pass neutral values (never read: their code is not compiled in)."""
+    Options not in use pass neutral values (never read: their code is not compiled in). replace: {argument
+    name: value} passed instead of the table's (e.g. per-slot arrays in another cache layout)."""
+    values = list(problem.options.kernel_values())
+    for name, value in (replace or {}).items():
+        values[[arg.name for arg in KERNEL_ARGS].index(name)] = value
     return tuple(backends.to_device(np.ascontiguousarray(v), backend) if isinstance(v, np.ndarray) else v
-                 for v in problem.options.kernel_values())
+                 for v in values)
 
 
 def tokens_read(problem) -> np.ndarray:
@@ -270,6 +274,22 @@ def attend_static_shared_bytes(head_dim: int, tile: int, threads: int = NUM_THRE
 def attend_dynamic_floats(head_dim: int, tile: int, logits_stride: int, threads: int = NUM_THREADS) -> int:
     """Dynamic shared floats pa::attend needs: logits, later reused for the warps' partial outputs."""
     return max(tile * logits_stride, (threads // 32) * tile * head_dim)
+
+
+def row_mapped_block(block_size: int) -> int:
+    """The BLOCK_SIZE template argument of a row-mapped kernel (cupy.rows, cupy.dense): the block size when it
+    is a power of two up to 256 (index arithmetic by shifts), else 0 (pa::PagedKV<0>: one instantiation for
+    every other block size, taken at run time)."""
+    return block_size if block_size in POW2_BLOCK_SIZES else 0
+
+
+def row_partition_for(partition_size: int | None) -> int:
+    """A row-mapped variant's split-KV partition in tokens: default 512 whatever the block size (its threads
+    find every token row on their own, so a partition may start inside a block); a given size must be >= 1."""
+    size = 512 if partition_size is None else int(partition_size)
+    if size < 1:
+        raise ValueError(f"partition_size must be >= 1, got {size}")
+    return size
 
 
 def partition_for(block_size: int, partition_size: int | None) -> int:

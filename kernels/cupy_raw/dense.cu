@@ -14,7 +14,8 @@ __global__ void __launch_bounds__(THREADS)
                     const T* __restrict__ query,      // [num_seqs, num_heads, HEAD_DIM]
                     const C* __restrict__ key_cache,  // [num_seqs, max_context, num_kv_heads, HEAD_DIM]
                     const C* __restrict__ value_cache,
-                    const int* __restrict__ context_lens, int max_context, int num_heads, int num_kv_heads,
+                    const int* __restrict__ context_lens, int max_context, int block_size, int num_heads,
+                    int num_kv_heads,
                     float scale, int partition_size, int max_partitions,
                     PA_OPTION_PARAMS) {
   extern __shared__ float smem[];

@@ -51,9 +51,10 @@ def dynamic_shared_bytes(head_dim: int, tile: int, partition: int, threads: int 
 
 
 def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_size, make_args,
-                     threads: int = common.NUM_THREADS):
-    """Shared by gqa and dense: pick the tile, check shared memory, compile, build the two launches
-    (the partition kernel with `threads` threads per block).
+                     threads: int = common.NUM_THREADS, row_mapped: bool = False):
+    """Shared by gqa, rows and dense: pick the tile, check shared memory, compile, build the two launches
+    (the partition kernel with `threads` threads per block). row_mapped (rows, dense): any block size (the
+    template's BLOCK_SIZE is common.row_mapped_block's) and any partition size.
 
     kernel_name_for(block_size, head_dim, tile, dtype, kv_dtype=, flags=, threads=) names the instantiation;
     make_args(scratch, partition, max_partitions) -> (attention kernel arguments, uploaded arrays with
@@ -62,7 +63,8 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
     p = problem
     group = p.num_heads // p.num_kv_heads
     tile = tile_for(group)
-    partition = common.partition_for(p.block_size, partition_size)
+    partition = (common.row_partition_for(partition_size) if row_mapped
+                 else common.partition_for(p.block_size, partition_size))
     shared = dynamic_shared_bytes(p.head_dim, tile, partition, threads)
     common.check_shared(name, shared, common.attend_static_shared_bytes(p.head_dim, tile, threads),
                         f"partition_size {partition} with {tile} query heads per block and {threads} threads")
@@ -76,7 +78,8 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
     reduce_expression = common.reduce_name(p.head_dim, p.dtype, window=bool(flags & common.OPT_WINDOW), flags=flags)
     flags &= ~common.MERGE_FLAGS  # sinks and lse are the reduce's: the partition kernel is built without them
     expression = name_for(p.block_size)
-    batch = common.cpu_batch([name_for(b) for b in common.POW2_BLOCK_SIZES], expression,
+    block_args = common.POW2_BLOCK_SIZES + ((0,) if row_mapped else ())
+    batch = common.cpu_batch([name_for(b) for b in block_args], expression,
                              plain=flags == 0 and p.kv_dtype == p.dtype and threads == common.NUM_THREADS
                              ) + [reduce_expression]
     kernel = common.get_function(backend, path, expression, batch)
@@ -100,7 +103,7 @@ def prepare(problem, backend: str, partition_size: int | None = None, *,
 
 
 def prepare_paged(name, kernel_name_for, problem, backend: str, partition_size: int | None,
-                  threads: int = common.NUM_THREADS) -> common.Prepared:
+                  threads: int = common.NUM_THREADS, row_mapped: bool = False) -> common.Prepared:
     """gqa.cu's paged kernel (cupy.gqa or cupy.rows, by kernel_name_for) with the reduce."""
     p = problem
 
@@ -109,11 +112,12 @@ def prepare_paged(name, kernel_name_for, problem, backend: str, partition_size: 
         query, key_cache, value_cache, block_tables, context_lens = uploaded
         options = common.option_args(p, backend)
         args = (*scratch, query, key_cache, value_cache, block_tables, context_lens, np.int32(p.max_blocks_per_seq),
-                np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p), np.int32(partition),
+                np.int32(p.block_size), np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p),
+                np.int32(partition),
                 np.int32(max_partitions), *options)
         return args, (*uploaded[:-1], *options, uploaded[-1]), options
 
-    return prepare_split_kv(name, PATH, kernel_name_for, p, backend, partition_size, make_args, threads)
+    return prepare_split_kv(name, PATH, kernel_name_for, p, backend, partition_size, make_args, threads, row_mapped)
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, kernel_name_for=kernel_name, kv_dtype=None,

@@ -13,8 +13,8 @@
 // [kv_start + z * partition_size, ...) of the tile's range. It walks its range in chunks of CHUNK
 // tokens, flash-attention style (online softmax):
 //   1. stage: the chunk's K and V rows (16-byte vectors, dequantized to float) into shared memory;
-//      a token's row is found through the table on its own (t >> block_shift), so the block size is
-//      a runtime value; tokens past the range are not loaded (zeros).
+//      a token's row is found through the table on its own (t / block_size), so the block size is
+//      a runtime value (any size); tokens past the range are not loaded (zeros).
 //   2. logits: logit[t][r] = opt(scale * q_r . k_t), -inf where row r does not see t (mask).
 //   3. softmax: per row, the running max m_r and sum l_r; alpha_r = exp(m_old - m_new) rescales.
 //   4. P.V: each thread owns 4 output dims of several rows (float4 of V, one p per row).
@@ -96,7 +96,7 @@ __device__ __forceinline__ void tile_attention(
     const T* __restrict__ query, const C* __restrict__ key_cache, const C* __restrict__ value_cache,
     const int* __restrict__ block_tables, int max_blocks_per_seq, const int* __restrict__ tiles,
     const int* __restrict__ tile_rows, const int* __restrict__ row_slots, int tile_tokens, int num_heads,
-    int num_kv_heads, int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
+    int num_kv_heads, int head_chunk, int block_size, float scale, int partition_size, int max_slots,
     float* __restrict__ lse, const pa::OptionArgs& options) {
   using S = Shape<HEAD_DIM>;
   constexpr int NUM_THREADS = THREADS, NUM_WARPS = THREADS / WARP;
@@ -158,7 +158,6 @@ __device__ __forceinline__ void tile_attention(
   }
 
   const int* table = block_tables + (long long)table_seq * max_blocks_per_seq;
-  const int block_mask = (1 << block_shift) - 1;
   const long long kv_stride = (long long)num_kv_heads * HEAD_DIM;  // between token rows
   const C* k_head = key_cache + (long long)kv_head * HEAD_DIM;
   const C* v_head = value_cache + (long long)kv_head * HEAD_DIM;
@@ -177,7 +176,7 @@ __device__ __forceinline__ void tile_attention(
     for (int j = 0; j < LOADS; ++j) {
       const int i = tid + j * NUM_THREADS, t = c0 + i / NV;
       if (i < CHUNK * NV && t < end) {
-        const long long row = (long long)table[t >> block_shift] * (block_mask + 1) + (t & block_mask);
+        const long long row = (long long)table[t / block_size] * block_size + t % block_size;
         const long long offset = row * kv_stride + (i % NV) * VEC;
         kp[j] = *reinterpret_cast<const pa::Pack16<C>*>(k_head + offset);
         vp[j] = *reinterpret_cast<const pa::Pack16<C>*>(v_head + offset);
@@ -194,7 +193,7 @@ __device__ __forceinline__ void tile_attention(
           unpack16(vp[j], vd);
           if constexpr ((OPTS & pa::OPT_KV_SCALES) != 0) {  // per-token scales: K and V rows scaled as staged
             const int t = c0 + tt;
-            const long long row = (long long)table[t >> block_shift] * (block_mask + 1) + (t & block_mask);
+            const long long row = (long long)table[t / block_size] * block_size + t % block_size;
             const float ks = opt.k_token(row, kv_head, num_kv_heads), vs = opt.v_token(row, kv_head, num_kv_heads);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {

@@ -7,12 +7,12 @@ to float) in shared memory and every row of the tile reads them there, so each K
 from global memory once per tile instead of once per query token and head. Online softmax over the
 chunks (flash-attention style); each row masks with its own position (causal t <= p, window
 t >= p - window_left) and ALiBi slope. The block size is a runtime value: every token row is found
-through the table on its own (t >> log2(block_size)), so one instantiation serves block sizes 1..256.
+through the table on its own (t / block_size), so one instantiation serves every block size (1..4096).
 Split-KV: the tile's token range [window start of its first query token, position of its last + 1)
 is cut into partitions of 512 tokens; a row with several partial results is merged by log-sum-exp
 (paged_attention_merge), a row with one is written directly. Blocks wholly before the range are never
 looked up or loaded (their table entries may be -1), nor tokens after the last position.
-Limits: block sizes 1..256 (powers of two), head dims 32..256, float32/float16/bfloat16 queries,
+Limits: any block size (1..4096), head dims 32..256, float32/float16/bfloat16 queries,
 caches of the query's dtype or fp8 e4m3fn/e5m2, every option (KERNEL_SUPPORT), any query length
 (query_start) and decode. Output [total_q, num_heads, head_dim] in the query's dtype.
 Template: paged_attention_multi<HEAD_DIM, T, C = T, OPTS = 0>: OPTS = 0 is the plain kernel.
@@ -35,7 +35,7 @@ from . import common
 
 PATH = common.KERNEL_DIR / "multi.cu"
 NAME = "cupy.multi"
-LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, **common.SUPPORT)
+LIMITS = Limits(block_sizes=None, max_query_len=None, head_dims=common.HEAD_DIMS, **common.SUPPORT)
 DEFAULT_PARTITION = 512
 KERNEL = "paged_attention_multi"
 # The tile kernel's threads per block, the default first (at least head_dim / 4: one float4 column each).
@@ -228,7 +228,7 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
     lse = common.lse_output(p, backend)
     args = (out, *scratch, query, key_cache, value_cache, block_tables, np.int32(p.max_blocks_per_seq), tiles_d,
             rows_d, slots_d, np.int32(layout.tile_tokens), np.int32(p.num_heads), np.int32(p.num_kv_heads),
-            np.int32(layout.head_chunk), np.int32(p.block_size.bit_length() - 1), common.kernel_scale(p),
+            np.int32(layout.head_chunk), np.int32(p.block_size), common.kernel_scale(p),
             np.int32(work.partition), np.int32(max_slots), lse, *options)
     grid = (len(work.tiles), p.num_kv_heads * layout.head_chunks, work.max_parts)
     launches = [(tile_kernel, grid, (threads,), args, 0)]
