@@ -80,6 +80,29 @@ struct Fp8<__nv_fp8_e5m2> : Fp8Format<__NV_E5M2> {};
 template <typename KV>
 constexpr bool is_fp8 = Fp8<KV>::value;
 
+// NVFP4 caches (OPT_NVFP4): bytes of two e2m1 codes (element 2i in the low nibble, as cuda_fp4.h packs
+// them) with one e4m3 block scale per 16 values beside the cache; value = e2m1 * block scale (* k_scale,
+// folded into `scale`; v_scale in the output). Nvfp4 is the cache's element type C: one byte, two values.
+struct Nvfp4 {
+  unsigned char bits;
+};
+template <typename C>
+constexpr bool is_nvfp4 = false;
+template <>
+constexpr bool is_nvfp4<Nvfp4> = true;
+
+// e2m1 code (4 bits: sign, 2 exponent bits, 1 mantissa bit) -> 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives.
+__device__ __forceinline__ float e2m1(unsigned code) {
+  const unsigned mag = code & 7u;
+  const float v = mag < 2u ? 0.5f * (float)mag : __int_as_float((int)(((126u + (mag >> 1)) << 23) | ((mag & 1u) << 22)));
+  return (code & 8u) != 0u ? -v : v;
+}
+
+// An e4m3 byte as float (subnormals included; every e4m3 value is exact in half).
+__device__ __forceinline__ float e4m3(unsigned char bits) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(bits, __NV_E4M3)));
+}
+
 // The VEC values of one 16-byte vector as floats.
 template <typename KV>
 __device__ __forceinline__ void unpack(const Pack16<KV>& p, float (&f)[16 / sizeof(KV)]) {

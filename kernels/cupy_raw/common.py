@@ -45,7 +45,8 @@ ATTEND_THREADS = (128, 64, 256)
 # 48 KiB on every architecture since sm_20, static and dynamic together.
 SHARED_LIMIT_BYTES = 48 * 1024
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
-          "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
+          "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2",
+          "uint8": "pa::Nvfp4"}  # uint8: an NVFP4 cache's packed e2m1 pairs (common.cuh)
 # pa::OPT_* (option_prelude): the options compiled into a kernel (its OPTS template argument), from the table.
 OPT = dict(KERNEL_FLAGS)
 OPT_WINDOW = OPT["OPT_WINDOW"]  # the reduce kernels' window (partitions start at the window's start)

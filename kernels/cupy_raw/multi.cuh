@@ -64,6 +64,29 @@ struct FP8<__nv_fp8_e5m2> {
   static constexpr __nv_fp8_interpretation_t kind = __NV_E5M2;
 };
 
+// How the tile kernel stages a cache of element type C: VALUES values per vector load (Vec), PER_ELEM values
+// per C element. 16-byte vectors of T or fp8; NVFP4: 8 bytes, one group of 16 values (one block scale).
+template <typename C>
+struct Staged {
+  using Vec = pa::Pack16<C>;
+  static constexpr int VALUES = 16 / sizeof(C), PER_ELEM = 1;
+};
+template <>
+struct Staged<pa::Nvfp4> {
+  using Vec = uint2;
+  static constexpr int VALUES = 16, PER_ELEM = 2;
+};
+
+// 16 NVFP4 values (8 bytes of e2m1 pairs) times their e4m3 block scale, as floats, to f[0..16).
+__device__ __forceinline__ void unpack_fp4(const uint2& p, unsigned char block_scale, float* f) {
+  const float s = pa::e4m3(block_scale);
+  const unsigned words[2] = {p.x, p.y};
+#pragma unroll
+  for (int w = 0; w < 2; ++w)
+#pragma unroll
+    for (int b = 0; b < 8; ++b) f[8 * w + b] = pa::e2m1((words[w] >> (4 * b)) & 15u) * s;
+}
+
 // The 16 / sizeof(C) values of one 16-byte vector, as floats, to f[0..].
 template <typename C>
 __device__ __forceinline__ void unpack16(const pa::Pack16<C>& p, float* f) {
@@ -102,7 +125,10 @@ __device__ __forceinline__ void tile_attention(
   constexpr int NUM_THREADS = THREADS, NUM_WARPS = THREADS / WARP;
   static_assert(THREADS % WARP == 0, "THREADS must be a multiple of 32");
   constexpr int ROWS = S::ROWS, CHUNK = S::CHUNK, KS = S::KS, PS = S::PS;
-  constexpr int VEC = 16 / sizeof(C);            // cache values per 16-byte vector
+  constexpr bool FP4 = pa::is_nvfp4<C>;
+  constexpr int VEC = Staged<C>::VALUES;         // cache values per vector load
+  constexpr int PER_ELEM = Staged<C>::PER_ELEM;  // values per C element (NVFP4: 2 per byte)
+  using Vec = typename Staged<C>::Vec;
   static_assert(HEAD_DIM % VEC == 0 && HEAD_DIM % 4 == 0, "head_dim * sizeof(cache) must be a multiple of 16 bytes");
   constexpr int NV = HEAD_DIM / VEC;             // vectors per token row
   constexpr int LOADS = (CHUNK * NV + NUM_THREADS - 1) / NUM_THREADS;  // K (and V) vectors per thread per chunk
@@ -158,9 +184,9 @@ __device__ __forceinline__ void tile_attention(
   }
 
   const int* table = block_tables + (long long)table_seq * max_blocks_per_seq;
-  const long long kv_stride = (long long)num_kv_heads * HEAD_DIM;  // between token rows
-  const C* k_head = key_cache + (long long)kv_head * HEAD_DIM;
-  const C* v_head = value_cache + (long long)kv_head * HEAD_DIM;
+  const long long kv_stride = (long long)num_kv_heads * HEAD_DIM / PER_ELEM;  // C elements between token rows
+  const C* k_head = key_cache + (long long)kv_head * HEAD_DIM / PER_ELEM;
+  const C* v_head = value_cache + (long long)kv_head * HEAD_DIM / PER_ELEM;
 
   // P.V accumulators: rows pv_r0 + k * RSTEP, columns 4 * pv_c .. + 3.
   const int pv_c = tid % DU, pv_r0 = tid / DU;
@@ -171,15 +197,21 @@ __device__ __forceinline__ void tile_attention(
 
   for (int c0 = start; c0 < end; c0 += CHUNK) {
     // ---- 1. stage K and V of tokens c0 .. c0 + CHUNK - 1 (< end), every load issued before any store
-    pa::Pack16<C> kp[LOADS], vp[LOADS];
+    Vec kp[LOADS], vp[LOADS];
+    unsigned char ksc[FP4 ? LOADS : 1], vsc[FP4 ? LOADS : 1];  // NVFP4: each vector's block scales
 #pragma unroll
     for (int j = 0; j < LOADS; ++j) {
       const int i = tid + j * NUM_THREADS, t = c0 + i / NV;
       if (i < CHUNK * NV && t < end) {
         const long long row = (long long)table[t / block_size] * block_size + t % block_size;
-        const long long offset = row * kv_stride + (i % NV) * VEC;
-        kp[j] = *reinterpret_cast<const pa::Pack16<C>*>(k_head + offset);
-        vp[j] = *reinterpret_cast<const pa::Pack16<C>*>(v_head + offset);
+        const long long offset = row * kv_stride + (i % NV) * (VEC / PER_ELEM);
+        kp[j] = *reinterpret_cast<const Vec*>(k_head + offset);
+        vp[j] = *reinterpret_cast<const Vec*>(v_head + offset);
+        if constexpr (FP4) {  // block scale of (row, KV head, group i % NV)
+          const long long group = (row * num_kv_heads + kv_head) * NV + i % NV;
+          ksc[j] = options.k_block_scales[group];
+          vsc[j] = options.v_block_scales[group];
+        }
       }
     }
 #pragma unroll
@@ -189,8 +221,13 @@ __device__ __forceinline__ void tile_attention(
         float* kd = k_s + tt * KS + (i % NV) * VEC;
         float* vd = v_s + tt * KS + (i % NV) * VEC;
         if (c0 + tt < end) {
-          unpack16(kp[j], kd);
-          unpack16(vp[j], vd);
+          if constexpr (FP4) {
+            unpack_fp4(kp[j], ksc[j], kd);
+            unpack_fp4(vp[j], vsc[j], vd);
+          } else {
+            unpack16(kp[j], kd);
+            unpack16(vp[j], vd);
+          }
           if constexpr ((OPTS & pa::OPT_KV_SCALES) != 0) {  // per-token scales: K and V rows scaled as staged
             const int t = c0 + tt;
             const long long row = (long long)table[t / block_size] * block_size + t % block_size;

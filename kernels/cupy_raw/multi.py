@@ -29,13 +29,15 @@ import dataclasses
 
 import numpy as np
 
+from sandbox.problem.dtypes import NVFP4
 from sandbox.variant import Limits, Unsupported
 
 from . import common
 
 PATH = common.KERNEL_DIR / "multi.cu"
 NAME = "cupy.multi"
-LIMITS = Limits(block_sizes=None, max_query_len=None, head_dims=common.HEAD_DIMS, **common.SUPPORT)
+LIMITS = Limits(block_sizes=None, max_query_len=None, head_dims=common.HEAD_DIMS,
+                **dict(common.SUPPORT, kv_dtypes=common.SUPPORT["kv_dtypes"] + (NVFP4,)))
 DEFAULT_PARTITION = 512
 KERNEL = "paged_attention_multi"
 # The tile kernel's threads per block, the default first (at least head_dim / 4: one float4 column each).
@@ -175,7 +177,9 @@ def multi_work(problem, layout: Layout, partition: int, lookahead: int = 0) -> W
 
 
 def kv_token_bytes(problem) -> int:
-    """K and V bytes of one token (all KV heads)."""
+    """K and V bytes of one token (all KV heads): NVFP4's packed codes and block scales, else the elements."""
+    if problem.kv_format == NVFP4:
+        return 2 * problem.num_kv_heads * (problem.head_dim // 2 + problem.head_dim // 16)
     return 2 * problem.num_kv_heads * problem.head_dim * problem.kv_dtype.itemsize
 
 
