@@ -12,8 +12,9 @@ work list: a group of one, or a problem without sharing, is exactly cupy.multi.
 Prefix tokens before every member's window are never looked up or loaded (a tile's range starts at the
 earliest window start among its rows); only full blocks shared by every member count as prefix (a
 partly full or copy-on-write-split last block is each sequence's own).
-Limits: as cupy.multi (any block size, head dims 32..256, every dtype, fp8 cache and option, any
-query length and decode).
+Limits: as cupy.multi (any block size, head dims 32..512, every dtype, fp8 and NVFP4 caches, every
+option, any query length and decode): the prefix and suffix partial results merge by the lse rules, with
+a sink added once in the merge and the lse of the whole range returned.
 prepare() returns a CascadePrepared: .plan (the sandbox.paging.cascade_plan groups), .shared_prefixes
 ([(seqs, prefix tokens)]), bytes_moved() (K/V of the tokens read with each group's prefix counted
 once, plus query, output, table entries read, context_lens, query_start: problem.bytes_moved()'s

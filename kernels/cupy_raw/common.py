@@ -59,7 +59,7 @@ POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # What the CUDA C attention variants implement (Limits(**SUPPORT)): the kernels' common support, learned
 # sinks, the log-sum-exp as an output and fp8 scales per token and KV head.
 SUPPORT = dict(KERNEL_SUPPORT, options=KERNEL_SUPPORT["options"] + ("sinks", "lse", "kv_scales"))
-HEAD_DIMS = (32, 64, 80, 96, 128, 256)
+HEAD_DIMS = (32, 64, 80, 96, 112, 128, 192, 256, 512)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 _cpu_options: contextvars.ContextVar = contextvars.ContextVar("cupy_raw_cpu_options", default=())

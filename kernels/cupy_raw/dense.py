@@ -5,7 +5,7 @@ Idea: prepare() (untimed) gathers each sequence into [num_seqs, max_context, num
 twin of the best CUDA C design (TWIN: cupy.rows; K/V read once per GQA group, split-KV keeps SMs
 busy, bytes in flight independent of the block size), so paged-vs-dense isolates the cost of the
 block table. gqa.cu and dense.cu share pa::attend, so the twin does the same arithmetic in the same order.
-Limits: as cupy.rows (any block size 1..4096, head dims 32..256, float32/float16/bfloat16 queries,
+Limits: as cupy.rows (any block size 1..4096, head dims 32..512, float32/float16/bfloat16 queries,
 caches of the query's dtype or fp8 e4m3fn/e5m2 with per-tensor or per-token scales, every option; any GQA
 ratio). Per-token scales are gathered with their rows. With a window only the window's tokens are
 gathered (the slots before it stay NaN and are never read).
@@ -80,7 +80,7 @@ def prepare(problem, backend: str, partition_size: int | None = None, *,
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
                    threads: int = common.NUM_THREADS) -> dict:
     """As gqa.compile_report: group 4 (TILE 4), partition 512, `threads` threads; `kernels` adds the reduce."""
-    tile = gqa.tile_for(gqa.REPORT_GROUP)
+    tile = gqa.tile_for(gqa.REPORT_GROUP, head_dim, threads)
     return common.split_kv_report(PATH, kernel_name(block_size, head_dim, tile, dtype, kv_dtype, flags, threads),
                                   head_dim, dtype, arch, gqa.dynamic_shared_bytes(head_dim, tile, 512, threads),
                                   f"group {gqa.REPORT_GROUP} (tile {tile}), partition 512, contiguous cache; "

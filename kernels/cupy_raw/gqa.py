@@ -4,8 +4,9 @@ the GQA group, so each K/V element is loaded once per group instead of once per 
 Idea: the group's queries sit in shared memory; each K vector loaded feeds TILE dot products and each
 V vector TILE accumulators (TILE = the group size rounded up to a power of two, at most 8; larger
 groups take ceil(group / 8) blocks per KV head). Split-KV partitions and reduce as in v2.
-Limits: as v2 (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
-query's dtype or fp8 e4m3fn/e5m2, every option: KERNEL_SUPPORT; any GQA ratio, no context bound). With a
+Limits: as v2 (block sizes 1..256, head dims 32..512, float32/float16/bfloat16 queries, caches of the
+query's dtype or fp8 e4m3fn/e5m2, every option of common.SUPPORT; any GQA ratio, no context bound; the
+tile shrinks to fit shared memory: 4 query heads per block at head dim 512, gqa.max_tile). With a
 window, partitions start at the window's start and blocks before it are never looked up.
 Template: paged_attention_gqa<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0> (query type,
 row mapping, cache type, pa::OPT_* bitmask; OPTS = 0 is the plain kernel, unchanged machine code).
@@ -32,9 +33,20 @@ REPORT_GROUP = 4
 TUNABLES = {"threads": common.ATTEND_THREADS}  # the partition kernel's threads per block, the default first
 
 
-def tile_for(group: int) -> int:
-    """Query heads per block: the group rounded up to a power of two, at most MAX_TILE."""
-    return min(MAX_TILE, 1 << (group - 1).bit_length())
+def max_tile(head_dim: int, threads: int = common.NUM_THREADS, partition: int = 512) -> int:
+    """The largest tile (a power of two <= MAX_TILE) whose shared memory fits the no-opt-in limit at
+    `partition` tokens: the warps' partial outputs grow with tile x head_dim (4 at head dim 512)."""
+    tile = MAX_TILE
+    while tile > 1 and (4 * common.attend_dynamic_floats(head_dim, tile, partition, threads)
+                        + common.attend_static_shared_bytes(head_dim, tile, threads)) > common.SHARED_LIMIT_BYTES:
+        tile //= 2
+    return tile
+
+
+def tile_for(group: int, head_dim: int = 128, threads: int = common.NUM_THREADS) -> int:
+    """Query heads per block: the group rounded up to a power of two, at most max_tile(head_dim, threads)
+    (MAX_TILE = 8 up to head dim 256 at 128 threads)."""
+    return min(max_tile(head_dim, threads), 1 << (group - 1).bit_length())
 
 
 def kernel_name(block_size: int, head_dim: int, tile: int, dtype, row_mapped: bool = False, kv_dtype=None,
@@ -62,7 +74,7 @@ def prepare_split_kv(name, path, kernel_name_for, problem, backend, partition_si
     """
     p = problem
     group = p.num_heads // p.num_kv_heads
-    tile = tile_for(group)
+    tile = tile_for(group, p.head_dim, threads)
     partition = (common.row_partition_for(partition_size) if row_mapped
                  else common.partition_for(p.block_size, partition_size))
     shared = dynamic_shared_bytes(p.head_dim, tile, partition, threads)
@@ -124,7 +136,7 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kernel_name
                    flags: int = 0, threads: int = common.NUM_THREADS) -> dict:
     """NVRTC -> cubin resources for group REPORT_GROUP (TILE 4), partition 512 and `threads` threads;
     `kernels` adds the reduce."""
-    tile = tile_for(REPORT_GROUP)
+    tile = tile_for(REPORT_GROUP, head_dim, threads)
     return common.split_kv_report(PATH, kernel_name_for(block_size, head_dim, tile, dtype, kv_dtype=kv_dtype,
                                                         flags=flags, threads=threads),
                                   head_dim, dtype, arch, dynamic_shared_bytes(head_dim, tile, 512, threads),

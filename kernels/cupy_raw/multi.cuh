@@ -37,7 +37,7 @@ constexpr int NUM_WARPS = NUM_THREADS / WARP;
 
 template <int HEAD_DIM>
 struct Shape {
-  static constexpr int ROWS = HEAD_DIM <= 128 ? 32 : 16;  // query rows per tile
+  static constexpr int ROWS = HEAD_DIM <= 128 ? 32 : HEAD_DIM <= 256 ? 16 : 8;  // query rows per tile
   __host__ __device__ static constexpr int chunk() {
     int c = 64;
     while (c * HEAD_DIM > 2048) c /= 2;

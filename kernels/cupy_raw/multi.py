@@ -12,9 +12,12 @@ Split-KV: the tile's token range [window start of its first query token, positio
 is cut into partitions of 512 tokens; a row with several partial results is merged by log-sum-exp
 (paged_attention_merge), a row with one is written directly. Blocks wholly before the range are never
 looked up or loaded (their table entries may be -1), nor tokens after the last position.
-Limits: any block size (1..4096), head dims 32..256, float32/float16/bfloat16 queries,
-caches of the query's dtype or fp8 e4m3fn/e5m2, every option (KERNEL_SUPPORT), any query length
-(query_start) and decode. Output [total_q, num_heads, head_dim] in the query's dtype.
+Limits: any block size (1..4096), head dims 32..512 (tiles of 8 query rows at 512), float32/float16/
+bfloat16 queries, caches of the query's dtype, fp8 e4m3fn/e5m2 (per-tensor or per-token scales) or NVFP4
+(8 bytes of e2m1 pairs and their e4m3 block scale per load, dequantized as staged), every option of
+common.SUPPORT (sinks and lse finished where a row's partial results end: the tile kernel for one, the
+merge for several), any query length (query_start) and decode. Threads per tile block: TUNABLES
+(128, 64, 256; at least head_dim / 4). Output [total_q, num_heads, head_dim] in the query's dtype.
 Template: paged_attention_multi<HEAD_DIM, T, C = T, OPTS = 0>: OPTS = 0 is the plain kernel.
 prepare() returns a MultiPrepared: launch(), launch_parts() (tile kernel, merge when any row has
 several partial results), bytes_moved() (= problem.bytes_moved()), bytes_loaded() (K/V bytes the
@@ -45,8 +48,8 @@ TUNABLES = {"threads": (128, 64, 256)}
 
 
 def tile_rows(head_dim: int) -> int:
-    """Query rows (token x head) per tile: mq::Shape<HEAD_DIM>::ROWS."""
-    return 32 if head_dim <= 128 else 16
+    """Query rows (token x head) per tile: mq::Shape<HEAD_DIM>::ROWS (the staged queries fit shared memory)."""
+    return 32 if head_dim <= 128 else 16 if head_dim <= 256 else 8
 
 
 def chunk_tokens(head_dim: int) -> int:

@@ -8,9 +8,9 @@ and each warp issues 8 vectors per lane (4 KiB at head dim 128 in fp16) for K an
 using any: the block size only changes index arithmetic. Same grid, GQA tile, split-KV partitions
 and reduce as gqa (one kernel template, gqa.cu, ROW_MAPPED = true).
 Limits: as gqa but any block size 1..4096 (powers of two up to 256 compiled in, every other size a
-runtime value in one instantiation; partitions of 512 tokens whatever the block size), head dims 32..256,
-float32/float16/bfloat16 queries, caches of the
-query's dtype or fp8 e4m3fn/e5m2, every option: KERNEL_SUPPORT; any GQA ratio). fp8 keeps the mapping in
+runtime value in one instantiation; partitions of 512 tokens whatever the block size), head dims 32..512,
+float32/float16/bfloat16 queries, caches of the query's dtype or fp8 e4m3fn/e5m2, every option of
+common.SUPPORT; any GQA ratio). fp8 keeps the mapping in
 vectors: 16 fp8 values per 16-byte load, 8 vectors per lane in flight. Template and option bitmask:
 gqa's kernel with ROW_MAPPED = true; launch_partition() as gqa.
 Known cost: at head dim 32 one lane holds a whole K row, and ptxas keeps the whole query tile in

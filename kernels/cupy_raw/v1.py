@@ -3,10 +3,12 @@
 Idea: thread groups of max(32 / block_size, 1) lanes per token (a warp walks one cache block at a
 time), 16-byte vector loads, warp shuffles for the dot products and reductions, logits in dynamic
 shared memory; float32 accumulation (body: pa::attend in common.cuh).
-Limits: block sizes 1..256 (powers of two); head dims 32, 64, 80, 96, 128, 256; queries in float32,
-float16 or bfloat16; caches of the query's dtype or fp8 (e4m3fn, e5m2: 16 values per 16-byte load,
-dequantized in pairs to float); every option (KERNEL_SUPPORT): k_scale (folded into the softmax scale),
-v_scale, soft-cap, ALiBi, sliding window (only the window's blocks are looked up and loaded). Max
+Limits: block sizes 1..256 (powers of two); head dims 32, 64, 80, 96, 112, 128, 192, 256, 512; queries in
+float32, float16 or bfloat16; caches of the query's dtype or fp8 (e4m3fn, e5m2: 16 values per 16-byte load,
+dequantized in pairs to float; per-tensor or per-token scales); every option (common.SUPPORT): k_scale
+(folded into the softmax scale), v_scale, soft-cap, ALiBi, sliding window (only the window's blocks are
+looked up and loaded), learned sinks, return_lse, per-token fp8 scales (kv_scales). Threads per block:
+TUNABLES["threads"] (128, 64, 256). Max
 tokens read per sequence = (48 KiB - static shared) / 4 bytes, about 12k at head dim 128 (checked in
 prepare: use cupy.v2 beyond it; a window bounds it).
 Template: paged_attention_v1<BLOCK_SIZE, HEAD_DIM, T, C = T, OPTS = 0>: T the query's type, C the

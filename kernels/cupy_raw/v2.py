@@ -6,8 +6,9 @@ context. Partition size: default 512, a multiple of the block size (the block si
 the result does not depend on it. Partitions start at the window's start with a sliding window (0
 without), so a window's grid holds only its own partitions; those past a sequence's end return at once
 and are never read.
-Limits: as v1 (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
-query's dtype or fp8 e4m3fn/e5m2, every option: KERNEL_SUPPORT) with no context bound.
+Limits: as v1 (block sizes 1..256, head dims 32..512, float32/float16/bfloat16 queries, caches of the
+query's dtype or fp8 e4m3fn/e5m2, every option of common.SUPPORT) with no context bound. Sinks and lse are
+the reduce's: the partition kernel is built without them, so a sink is added once, after the merge.
 Template: paged_attention_v2<BLOCK_SIZE, HEAD_DIM, T, C = T, OPTS = 0> (query type, cache type, pa::OPT_*
 bitmask; OPTS = 0 is the plain kernel, unchanged machine code) and pa::paged_attention_reduce<HEAD_DIM, T,
 WINDOW = false>. prepare() returns launch() (both kernels) and launch_partition() (the first alone).
