@@ -153,3 +153,23 @@ def test_cache_writer_quantizes_nvfp4_as_the_reference(dtype):
     prepared.launch()
     for got, expected in zip(prepared.result(), want):
         np.testing.assert_array_equal(got.view(np.uint8), expected.view(np.uint8))
+
+
+def test_sweep_pages_an_nvfp4_shape_at_any_block_size():
+    """`--shapes ...xbf16:nvfp4`: the sweep's tokens are quantized once (codes and block scales), paged per block
+    size beside the cache, and held to the truth from the contiguous tokens."""
+    from sandbox.checking.compare import compare
+    from sandbox.sweep import shapes
+    from sandbox.variant.runner import run_problem
+
+    shape = shapes.parse_shape("2x100x4/2x64xbf16:nvfp4 window=40")
+    assert shape.name == "2x100x4/2x64xbf16:nvfp4 window=40" and shape.kv_dtype == "nvfp4"
+    assert shape.attention_options().k_scale == pytest.approx(1 / (6 * 448))
+    tokens = shapes.make_tokens(shape, 0)
+    expected = shapes.expected_output(tokens)
+    for block_size in (16, 61):
+        problem = shapes.paged_problem(tokens, block_size)
+        assert problem.kv_format == "nvfp4" and problem.options.k_block_scales.shape[1] == block_size
+        assert compare(run_problem("numpy.gather", problem, "cpu"), expected, problem.dtype)
+    with pytest.raises(ValueError, match="head_dim a multiple of 16"):
+        shapes.parse_shape("1x10x2/1x72xfp16:nvfp4")
