@@ -62,7 +62,8 @@ def _expressions():
                    rows.kernel_name(8, 80, 2, "float16"), common.reduce_name(64, "float32")],
         dense.PATH: [dense.kernel_name(16, 128, 4, "float16"), dense.kernel_name(128, 80, 2, "float32"),
                      common.reduce_name(80, "float32")],
-        cupy_write_cache.PATH: [f"write_cache<{t}>" for _, t in cupy_write_cache.UNITS],
+        cupy_write_cache.PATH: [f"write_cache<{t}>" for _, t in cupy_write_cache.UNITS]
+        + cupy_write_cache.TOKEN_BATCH[:1] + cupy_write_cache.NVFP4_BATCH[-1:],
         cupy_ignores_table.PATH: [cupy_ignores_table.kernel_name(16, 128, "float16")],
         cupy_off_by_one.PATH: [cupy_off_by_one.kernel_name(8, 64, "float32")],
     }
