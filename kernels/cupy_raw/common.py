@@ -6,6 +6,8 @@
     compile_report(path, expression, arch, threads, dynamic_shared_bytes) -> dict
     option_flags(problem) -> int                  the pa::OPT_* bitmask a problem needs (template argument)
     option_args(problem, backend) -> tuple        the option table's kernel arguments, in table order
+    lse_output(problem, backend)                  the kernels' `float* lse` output (return_lse) or a placeholder
+    type_args(dtype, kv_dtype, flags, threads)    template arguments; threads (TUNABLES) named when not 128
 
 Modules are cached in-process per (backend, source, name expressions, executor options); the CPU
 executor also caches its compiled .so files on disk. On the CPU executor a launcher may name a
@@ -20,6 +22,8 @@ in use) is the plain kernel, whose option code is not compiled. The option table
 load_source puts option_prelude() in front of every .cu (pa::OPT_* constants, pa::OptionArgs,
 PA_OPTION_PARAMS for a kernel's parameter list, PA_OPTION_ARGS to gather them), so NVRTC's and the
 executor's caches, keyed on the code, see a change of the table. k_scale is folded into the softmax scale.
+Split-KV variants build their partition kernels without sinks and lse (MERGE_FLAGS go to the reduce or
+merge kernel). An NVFP4 cache (uint8) has the C type pa::Nvfp4.
 """
 from __future__ import annotations
 
