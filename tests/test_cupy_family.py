@@ -62,7 +62,8 @@ def _expressions():
                    rows.kernel_name(8, 80, 2, "float16"), common.reduce_name(64, "float32")],
         dense.PATH: [dense.kernel_name(16, 128, 4, "float16"), dense.kernel_name(128, 80, 2, "float32"),
                      common.reduce_name(80, "float32")],
-        cupy_write_cache.PATH: [f"write_cache<{t}>" for _, t in cupy_write_cache.UNITS],
+        cupy_write_cache.PATH: [f"write_cache<{t}>" for _, t in cupy_write_cache.UNITS]
+        + cupy_write_cache.TOKEN_BATCH[:1] + cupy_write_cache.NVFP4_BATCH[-1:],
         cupy_ignores_table.PATH: [cupy_ignores_table.kernel_name(16, 128, "float16")],
         cupy_off_by_one.PATH: [cupy_off_by_one.kernel_name(8, 64, "float32")],
     }
@@ -319,8 +320,8 @@ def test_v1_refuses_contexts_beyond_shared_memory_before_launch():
 
 
 def test_limits_are_declared():
-    for module in ATTENTION.values():
-        assert module.LIMITS.block_sizes == common.POW2_BLOCK_SIZES
+    for name, module in ATTENTION.items():  # rows and dense (row-mapped) take any block size, the others powers of two
+        assert module.LIMITS.block_sizes == (None if name in ("cupy.rows", "cupy.dense") else common.POW2_BLOCK_SIZES)
         assert set(module.LIMITS.head_dims) >= {32, 64, 80, 96, 128, 256}
         assert {"float32", "float16"} <= set(module.LIMITS.dtypes)
     for name in WRONG:

@@ -361,3 +361,14 @@ def test_fp8_cache_budgets_twice_the_tokens_of_float16():
     assert "e4m3 cache" in fp8.budget_note and "409,600 bytes/token" in fp8.budget_note
     with pytest.raises(SystemExit):
         parse(["--kv-dtype", "e4m3", "--dtype-bytes", "1"])
+
+
+def test_nvfp4_cache_budgets_its_codes_and_block_scales():
+    """NVFP4: half a byte per value plus an e4m3 scale per 16 values (9/16 byte), 32/9 times float16's tokens."""
+    fp16 = cli.config_from_args(parse(["--model-gb", "12"]))
+    nvfp4 = cli.config_from_args(parse(["--model-gb", "12", "--kv-dtype", "nvfp4"]))
+    assert nvfp4.budget_tokens == int(12e9 // (2 * 40 * 40 * 128 * 9 // 16))
+    assert nvfp4.budget_tokens == pytest.approx(fp16.budget_tokens * 32 / 9, rel=1e-4)
+    assert "230,400 bytes/token, nvfp4 cache" in nvfp4.budget_note
+    with pytest.raises(ValueError, match="--head-dim a multiple of 16"):
+        cli.config_from_args(parse(["--kv-dtype", "nvfp4", "--head-dim", "72"]))

@@ -105,7 +105,7 @@ def test_default_presets_race_bf16_fp8_multi_query_and_shared_prompts():
     (("--shared-prefix", "0"), "--shared-prefix must be >= 1"),
     (("--shared-prefix", "64", "--group-size", "1"), "--group-size must be >= 2"),
     (("--group-size", "4",), "--group-size needs --shared-prefix"),
-    (("--shapes", "2x8x2/1x32xfp16:bf16"), "cache dtype must be the query's (fp16) or an fp8 format"),
+    (("--shapes", "2x8x2/1x32xfp16:bf16"), "cache dtype must be the query's (fp16), an fp8 format"),
 ])
 def test_bad_options_are_one_line_exit_2_before_a_run_folder(tmp_path, capsys, args, message):
     code = cli.main(["sweep", "--results-dir", str(tmp_path / "r"), "--no-progress", "--backend", "cpu", *args])

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 DEFAULT_MODEL_GB = 12.0
 # Bytes per KV element of each cache dtype (an fp8 cache's per-tensor scales are a few bytes per layer).
-KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
+# NVFP4: half a byte of e2m1 code plus one e4m3 block scale per 16 values, 9/16 of a byte.
+KV_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1, "nvfp4": 0.5625}
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class KVBudget:
     num_layers: int
     num_kv_heads: int
     head_dim: int
-    dtype_bytes: int
+    dtype_bytes: float        # bytes per KV element (0.5625 for NVFP4: codes and block scales)
 
 
 def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +33,9 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
     element = parser.add_mutually_exclusive_group()
     element.add_argument("--dtype-bytes", type=int, default=None, help="bytes per KV element (default 2)")
     element.add_argument("--kv-dtype", choices=sorted(KV_DTYPE_BYTES), default=None,
-                         help="KV cache dtype, sets the bytes per element: fp16/bf16 2, e4m3/e5m2 (fp8) 1, fp32 4; "
-                              "an fp8 cache holds twice the tokens of float16 in the same bytes")
+                         help="KV cache dtype, sets the bytes per element: fp16/bf16 2, e4m3/e5m2 (fp8) 1, fp32 4, "
+                              "nvfp4 9/16 (e2m1 codes and an e4m3 scale per 16 values); an fp8 cache holds twice the "
+                              "tokens of float16 in the same bytes, NVFP4 3.6 times")
 
 
 def budget_from_args(args: argparse.Namespace) -> KVBudget:
@@ -45,7 +47,10 @@ def budget_from_args(args: argparse.Namespace) -> KVBudget:
     for name in ("num_layers", "num_kv_heads", "head_dim"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * dtype_bytes
+    if kv_dtype == "nvfp4" and args.head_dim % 16:
+        raise ValueError(f"--kv-dtype nvfp4 needs --head-dim a multiple of 16 (one scale per 16 values), "
+                         f"got {args.head_dim}")
+    per_token = math.ceil(2 * args.num_layers * args.num_kv_heads * args.head_dim * dtype_bytes)
     if args.budget_tokens is not None:
         if args.budget_tokens < 1:
             raise ValueError(f"--budget-tokens must be >= 1, got {args.budget_tokens}")

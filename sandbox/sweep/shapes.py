@@ -6,6 +6,8 @@ shapes, mla:SEQSxTOKENSxHEADS[xDTYPE[:fp8]] [topk=K] [q=Q], are in sandbox/sweep
 
     64x4096x32/8x128xfp16                 decode, float16 query and cache
     64x4096x32/8x128xbf16:e4m3            bfloat16 query, float8_e4m3fn cache (k/v scale 1/448)
+    64x4096x32/8x128xbf16:nvfp4           bfloat16 query, NVFP4 cache (e2m1 codes, an e4m3 scale per 16
+                                          values, k/v scale 1/(6*448)); head dim a multiple of 16
     32x1024x32/8x128xfp16 q=4             4 query tokens per sequence (the last 4 positions, causal)
     64x2048x32/8x128xfp16 shared=8        groups of 8 sequences share a 2048-token prompt (fork), each
                                           with 1..SUFFIX_MAX tokens of its own after it
@@ -24,6 +26,7 @@ import re
 import numpy as np
 
 import reference
+from reference.formats import quantize_nvfp4
 
 from ..problem import dtypes
 from ..problem.option_schema import Context
@@ -51,7 +54,7 @@ class Shape:
     num_kv_heads: int
     head_dim: int
     dtype: str = "float16"       # query and output
-    kv_dtype: str | None = None  # the cache's (None: the query's; or an fp8 format)
+    kv_dtype: str | None = None  # the cache's (None: the query's; an fp8 format or "nvfp4")
     query_len: int = 1           # query tokens per sequence (1: decode)
     group_size: int = 0          # > 0: groups of group_size sequences share the context_len-token prompt
     options: OptionTokens = NO_OPTIONS
@@ -67,9 +70,12 @@ class Shape:
             raise ValueError(f"shape dtype must be one of {', '.join(dtypes.QUERY_DTYPES)} (fp32, fp16, bf16), got "
                              f"{self.dtype!r}")
         kv = dtype if self.kv_dtype is None else dtypes.canonical(self.kv_dtype)
-        if kv != dtype and kv not in dtypes.FP8_DTYPES:
-            raise ValueError(f"shape cache dtype must be the query's ({dtypes.short(dtype)}) or an fp8 format "
-                             f"(e4m3, e5m2), got {self.kv_dtype!r}")
+        if kv != dtype and kv not in dtypes.KV_FORMATS:
+            raise ValueError(f"shape cache dtype must be the query's ({dtypes.short(dtype)}), an fp8 format "
+                             f"(e4m3, e5m2) or nvfp4, got {self.kv_dtype!r}")
+        if kv == dtypes.NVFP4 and self.head_dim % 16:
+            raise ValueError(f"shape cache nvfp4 needs head_dim a multiple of 16 (one scale per 16 values), "
+                             f"got {self.head_dim}")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "kv_dtype", kv)
         if self.group_size == 1 or self.group_size < 0:
@@ -83,7 +89,7 @@ class Shape:
 
     @property
     def base(self) -> str:
-        kv = "" if self.kv_dtype == self.dtype else f":{dtypes.short(self.kv_dtype)}"
+        kv = "" if self.kv_dtype == self.dtype else f":{_short_kv(self.kv_dtype)}"
         return (f"{self.num_seqs}x{self.context_len}x{self.num_heads}/{self.num_kv_heads}"
                 f"x{self.head_dim}x{dtypes.short(self.dtype)}{kv}")
 
@@ -106,7 +112,7 @@ class Shape:
 
     @property
     def title(self) -> str:
-        kv = "" if self.kv_dtype == self.dtype else f" cache {dtypes.short(self.kv_dtype)}"
+        kv = "" if self.kv_dtype == self.dtype else f" cache {_short_kv(self.kv_dtype)}"
         if self.group_size:
             what = (f"{self.num_seqs} seqs = {self.num_seqs // self.group_size} groups of {self.group_size} sharing a "
                     f"{self.context_len}-token prompt (+1..{SUFFIX_MAX} own)")
@@ -129,7 +135,16 @@ class Shape:
         return Context(num_heads=self.num_heads, head_dim=self.head_dim, kv_format=kv_dtype or self.kv_dtype)
 
     def attention_options(self, kv_dtype: str | None = None) -> AttentionOptions:
-        return self.options.attention(self.option_context(kv_dtype))
+        context = self.option_context(kv_dtype)
+        if context.kv_format != dtypes.NVFP4:
+            return self.options.attention(context)
+        # NVFP4: the block scales are per slot (paged_problem pages them beside the codes); the per-tensor
+        # scales not given default to NVFP4's 1 / (6 * 448)
+        options = self.options.attention(dataclasses.replace(context, kv_format=None))
+        given = self.options.problem_keywords(context)
+        unit = dtypes.default_kv_scale(dtypes.NVFP4)
+        return dataclasses.replace(options, k_scale=unit if given.get("k_scale") is None else options.k_scale,
+                                   v_scale=unit if given.get("v_scale") is None else options.v_scale)
 
     def columns(self) -> dict:
         """The shape columns of a sweep.csv row."""
@@ -137,6 +152,11 @@ class Shape:
                     num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, dtype=self.dtype, kv_dtype=self.kv_dtype,
                     options=self.options.text, query_len=self.query_len, prefix_len=self.prefix_len,
                     group_size=self.group_size)
+
+
+def _short_kv(kv_dtype: str) -> str:
+    """A cache format's short name: e4m3, e5m2, nvfp4 (or the dtype's)."""
+    return dtypes.NVFP4 if kv_dtype == dtypes.NVFP4 else dtypes.short(kv_dtype)
 
 
 def _int_word(word: str, text: str) -> int:
@@ -289,6 +309,9 @@ class Tokens:
     values: np.ndarray
     seed: int
     options: AttentionOptions = dataclasses.field(default_factory=AttentionOptions)
+    # NVFP4: float8_e4m3fn [num_seqs, context_len, num_kv_heads, head_dim // 16] beside keys/values (packed codes)
+    k_block_scales: np.ndarray | None = None
+    v_block_scales: np.ndarray | None = None
 
     @property
     def query_start(self) -> np.ndarray | None:
@@ -316,18 +339,25 @@ def make_tokens(shape: Shape, seed: int) -> Tokens:
     kv_dtype = dtypes.dtype(shape.kv_dtype)
     options = shape.attention_options()
     kv_shape = (shape.num_seqs, shape.context_len, shape.num_kv_heads, shape.head_dim)
-    keys = np.empty(kv_shape, dtype=kv_dtype)
-    values = np.empty(kv_shape, dtype=kv_dtype)
+    nvfp4 = shape.kv_dtype == dtypes.NVFP4
+    stored = kv_shape[:3] + (shape.head_dim // 2 if nvfp4 else shape.head_dim,)
+    keys = np.empty(stored, dtype=kv_dtype)
+    values = np.empty(stored, dtype=kv_dtype)
+    block_scales = [np.empty(kv_shape[:3] + (shape.head_dim // 16,), dtypes.dtype("float8_e4m3fn"))
+                    for _ in range(2)] if nvfp4 else [None, None]
     for s in range(shape.num_seqs):
-        for out, scale in ((keys, options.k_scale), (values, options.v_scale)):
+        for out, scale, scales in ((keys, options.k_scale, block_scales[0]), (values, options.v_scale, block_scales[1])):
             chunk = rng.random(kv_shape[1:], dtype=np.float32)
             chunk *= 2
             chunk -= 1
-            out[s] = _encode(chunk, kv_dtype, scale)
+            if nvfp4:  # what a cache write stores: e2m1 codes and e4m3 block scales (reference.formats)
+                out[s], scales[s] = quantize_nvfp4(chunk, scale)
+            else:
+                out[s] = _encode(chunk, kv_dtype, scale)
     rows = shape.num_seqs * shape.query_len
     query = (rng.random((rows, shape.num_heads, shape.head_dim), dtype=np.float32) * 2 - 1).astype(
         dtypes.dtype(shape.dtype))
-    return Tokens(shape, query, keys, values, seed, options)
+    return Tokens(shape, query, keys, values, seed, options, *block_scales)
 
 
 def paged_problem(tokens: Tokens, block_size: int) -> DecodeProblem:
@@ -347,22 +377,29 @@ def paged_problem(tokens: Tokens, block_size: int) -> DecodeProblem:
     physical = shuffled_blocks(rng, num_blocks, needed)
     tables = physical.reshape(shape.num_seqs, per_seq).astype(np.int32)
 
-    cache_shape = (num_blocks, block_size, shape.num_kv_heads, shape.head_dim)
     padded = per_seq * block_size
     first = tokens.first_read()
     caches = []
-    for source in (tokens.keys, tokens.values):
+    # NVFP4's codes (uint8) cannot hold NaN: unread slots hold code 0 and NaN block scales (as DecodeProblem's)
+    for source in (tokens.keys, tokens.values, tokens.k_block_scales, tokens.v_block_scales):
+        if source is None:
+            caches.append(None)
+            continue
+        fill = 0 if source.dtype == np.uint8 else np.nan
         if padded != shape.context_len or first:  # the last block's tail, and what a window leaves out: NaN
             source = np.concatenate(
-                [source, np.full((shape.num_seqs, padded - shape.context_len) + source.shape[2:], np.nan, source.dtype)],
+                [source, np.full((shape.num_seqs, padded - shape.context_len) + source.shape[2:], fill, source.dtype)],
                 axis=1)
-            source[:, :first] = np.nan
-        cache = np.full(cache_shape, np.nan, dtype=source.dtype)  # spare blocks: NaN, never read
-        cache[physical] = source.reshape(needed, block_size, shape.num_kv_heads, shape.head_dim)
+            source[:, :first] = fill
+        cache = np.full((num_blocks, block_size) + source.shape[2:], fill, dtype=source.dtype)  # spare blocks
+        cache[physical] = source.reshape((needed, block_size) + source.shape[2:])
         caches.append(cache)
     tables[:, : first // block_size] = -1  # blocks wholly before the window: freed
     context_lens = np.full(shape.num_seqs, shape.context_len, dtype=np.int32)
-    return DecodeProblem(tokens.query, caches[0], caches[1], tables, context_lens, scale=None, options=tokens.options,
+    options = tokens.options
+    if caches[2] is not None:
+        options = dataclasses.replace(options, k_block_scales=caches[2], v_block_scales=caches[3])
+    return DecodeProblem(tokens.query, caches[0], caches[1], tables, context_lens, scale=None, options=options,
                          query_start=tokens.query_start, seed=tokens.seed).validate()
 
 
@@ -372,8 +409,16 @@ def expected_output(tokens: Tokens) -> np.ndarray:
     shape = tokens.shape
     scale = 1.0 / np.sqrt(shape.head_dim)
     q, first = shape.query_len, tokens.first_read()
+    kwargs = tokens.options.kwargs()
+
+    def beside(s):  # NVFP4: the tokens' block scales, aligned with keys/values
+        if tokens.k_block_scales is None:
+            return {}
+        return dict(k_block_scales=tokens.k_block_scales[s, first:], v_block_scales=tokens.v_block_scales[s, first:])
+
     return np.concatenate([reference.sequence_attention(tokens.query[s * q:(s + 1) * q], tokens.keys[s, first:],
-                                                        tokens.values[s, first:], scale, first, **tokens.options.kwargs())
+                                                        tokens.values[s, first:], scale, first,
+                                                        **dict(kwargs, **beside(s)))
                            for s in range(shape.num_seqs)])
 
 
