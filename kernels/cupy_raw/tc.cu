@@ -94,12 +94,19 @@ __device__ __forceinline__ void tile_attention(
   constexpr int DK = HEAD_DIM / 16;                   // k-steps of Q.K^T, column blocks of O
   static_assert(CHUNK % 16 == 0 && CHUNK / 16 <= NUM_WARPS && CHUNK <= 2 * WARP, "thread mapping");
 
-  __shared__ __align__(32) T q_s[ROWS * KS];
-  __shared__ __align__(32) T k_s[CHUNK * KS];
-  __shared__ __align__(32) T v_s[CHUNK * KS];
+  // 16-bit arrays as raw bits: the CPU executor's static __half storage gets a C++ guard variable
+  // (a race under racecheck); on a GPU the two declarations are the same memory.
+  static_assert(sizeof(T) == sizeof(unsigned short), "16-bit MMA inputs");
+  __shared__ __align__(32) unsigned short q_bits[ROWS * KS];
+  __shared__ __align__(32) unsigned short k_bits[CHUNK * KS];
+  __shared__ __align__(32) unsigned short v_bits[CHUNK * KS];
   __shared__ __align__(32) float o_s[ROWS * OS];
   __shared__ __align__(32) float s_s[ROWS * SS];
-  __shared__ __align__(32) T p_s[ROWS * PS];
+  __shared__ __align__(32) unsigned short p_bits[ROWS * PS];
+  T* const q_s = reinterpret_cast<T*>(q_bits);
+  T* const k_s = reinterpret_cast<T*>(k_bits);
+  T* const v_s = reinterpret_cast<T*>(v_bits);
+  T* const p_s = reinterpret_cast<T*>(p_bits);
   __shared__ int row_pos[ROWS], row_lo[ROWS], row_qrow[ROWS], row_head[ROWS], row_slot[ROWS];
   __shared__ float row_slope[ROWS], m_s[ROWS], l_s[ROWS], alpha_s[ROWS];
 
