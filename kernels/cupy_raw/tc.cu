@@ -14,15 +14,17 @@
 //   1. stage: the chunk's K and V rows (16-byte loads) into shared memory as T, zeros past `end`;
 //   2. S = Q.K^T: warp w computes the 16 x 16 block of tokens 16w .. 16w + 15 (HEAD_DIM / 16 MMAs);
 //      blocks wholly past `end` are skipped;
-//   3. online softmax in float (scale, soft-cap, ALiBi, causal and window masks on S); P rounded to T,
-//      each row's running sum adds the rounded values (so the weights P.V uses are the ones summed);
-//   4. O (float, shared) *= alpha per row, then O += P.V: warp w owns column blocks w, w + 4, ... of O
-//      (an accumulator fragment loaded from O, CHUNK / 16 MMAs, stored back).
+//   3. online softmax in float (scale, soft-cap, ALiBi, causal and window masks on S); P split into two
+//      16-bit parts, P = P_hi + P_lo (P_hi = P rounded to T, P_lo = the rest rounded): P rounded once to
+//      T would cost 2^-11 (fp16) or 2^-8 (bf16) of |V| (beyond compare.py's tolerances where one token
+//      dominates a row and |V| is large); the pair keeps about 22 (fp16) or 16 (bf16) bits;
+//   4. O (float, shared) *= alpha per row, then O += P_hi.V + P_lo.V: warp w owns column blocks w, w + 4,
+//      ... of O (an accumulator fragment loaded from O, 2 * CHUNK / 16 MMAs, stored back).
 // Output as multi.cuh: O / l (times v_scale) to `out` for a row with one partial result, else to its
 // slot with the max logit and sum. paged_attention_merge is mq::merge_slots.
 //
 // Shared memory (static, < 48 KiB): q [16][D + 8] T, K and V [CHUNK][D + 8] T, O [16][D + 4] float,
-// S [16][CHUNK + 4] float, P [16][CHUNK + 8] T, per-row state. CHUNK * HEAD_DIM <= 4096 (at most 64).
+// S [16][CHUNK + 4] float, P_hi and P_lo [16][CHUNK + 8] T, per-row state. CHUNK * HEAD_DIM <= 4096 (at most 64).
 // Padded row strides keep every fragment pointer 32-byte aligned and ldm a multiple of 16 bytes.
 #include <mma.h>
 #include "multi.cuh"
@@ -103,10 +105,12 @@ __device__ __forceinline__ void tile_attention(
   __shared__ __align__(32) float o_s[ROWS * OS];
   __shared__ __align__(32) float s_s[ROWS * SS];
   __shared__ __align__(32) unsigned short p_bits[ROWS * PS];
+  __shared__ __align__(32) unsigned short p_lo_bits[ROWS * PS];
   T* const q_s = reinterpret_cast<T*>(q_bits);
   T* const k_s = reinterpret_cast<T*>(k_bits);
   T* const v_s = reinterpret_cast<T*>(v_bits);
   T* const p_s = reinterpret_cast<T*>(p_bits);
+  T* const p_lo_s = reinterpret_cast<T*>(p_lo_bits);
   __shared__ int row_pos[ROWS], row_lo[ROWS], row_qrow[ROWS], row_head[ROWS], row_slot[ROWS];
   __shared__ float row_slope[ROWS], m_s[ROWS], l_s[ROWS], alpha_s[ROWS];
 
@@ -222,10 +226,12 @@ __device__ __forceinline__ void tile_attention(
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lt = lane + h * WARP;
-        const T p = to_mma<T>(m_new == pa::neg_inf() ? 0.f : __expf(x[h] - m_new));
+        const float p = m_new == pa::neg_inf() ? 0.f : __expf(x[h] - m_new);
         if (lt < CHUNK) {
-          p_s[r * PS + lt] = p;
-          sum += from_mma(p);
+          const T hi = to_mma<T>(p);
+          p_s[r * PS + lt] = hi;
+          p_lo_s[r * PS + lt] = to_mma<T>(p - from_mma(hi));
+          sum += p;
         }
       }
       sum = pa::warp_sum(sum);
@@ -237,7 +243,7 @@ __device__ __forceinline__ void tile_attention(
     }
     __syncthreads();
 
-    // ---- 4. O = alpha * O + P . V: rescale in shared memory, then each warp's column blocks on tensor cores
+    // ---- 4. O = alpha * O + P_hi . V + P_lo . V: rescale in shared memory, then each warp's column blocks on tensor cores
     for (int i = tid; i < ROWS * HEAD_DIM; i += NUM_THREADS) {
       const int r = i / HEAD_DIM, d = i % HEAD_DIM;
       o_s[r * OS + d] *= alpha_s[r];
@@ -249,8 +255,10 @@ __device__ __forceinline__ void tile_attention(
       for (int kk = 0; kk < blocks; ++kk) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-        wmma::load_matrix_sync(a, p_s + kk * 16, PS);
         wmma::load_matrix_sync(b, v_s + kk * 16 * KS + f * 16, KS);
+        wmma::load_matrix_sync(a, p_s + kk * 16, PS);
+        wmma::mma_sync(o, a, b, o);
+        wmma::load_matrix_sync(a, p_lo_s + kk * 16, PS);
         wmma::mma_sync(o, a, b, o);
       }
       wmma::store_matrix_sync(o_s + f * 16, o, OS, wmma::mem_row_major);

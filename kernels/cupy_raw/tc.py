@@ -5,13 +5,15 @@ one KV head: the heads of the GQA group (a chunk of 16 when the group is larger)
 tokens. K and V rows of a chunk of tokens are staged in shared memory in the query's 16-bit type (fp8
 caches dequantized there: every e4m3/e5m2 value is exact in fp16 and bf16); S = Q.K^T and O += P.V are
 m16n16k16 MMAs with float accumulators; the online softmax (scale, soft-cap, ALiBi, causal and window
-masks) runs in float on S in shared memory and rounds P to the 16-bit type. Work list, split-KV
+masks) runs in float on S in shared memory and splits P into two 16-bit parts (P_hi + P_lo, one MMA each). Work list, split-KV
 partitions (512 tokens) and the exact log-sum-exp merge are cupy.multi's (multi.py, multi.cuh).
 Limits: block sizes 1..256 (powers of two), head dims 32..256 (multiples of 16), float16/bfloat16
 queries (float32 has no 16-bit MMA input: not declared), caches of the query's dtype or fp8
 e4m3fn/e5m2, options window, softcap, alibi, kv_scale (KERNEL_SUPPORT's), any query length.
 Template: paged_attention_tc<HEAD_DIM, T, C = T, OPTS = 0> in tc.cu; merge paged_attention_merge.
-Accuracy: P rounded to 16 bits is the one rounding cupy.multi does not make (see docs/tensor-cores.md).
+Accuracy: Q, K and V are exact in the MMA's inputs and S, O accumulate in float; P = P_hi + P_lo keeps ~22
+(fp16) or 16 (bf16) bits, where P rounded once to 16 bits failed compare.py's fp16 tolerance (0.029 at
+|V| ~ 100: docs/tensor-cores.md).
 Verdict: not measured on a GPU; modelled figures at the goal shapes are in docs/tensor-cores.md.
 """
 from __future__ import annotations
@@ -40,10 +42,10 @@ def chunk_tokens(head_dim: int) -> int:
 
 
 def static_shared_bytes(head_dim: int) -> int:
-    """tc::tile_attention's static shared memory: q, K, V and P (16-bit), O and S (float), per-row state."""
+    """tc::tile_attention's static shared memory: q, K, V, P_hi and P_lo (16-bit), O and S (float), row state."""
     chunk = chunk_tokens(head_dim)
     ks = head_dim + 8
-    return 2 * (ROWS * ks + 2 * chunk * ks + ROWS * (chunk + 8)) + 4 * (ROWS * (head_dim + 4) + ROWS * (chunk + 4)) \
+    return 2 * (ROWS * ks + 2 * chunk * ks + 2 * ROWS * (chunk + 8)) + 4 * (ROWS * (head_dim + 4) + ROWS * (chunk + 4)) \
         + 4 * 9 * ROWS
 
 
@@ -59,15 +61,16 @@ def work_for(problem, partition_size: int | None = None) -> multi.WorkList:
 
 
 def mma_count(problem, work: multi.WorkList) -> int:
-    """The m16n16k16 MMAs the tile kernel issues: per chunk of a block's partition, (head_dim / 16) k-steps of
-    Q.K^T for each 16-token block holding tokens of the range, and as many column blocks x token blocks of P.V."""
+    """The m16n16k16 MMAs the tile kernel issues: per chunk of a block's partition and per 16-token block
+    holding tokens of the range, head_dim / 16 k-steps of Q.K^T and twice as many of P.V (P_hi and P_lo, for
+    each of head_dim / 16 column blocks)."""
     per_block = 0
     for _, _, kv_start, kv_end in work.tiles:
         for start in range(kv_start, kv_end, work.partition):
             end = min(start + work.partition, kv_end)
             chunk = chunk_tokens(problem.head_dim)
             for c0 in range(start, end, chunk):
-                per_block += 2 * (-(-min(chunk, end - c0) // 16)) * (problem.head_dim // 16)
+                per_block += 3 * (-(-min(chunk, end - c0) // 16)) * (problem.head_dim // 16)
     return per_block * problem.num_kv_heads * work.layout.head_chunks
 
 
@@ -96,3 +99,11 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=No
     main["note"] = (f"{ROWS} query rows per tile on m16n16k16 MMAs, {chunk_tokens(head_dim)}-token chunks; block "
                     "size is a runtime value; merge shown for 8 partial results")
     return main
+
+
+def LOADS_IN_FLIGHT(problem) -> int:
+    """Global load requests a warp issues before the first use: every K and V vector a thread stages for a
+    chunk (tc.cu: kp[LOADS], vp[LOADS], loaded before any is stored), the traffic model's input."""
+    vec = 16 // problem.kv_dtype.itemsize
+    per_row = problem.head_dim // vec
+    return 2 * -(-(chunk_tokens(problem.head_dim) * per_row) // common.NUM_THREADS)

@@ -230,8 +230,13 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
     declared = getattr(variant.module, "LOADS_IN_FLIGHT", None)
+    if callable(declared):  # a count that depends on the problem (head dim, cache format)
+        declared = declared(problem)
     loads = int(declared) if declared is not None else _model.DEFAULT_LOADS_IN_FLIGHT
-    flops = 2.0 * problem.multiply_adds()
+    # The attention math's FLOPs on CUDA cores: what the counted tensor-core MMAs did not do (a tensor-core
+    # variant's Q.K^T and P.V are its MMAs; their padding rows make the MMAs' FLOPs the larger).
+    tensor_flops = _scaled(call.metrics, scale)["sandbox__tensor_flops.sum"]
+    flops = max(2.0 * problem.multiply_adds() - tensor_flops, 0.0)
     load_sectors = [t.metrics[M.GLOBAL_LOAD_SECTORS] for t in call.launches]
     kernels, model_inputs = [], []
     for t, grid, res, sectors in zip(call.launches, grids, resources, load_sectors):
