@@ -35,6 +35,7 @@ VARIANTS = {
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
     "cupy.mla": "kernels.cupy_raw.mla",
+    "cupy.mla_tc": "kernels.cupy_raw.mla_tc",
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
