@@ -12,8 +12,8 @@
 // rows_here are zero queries whose results are never written) and walks its partition in chunks of
 // CHUNK tokens:
 //   1. stage: the chunk's K and V rows (16-byte loads) into shared memory as T, zeros past `end`;
-//   2. S = Q.K^T: warp w computes the 16 x 16 block of tokens 16w .. 16w + 15 (HEAD_DIM / 16 MMAs);
-//      blocks wholly past `end` are skipped;
+//   2. S = Q.K^T: warp w computes the 16 x 16 block of tokens 16w .. 16w + 15 (HEAD_DIM / 16 MMAs, the
+//      query's fragments held in registers for the whole partition); blocks wholly past `end` are skipped;
 //   3. online softmax in float (scale, soft-cap, ALiBi, causal and window masks on S); P split into two
 //      16-bit parts, P = P_hi + P_lo (P_hi = P rounded to T, P_lo = the rest rounded): P rounded once to
 //      T would cost 2^-11 (fp16) or 2^-8 (bf16) of |V| (beyond compare.py's tolerances where one token
@@ -152,6 +152,13 @@ __device__ __forceinline__ void tile_attention(
                                     : to_mma<T>(0.f);
   }
 
+  __syncthreads();
+  // The tile's query fragments stay in registers for every chunk (warps that compute S blocks only).
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qa[DK];
+  if (warp < CHUNK / 16)
+#pragma unroll
+    for (int kk = 0; kk < DK; ++kk) wmma::load_matrix_sync(qa[kk], q_s + kk * 16, KS);
+
   const int* table = block_tables + (long long)table_seq * max_blocks_per_seq;
   const int block_mask = (1 << block_shift) - 1;
   const long long kv_stride = (long long)num_kv_heads * HEAD_DIM;  // between token rows
@@ -194,13 +201,11 @@ __device__ __forceinline__ void tile_attention(
     if (warp < blocks) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> s;
       wmma::fill_fragment(s, 0.f);
-#pragma unroll 4
+#pragma unroll
       for (int kk = 0; kk < DK; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-        wmma::load_matrix_sync(a, q_s + kk * 16, KS);
         wmma::load_matrix_sync(b, k_s + warp * 16 * KS + kk * 16, KS);
-        wmma::mma_sync(s, a, b, s);
+        wmma::mma_sync(s, qa[kk], b, s);
       }
       wmma::store_matrix_sync(s_s + warp * 16, s, SS, wmma::mem_row_major);
     }
