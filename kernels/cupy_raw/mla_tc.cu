@@ -18,7 +18,8 @@
 // O stays in accumulator fragments (8 per warp); the per-head rescale of the online softmax goes through
 // a 16 x 16 float scratch per warp (store, scale each row, load back: the fragments' element mapping is
 // not specified).
-// Per chunk of CHUNK = 16 tokens: stage the rows into shared memory as T (barrier) | partial S (barrier) |
+// Per chunk of CHUNK = 16 tokens: stage the rows into shared memory as T (16-byte loads, up to 6 per thread
+// issued before their stores; barrier) | partial S (barrier) |
 // softmax in float, 8 threads per head (barrier) | rescale O and O += P_w.V (barrier).
 // Tokens past the range or of an invalid index (-1) are staged as zeros with weight 0.
 //
@@ -54,12 +55,11 @@ __device__ __forceinline__ __nv_bfloat16 to_mma<__nv_bfloat16>(float x) { return
 __device__ __forceinline__ float from_mma(__half x) { return __half2float(x); }
 __device__ __forceinline__ float from_mma(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// Vector v of the latent row at `row` to dst (a staged row of T). Plain cache: 8 values at dims 8v..;
+// Vector v (loaded: raw) of a latent row to dst (a staged row of T). Plain cache: 8 values at dims 8v..;
 // record: v < 32: 16 e4m3 codes (dims 16v..) unscaled; v = 32: the 4 scales to scales[0..3]; v > 32:
 // 8 bf16 RoPE values (dims 512 + 8(v - 33)..).
 template <typename T, bool RECORD>
-__device__ __forceinline__ void stage_vector(const unsigned char* __restrict__ row, int v, T* dst, float* scales) {
-  const pa::Pack16<unsigned char> raw = *reinterpret_cast<const pa::Pack16<unsigned char>*>(row + 16 * v);
+__device__ __forceinline__ void stage_vector(const pa::Pack16<unsigned char>& raw, int v, T* dst, float* scales) {
   if constexpr (RECORD) {
     if (v < 32) {
       const unsigned short* pairs = reinterpret_cast<const unsigned short*>(raw.v);
@@ -182,26 +182,45 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
 
   float* my_scratch = scratch + warp * HEADS * SS;
   for (int c0 = start; c0 < end; c0 += CHUNK) {
-    // ---- stage the chunk's rows: item i = (token i / VECS, vector i % VECS)
-    for (int i = tid; i < CHUNK * R::VECS; i += pa::NUM_THREADS) {
-      const int tt = i / R::VECS, v = i % R::VECS, t = c0 + tt;
+    // ---- stage the chunk's rows: item i = (token i / VECS, vector i % VECS); every load before any store
+    // (in rounds of BATCH items, 6 or 5: 9 loads in flight with the query's and O's fragments live would spill)
+    constexpr int ITEMS = (CHUNK * R::VECS + pa::NUM_THREADS - 1) / pa::NUM_THREADS;
+    constexpr int BATCH = ITEMS <= 6 ? ITEMS : (ITEMS + 1) / 2;
+#pragma unroll
+    for (int j0 = 0; j0 < ITEMS; j0 += BATCH) {
+    pa::Pack16<unsigned char> raw[BATCH];
+    bool valid[BATCH];
+#pragma unroll
+    for (int jj = 0; jj < BATCH; ++jj) {
+      const int j = j0 + jj;
+      const int i = tid + j * pa::NUM_THREADS, tt = i / R::VECS, v = i % R::VECS, t = c0 + tt;
       long long slot = -1;
-      if (t < end) {
+      if (j < ITEMS && i < CHUNK * R::VECS && t < end) {
         if constexpr (SPARSE)
           slot = my_indices[t];
         else
           slot = (long long)table[t / block_size] * block_size + t % block_size;
       }
-      if (v == 0) {
-        valid_s[tt] = slot >= 0;
-        if constexpr (!RECORD)
+      valid[jj] = slot >= 0;
+      if (valid[jj]) raw[jj] = *reinterpret_cast<const pa::Pack16<unsigned char>*>(cache + slot * R::BYTES + 16 * v);
+    }
 #pragma unroll
-          for (int j = 0; j < WARPS; ++j) scale_s[tt * WARPS + j] = 1.f;
+    for (int jj = 0; jj < BATCH; ++jj) {
+      const int j = j0 + jj;
+      const int i = tid + j * pa::NUM_THREADS, tt = i / R::VECS, v = i % R::VECS;
+      if (j < ITEMS && i < CHUNK * R::VECS) {
+        if (v == 0) {
+          valid_s[tt] = valid[jj];
+          if constexpr (!RECORD)
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) scale_s[tt * WARPS + w] = 1.f;
+        }
+        if (valid[jj])
+          stage_vector<T, RECORD>(raw[jj], v, k_s + tt * KS, scale_s + tt * WARPS);
+        else  // past the range or an invalid index: zeros, weight 0
+          zero_vector<T, RECORD>(v, k_s + tt * KS, scale_s + tt * WARPS);
       }
-      if (slot >= 0)
-        stage_vector<T, RECORD>(cache + slot * R::BYTES, v, k_s + tt * KS, scale_s + tt * WARPS);
-      else
-        zero_vector<T, RECORD>(v, k_s + tt * KS, scale_s + tt * WARPS);
+    }
     }
     __syncthreads();
 
