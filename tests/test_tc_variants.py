@@ -1,11 +1,15 @@
-"""The tensor-core variants beyond the registry-walking suites: cupy.tc (paged decode on nvcuda::wmma).
+"""The tensor-core variants beyond the registry-walking suites: cupy.tc (paged decode on nvcuda::wmma) and
+cupy.mla_tc (MLA on wmma).
 
 tests/test_variants.py and tests/test_cupy_family.py walk the registry, so they already hold cupy.tc to the
 reference on the shared strategy's problems and its edge cases, and run it under ASan, racecheck, both
-shared-memory poisons and reversed thread order. Here: what is particular to a tensor-core tile: split-KV
-merges at small partitions (rows that see nothing of a partition), GQA groups wider than the 16-row
-tile, every option at once with several query tokens, compile reports for sm_90 free of local memory,
-and the traffic recorder's tensor-core FLOPs against the MMAs the kernel must issue.
+shared-memory poisons and reversed thread order; tests/test_mla_variants.py does the same for cupy.mla_tc
+(property tests, edge cases, every index invalid, tunables, compile reports of the fp8 record), and the
+racecheck mutation test removes each barrier of tc.cu and mla_tc.cu. Here: what is particular to a
+tensor-core tile: split-KV merges at small partitions (rows that see nothing of a partition), GQA groups
+wider than the 16-row tile, every option at once with several query tokens, an fp8 record's scales that
+are not powers of two, compile reports for sm_90 free of local memory, and the traffic recorder's
+tensor-core FLOPs against the MMAs each kernel must issue.
 
 The executor emulates every MMA (a warp rendezvous each), so problems stay small.
 """
@@ -16,10 +20,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import sandbox
-from kernels.cupy_raw import tc
+from kernels.cupy_raw import mla_tc, tc
 from sandbox.analysis.traffic import metrics as M
 from sandbox.checking.check import expected_output
 from sandbox.checking.compare import assert_close
+from sandbox.checking.mla_check import check_mla_problem
+from sandbox.problem import mla_record as rec
+from sandbox.problem.mla import MLAProblem
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import problems_for
 from sandbox.variant import Unsupported, registry
@@ -115,3 +122,65 @@ def test_tc_traffic_counts_the_mmas_the_kernel_must_issue():
     levels = result["model"]["levels_us"]
     assert levels["tensor"] > 0 and levels["fp32"] == 0
     assert result["metrics"][M.DRAM_READ] > 0
+
+
+# ---- cupy.mla_tc -------------------------------------------------------------------------------------
+
+
+def _assert_mla_right(problem, **kwargs):
+    prepared = mla_tc.prepare(problem, "cpu", **kwargs)
+    prepared.launch()
+    from sandbox.checking.mla_check import compare_mla, expected_mla
+    comparison = compare_mla(prepared.result(), prepared.lse(), *expected_mla(problem), problem.dtype)
+    assert comparison.ok, f"cupy.mla_tc {kwargs} on {problem!r}:\n{comparison.report}"
+
+
+def test_mla_tc_is_registered_where_the_mla_suites_walk():
+    assert registry.get("cupy.mla_tc", problem="mla").module is mla_tc
+    assert "cupy.mla_tc" in registry.variants(problem="mla") and "cupy.mla_tc" not in registry.variants()
+    assert mla_tc.LIMITS.block_sizes is None and set(mla_tc.LIMITS.modes) == {"dense", "sparse"}
+
+
+@pytest.mark.parametrize("kwargs", [
+    # two head tiles (20 heads: 12 idle rows in the second), several query rows, fp8 records, 16-token partitions
+    dict(num_heads=20, kv_format="fp8_record", query_lens=3, block_size=5, context_lens=[70, 18]),
+    # sparse with -1s and one row reading nothing, over partitions of 16 index entries, float16
+    dict(num_heads=3, dtype="float16", topk=37, valid_counts=[0, 30, 1], block_size=64, context_lens=[40, 120, 9]),
+])
+def test_mla_tc_at_small_partitions(kwargs):
+    _assert_mla_right(MLAProblem.random(21, num_seqs=len(kwargs["context_lens"]), **kwargs), partition_size=16)
+
+
+def test_mla_tc_applies_record_scales_that_are_not_powers_of_two_exactly():
+    """The record's float32 scales multiply S and P in float, so scales no 16-bit type holds (x 1.37) cost
+    nothing: the error stays within float16's tolerance as for FlashMLA's power-of-two scales (a kernel that
+    dequantized code x scale to float16 in shared memory would round each value by up to 2^-11)."""
+    problem = MLAProblem.random(22, num_seqs=2, num_heads=4, kv_format="fp8_record", block_size=16,
+                                context_lens=[50, 7], topk=20, dtype="float16")  # fp16: the tighter tolerance
+    records = problem.latent_cache.reshape(-1, rec.RECORD_BYTES)
+    scales = records[:, rec.SCALES_AT:rec.ROPE_AT].copy().view("<f4")
+    finite = np.isfinite(scales).all(axis=1)  # an all-0xFF (unread, NaN) record stays as it is
+    scales[finite] *= np.float32(1.37)
+    records[finite, rec.SCALES_AT:rec.ROPE_AT] = scales[finite].view(np.uint8)
+    result = check_mla_problem("cupy.mla_tc", problem, "cpu")
+    assert result.error is None and result.comparison.ok, (result.error, result.comparison)
+
+
+@pytest.mark.parametrize("dtype,kv_dtype,sparse", [("bfloat16", None, True), ("float16", "float8_e4m3fn", True)])
+def test_mla_tc_compiles_for_sm90_without_local_memory(dtype, kv_dtype, sparse):
+    report = mla_tc.compile_report(64, 576, dtype, "sm_90", kv_dtype=kv_dtype, sparse=sparse)
+    for kernel in report["kernels"]:
+        assert kernel["local_bytes"] == 0 and kernel["spill_stores"] == 0 and kernel["spill_loads"] == 0, kernel
+    assert report["static_shared_bytes"] == mla_tc.STATIC_SHARED_BYTES
+
+
+def test_mla_tc_traffic_counts_the_mmas_the_kernel_must_issue():
+    """Per block (query row, 16-head tile, partition) and 16-token chunk, each of the 4 warps issues 8 + 1
+    MMAs of Q.K^T (its nope scale tile and RoPE dims) and 8 x 2 of P.V (P_hi, P_lo)."""
+    problem = MLAProblem.random(23, num_seqs=2, num_heads=20, block_size=16, context_lens=[40, 17])
+    mmas = mla_tc.mma_count(problem)
+    assert mmas == 2 * 4 * 25 * (3 + 2)  # 2 head tiles x 4 warps x 25 x chunks (40 tokens: 3, 17: 2)
+    result = sandbox.traffic("cupy.mla_tc", problem, census=False)
+    assert result["metrics"]["sandbox__tensor_flops.sum"] == MMA_FLOPS * mmas
+    levels = result["model"]["levels_us"]
+    assert levels["tensor"] > 0 and levels["fp32"] == 0
