@@ -18,13 +18,14 @@
 //      16-bit parts, P = P_hi + P_lo (P_hi = P rounded to T, P_lo = the rest rounded): P rounded once to
 //      T would cost 2^-11 (fp16) or 2^-8 (bf16) of |V| (beyond compare.py's tolerances where one token
 //      dominates a row and |V| is large); the pair keeps about 22 (fp16) or 16 (bf16) bits;
-//   4. O (float, shared) *= alpha per row, then O += P_hi.V + P_lo.V: warp w owns column blocks w, w + 4,
-//      ... of O (an accumulator fragment loaded from O, 2 * CHUNK / 16 MMAs, stored back).
-// Output as multi.cuh: O / l (times v_scale) to `out` for a row with one partial result, else to its
-// slot with the max logit and sum. paged_attention_merge is mq::merge_slots.
+//   4. O += P_hi.V + P_lo.V: warp w owns column blocks w, w + 4, ... of O in accumulator fragments (2 MMAs
+//      per 16-token block); when a row's max grew (alpha != 1) each block is first rescaled through the
+//      warp's 16 x 16 float scratch (store, scale rows, load: the element mapping is not specified).
+// Output as multi.cuh (through the scratch): O / l (times v_scale) to `out` for a row with one partial
+// result, else to its slot with the max logit and sum. paged_attention_merge is mq::merge_slots.
 //
-// Shared memory (static, < 48 KiB): q [16][D + 8] T, K and V [CHUNK][D + 8] T, O [16][D + 4] float,
-// S [16][CHUNK + 4] float, P_hi and P_lo [16][CHUNK + 8] T, per-row state. CHUNK * HEAD_DIM <= 4096 (at most 64).
+// Shared memory (static, < 48 KiB): q [16][D + 8] T, K and V [CHUNK][D + 8] T, a [16][16] float scratch per
+// warp, S [16][CHUNK + 4] float, P_hi and P_lo [16][CHUNK + 8] T, per-row state. CHUNK * HEAD_DIM <= 4096 (at most 64).
 // Padded row strides keep every fragment pointer 32-byte aligned and ldm a multiple of 16 bytes.
 #include <mma.h>
 #include "multi.cuh"
@@ -46,7 +47,6 @@ struct Shape {
   }
   static constexpr int CHUNK = chunk();   // tokens staged per step (a multiple of 16)
   static constexpr int KS = HEAD_DIM + 8;  // T elements between staged q/K/V rows
-  static constexpr int OS = HEAD_DIM + 4;  // floats between O rows
   static constexpr int SS = CHUNK + 4;     // floats between S rows
   static constexpr int PS = CHUNK + 8;     // T elements between P rows
 };
@@ -88,12 +88,13 @@ __device__ __forceinline__ void tile_attention(
     int num_kv_heads, int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
     const pa::OptionArgs& options) {
   using S = Shape<HEAD_DIM>;
-  constexpr int CHUNK = S::CHUNK, KS = S::KS, OS = S::OS, SS = S::SS, PS = S::PS;
+  constexpr int CHUNK = S::CHUNK, KS = S::KS, SS = S::SS, PS = S::PS;
   constexpr int VEC = 16 / sizeof(C);                 // cache values per 16-byte vector
   static_assert(HEAD_DIM % 16 == 0, "head_dim must be a multiple of the MMA's K (16)");
   constexpr int NV = HEAD_DIM / VEC;                  // vectors per token row
   constexpr int LOADS = (CHUNK * NV + NUM_THREADS - 1) / NUM_THREADS;
   constexpr int DK = HEAD_DIM / 16;                   // k-steps of Q.K^T, column blocks of O
+  constexpr int FPW = (DK + NUM_WARPS - 1) / NUM_WARPS;  // O's column blocks per warp: f = warp + 4j < DK
   static_assert(CHUNK % 16 == 0 && CHUNK / 16 <= NUM_WARPS && CHUNK <= 2 * WARP, "thread mapping");
 
   // 16-bit arrays as raw bits: the CPU executor's static __half storage gets a C++ guard variable
@@ -102,7 +103,7 @@ __device__ __forceinline__ void tile_attention(
   __shared__ __align__(32) unsigned short q_bits[ROWS * KS];
   __shared__ __align__(32) unsigned short k_bits[CHUNK * KS];
   __shared__ __align__(32) unsigned short v_bits[CHUNK * KS];
-  __shared__ __align__(32) float o_s[ROWS * OS];
+  __shared__ __align__(32) float scratch[NUM_WARPS * 16 * 16];  // per warp: one O block (rescale, output)
   __shared__ __align__(32) float s_s[ROWS * SS];
   __shared__ __align__(32) unsigned short p_bits[ROWS * PS];
   __shared__ __align__(32) unsigned short p_lo_bits[ROWS * PS];
@@ -113,6 +114,7 @@ __device__ __forceinline__ void tile_attention(
   T* const p_lo_s = reinterpret_cast<T*>(p_lo_bits);
   __shared__ int row_pos[ROWS], row_lo[ROWS], row_qrow[ROWS], row_head[ROWS], row_slot[ROWS];
   __shared__ float row_slope[ROWS], m_s[ROWS], l_s[ROWS], alpha_s[ROWS];
+  __shared__ int rescale_s[ROWS];  // the row's max grew in this chunk (alpha != 1): O needs rescaling
 
   const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
   const int tile = blockIdx.x, part = blockIdx.z;
@@ -144,7 +146,6 @@ __device__ __forceinline__ void tile_attention(
     m_s[r] = pa::neg_inf();
     l_s[r] = 0.f;
   }
-  for (int i = tid; i < ROWS * OS; i += NUM_THREADS) o_s[i] = 0.f;
   __syncthreads();
   for (int i = tid; i < ROWS * HEAD_DIM; i += NUM_THREADS) {
     const int r = i / HEAD_DIM, d = i % HEAD_DIM;
@@ -158,6 +159,11 @@ __device__ __forceinline__ void tile_attention(
   if (warp < CHUNK / 16)
 #pragma unroll
     for (int kk = 0; kk < DK; ++kk) wmma::load_matrix_sync(qa[kk], q_s + kk * 16, KS);
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[FPW];
+#pragma unroll
+  for (int j = 0; j < FPW; ++j) wmma::fill_fragment(o[j], 0.f);
+  float* const my_scratch = scratch + warp * 16 * 16;
 
   const int* table = block_tables + (long long)table_seq * max_blocks_per_seq;
   const int block_mask = (1 << block_shift) - 1;
@@ -244,49 +250,69 @@ __device__ __forceinline__ void tile_attention(
         m_s[r] = m_new;
         l_s[r] = l_s[r] * alpha + sum;
         alpha_s[r] = alpha;
+        rescale_s[r] = alpha != 1.f;
       }
     }
     __syncthreads();
 
-    // ---- 4. O = alpha * O + P_hi . V + P_lo . V: rescale in shared memory, then each warp's column blocks on tensor cores
-    for (int i = tid; i < ROWS * HEAD_DIM; i += NUM_THREADS) {
-      const int r = i / HEAD_DIM, d = i % HEAD_DIM;
-      o_s[r * OS + d] *= alpha_s[r];
-    }
-    __syncthreads();
-    for (int f = warp; f < DK; f += NUM_WARPS) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
-      wmma::load_matrix_sync(o, o_s + f * 16, OS, wmma::mem_row_major);
+    // ---- 4. O = alpha * O + P_hi . V + P_lo . V on each warp's column blocks (O in its fragments); the
+    // rescale goes through the warp's scratch (the fragments' element mapping is not specified) and is
+    // skipped, exactly, in a chunk where no row's max grew (every alpha is 1: the common case once the max settles)
+    bool rescale = false;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) rescale |= rescale_s[r] != 0;
+#pragma unroll
+    for (int j = 0; j < FPW; ++j) {
+      const int f = warp + j * NUM_WARPS;
+      if (f >= DK) break;
+      if (rescale) {
+        wmma::store_matrix_sync(my_scratch, o[j], 16, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 16 * 16; e += WARP) my_scratch[e] *= alpha_s[e / 16];
+        __syncwarp();
+        wmma::load_matrix_sync(o[j], my_scratch, 16, wmma::mem_row_major);
+        __syncwarp();  // the next block's store reuses the scratch
+      }
       for (int kk = 0; kk < blocks; ++kk) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
         wmma::load_matrix_sync(b, v_s + kk * 16 * KS + f * 16, KS);
         wmma::load_matrix_sync(a, p_s + kk * 16, PS);
-        wmma::mma_sync(o, a, b, o);
+        wmma::mma_sync(o[j], a, b, o[j]);
         wmma::load_matrix_sync(a, p_lo_s + kk * 16, PS);
-        wmma::mma_sync(o, a, b, o);
+        wmma::mma_sync(o[j], a, b, o[j]);
       }
-      wmma::store_matrix_sync(o_s + f * 16, o, OS, wmma::mem_row_major);
     }
-    __syncthreads();  // the next chunk overwrites k_s, v_s, s_s and p_s, and rescales o_s
+    __syncthreads();  // the next chunk overwrites k_s, v_s, s_s, p_s and the row statistics
   }
 
   // ---- output: normalized partial (times v_scale) to `out`, or to the row's slot with its statistics
-  for (int i = tid; i < rows_here * HEAD_DIM; i += NUM_THREADS) {
-    const int r = i / HEAD_DIM, d = i % HEAD_DIM;
-    const float l = l_s[r];
-    float inv = l > 0.f ? 1.f / l : 0.f;
-    if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
-    const long long qh = (long long)row_qrow[r] * num_heads + row_head[r];
-    if (row_slots[row_qrow[r]] == 1) {
-      pa::store(out + qh * HEAD_DIM + d, o_s[r * OS + d] * inv);
-    } else {
-      const long long slot = qh * max_slots + row_slot[r];
-      tmp_out[slot * HEAD_DIM + d] = o_s[r * OS + d] * inv;
-      if (d == 0) {
-        max_out[slot] = m_s[r];
-        sum_out[slot] = l;
+#pragma unroll
+  for (int j = 0; j < FPW; ++j) {
+    const int f = warp + j * NUM_WARPS;
+    if (f >= DK) break;
+    wmma::store_matrix_sync(my_scratch, o[j], 16, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < 16 * 16; e += WARP) {
+      const int r = e / 16, d = f * 16 + e % 16;
+      if (r < rows_here) {
+        const float l = l_s[r];
+        float inv = l > 0.f ? 1.f / l : 0.f;
+        if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
+        const long long qh = (long long)row_qrow[r] * num_heads + row_head[r];
+        if (row_slots[row_qrow[r]] == 1)
+          pa::store(out + qh * HEAD_DIM + d, my_scratch[e] * inv);
+        else
+          tmp_out[(qh * max_slots + row_slot[r]) * HEAD_DIM + d] = my_scratch[e] * inv;
       }
+    }
+    __syncwarp();
+  }
+  for (int r = tid; r < rows_here; r += NUM_THREADS) {
+    if (row_slots[row_qrow[r]] != 1) {
+      const long long slot = ((long long)row_qrow[r] * num_heads + row_head[r]) * max_slots + row_slot[r];
+      max_out[slot] = m_s[r];
+      sum_out[slot] = l_s[r];
     }
   }
 }

@@ -42,11 +42,12 @@ def chunk_tokens(head_dim: int) -> int:
 
 
 def static_shared_bytes(head_dim: int) -> int:
-    """tc::tile_attention's static shared memory: q, K, V, P_hi and P_lo (16-bit), O and S (float), row state."""
+    """tc::tile_attention's static shared memory: q, K, V, P_hi and P_lo (16-bit), the warps' O scratch and S
+    (float), row state."""
     chunk = chunk_tokens(head_dim)
     ks = head_dim + 8
-    return 2 * (ROWS * ks + 2 * chunk * ks + 2 * ROWS * (chunk + 8)) + 4 * (ROWS * (head_dim + 4) + ROWS * (chunk + 4)) \
-        + 4 * 9 * ROWS
+    return 2 * (ROWS * ks + 2 * chunk * ks + 2 * ROWS * (chunk + 8)) + 4 * (4 * 16 * 16 + ROWS * (chunk + 4)) \
+        + 4 * 10 * ROWS
 
 
 def layout_for(problem) -> multi.Layout:
