@@ -17,7 +17,7 @@
 //          each: P rounded once would cost 2^-8 of |V| in bf16.
 // O stays in accumulator fragments (8 per warp); the per-head rescale of the online softmax goes through
 // a 16 x 16 float scratch per warp (store, scale each row, load back: the fragments' element mapping is
-// not specified).
+// not specified), only in a chunk where some head's max grew (exact: every alpha is 1 otherwise).
 // Per chunk of CHUNK = 16 tokens: stage the rows into shared memory as T (16-byte loads, up to 6 per thread
 // issued before their stores; barrier) | partial S (barrier) |
 // softmax in float, 8 threads per head (barrier) | rescale O and O += P_w.V (barrier).
@@ -143,6 +143,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
   __shared__ float scale_s[CHUNK * WARPS];
   __shared__ int valid_s[CHUNK];
   __shared__ float m_s[HEADS], l_s[HEADS], alpha_s[HEADS];
+  __shared__ int rescale_s[HEADS];  // the head's max grew in this chunk (alpha != 1): O needs rescaling
   T* const k_s = reinterpret_cast<T*>(k_bits);
   T* const p_s = reinterpret_cast<T*>(p_bits);
 
@@ -283,23 +284,30 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
         m_s[h] = m_new;
         l_s[h] = l_s[h] * alpha + sum;
         alpha_s[h] = alpha;
+        rescale_s[h] = alpha != 1.f;
       }
     }
     __syncthreads();
 
-    // ---- O = alpha * O (through the scratch), then O += P_hi.V + P_lo.V for the warp's column blocks
+    // ---- O = alpha * O (through the scratch; skipped, exactly, when every alpha is 1), then O += P_hi.V + P_lo.V
+    // for the warp's column blocks
     {
+      bool rescale = false;
+#pragma unroll
+      for (int h = 0; h < HEADS; ++h) rescale |= rescale_s[h] != 0;
       wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> ph, pl;
       wmma::load_matrix_sync(ph, p_s + (2 * warp) * HEADS * PS, PS);
       wmma::load_matrix_sync(pl, p_s + (2 * warp + 1) * HEADS * PS, PS);
 #pragma unroll
       for (int j = 0; j < NOPE_STEPS; ++j) {
-        wmma::store_matrix_sync(my_scratch, o[j], SS, wmma::mem_row_major);
-        __syncwarp();
+        if (rescale) {
+          wmma::store_matrix_sync(my_scratch, o[j], SS, wmma::mem_row_major);
+          __syncwarp();
 #pragma unroll
-        for (int e = lane; e < HEADS * 16; e += pa::WARP) my_scratch[e] *= alpha_s[e / 16];
-        __syncwarp();
-        wmma::load_matrix_sync(o[j], my_scratch, SS, wmma::mem_row_major);
+          for (int e = lane; e < HEADS * 16; e += pa::WARP) my_scratch[e] *= alpha_s[e / 16];
+          __syncwarp();
+          wmma::load_matrix_sync(o[j], my_scratch, SS, wmma::mem_row_major);
+        }
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> v;
         wmma::load_matrix_sync(v, k_s + 128 * warp + 16 * j, KS);
         wmma::mma_sync(o[j], ph, v, o[j]);

@@ -32,7 +32,7 @@ HEADS_PER_TILE = 16   # mlatc::HEADS: the MMA's M
 CHUNK = 16            # mlatc::CHUNK: tokens per step
 KS = rec.LATENT_DIMS + 8
 STATIC_SHARED_BYTES = (2 * CHUNK * KS + 4 * 2 * 4 * 16 * 16 + 4 * 4 * 16 * 16 + 2 * 2 * 4 * 16 * (CHUNK + 8)
-                       + 4 * CHUNK * 4 + 4 * CHUNK + 4 * 3 * HEADS_PER_TILE)
+                       + 4 * CHUNK * 4 + 4 * CHUNK + 4 * 4 * HEADS_PER_TILE)
 MMA_FLOPS = 2 * 16 * 16 * 16
 CTYPES = mla.CTYPES
 
