@@ -184,3 +184,18 @@ def test_mla_tc_traffic_counts_the_mmas_the_kernel_must_issue():
     assert result["metrics"]["sandbox__tensor_flops.sum"] == MMA_FLOPS * mmas
     levels = result["model"]["levels_us"]
     assert levels["tensor"] > 0 and levels["fp32"] == 0
+
+
+def test_mla_traffic_samples_sequences_that_do_the_same_work():
+    """mla_sample counts the first sequence of four alike and scales by 4: the MMAs scale exactly; a problem
+    whose sequences share prefix blocks is counted whole."""
+    from sandbox.analysis.traffic import variant as V
+
+    alike = MLAProblem.random(24, num_seqs=4, num_heads=4, block_size=8, context_lens=[20] * 4, share_prefix=False)
+    counted, scale, note = V.mla_sample(alike, 1)
+    assert scale == 4 and counted.num_seqs == 1 and "1 of 4 sequences" in note
+    sampled = sandbox.traffic("cupy.mla_tc", alike, census=False, sample_seqs=1)
+    exact = sandbox.traffic("cupy.mla_tc", alike, census=False, sample_seqs=None)
+    assert sampled["metrics"]["sandbox__tensor_flops.sum"] == exact["metrics"]["sandbox__tensor_flops.sum"]
+    shared = MLAProblem.shared(25, num_groups=1, group_size=3, block_size=8, prefix_len=16, suffix_lens=[4, 4, 4])
+    assert V.mla_sample(shared, 1)[1] == 1.0
