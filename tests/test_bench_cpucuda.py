@@ -1,6 +1,8 @@
 """Speed of the CPU executor: barriers (16 blocks x 128 threads x 100 __syncthreads per launch), racecheck beside a
 normal launch (that kernel, and cupy.v1 / cupy.rows on a decode problem), and the cold g++ compile of one cupy.v1
-instantiation and of a batch of 9 block sizes with and without the precompiled runtime header.
+instantiation and of a batch of 9 block sizes with and without the precompiled runtime header (wall time, and g++'s
+CPU time in extra_info). test_bench_racecheck_ratio interleaves normal and racecheck launches and reports both times
+and their ratio in wall and CPU time (parent and TSan child).
 
 The bar for the barrier launch is 0.5 s. `pytest` runs with --benchmark-disable: the barrier launch then runs once,
 untimed, and the heavier benchmarks are skipped; time them all with
@@ -8,13 +10,17 @@ untimed, and the heavier benchmarks are skipped; time them all with
 """
 from __future__ import annotations
 
+import os
+import resource
 import shutil
+import statistics
+import time
 
 import numpy as np
 import pytest
 
 from sandbox.variant import registry
-from sandbox.cpucuda import CpuRawKernel, CpuRawModule, modes
+from sandbox.cpucuda import CpuRawKernel, CpuRawModule, child, modes
 from sandbox.problem import DecodeProblem
 
 BARRIERS = r"""
@@ -119,6 +125,58 @@ def test_bench_racecheck_decode(benchmark, name, mode):
     benchmark(launch)
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the live sanitizer children (a racecheck launch runs in one)."""
+    total = time.process_time()
+    for server in child._SERVERS.values():
+        with open(f"/proc/{server.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@pytest.mark.parametrize("name", ["barriers", "cupy.v1", "cupy.rows"])
+def test_bench_racecheck_ratio(benchmark, name):
+    """A warm racecheck launch / a normal one, the two interleaved in one run (5 pairs), in wall time and in CPU
+    time (this process and the TSan child): on a loaded machine the ratios stay comparable. Run with -s to see the
+    line it prints; the figures are also the benchmark's extra_info."""
+    _timed_only(benchmark)
+    if not os.path.exists(f"/proc/{os.getpid()}/stat"):
+        pytest.skip("CPU time of the child is read from /proc")
+    if name == "barriers":
+        (normal, check), (racecheck, _) = _barrier_workload(False), _barrier_workload(True)
+    else:
+        (normal, _), (racecheck, _) = _decode_workload(name, False), _decode_workload(name, True)
+    normal()
+    racecheck()  # warm: the child started, the library loaded, the fibers made
+    times = {"normal": ([], []), "racecheck": ([], [])}  # mode -> (wall, cpu)
+
+    def timed(mode, launch):
+        cpu, wall = _cpu_seconds(), time.perf_counter()
+        launch()
+        times[mode][0].append(time.perf_counter() - wall)
+        times[mode][1].append(_cpu_seconds() - cpu)
+
+    def pair():
+        timed("normal", normal)
+        timed("racecheck", racecheck)
+
+    benchmark.pedantic(pair, rounds=5)
+    info = {}
+    for i, what in enumerate(("wall", "cpu")):
+        n, r = (times[m][i] for m in ("normal", "racecheck"))
+        info.update({f"normal_{what}_s": [min(n), statistics.median(n)],
+                     f"racecheck_{what}_s": [min(r), statistics.median(r)],
+                     f"ratio_{what}": [min(r) / min(n), statistics.median(r) / statistics.median(n)]})
+    benchmark.extra_info.update(info)
+    print(f"\n{name}: " + "; ".join(f"{what}: normal {1e3 * info[f'normal_{what}_s'][0]:.1f} / "
+                                    f"{1e3 * info[f'normal_{what}_s'][1]:.1f} ms, racecheck "
+                                    f"{1e3 * info[f'racecheck_{what}_s'][0]:.0f} / "
+                                    f"{1e3 * info[f'racecheck_{what}_s'][1]:.0f} ms, ratio "
+                                    f"{info[f'ratio_{what}'][0]:.1f}x / {info[f'ratio_{what}'][1]:.1f}x"
+                                    for what in ("wall", "cpu")) + " (min / median)")
+
+
 # ---------------------------------------------------------------- cold compiles
 
 @pytest.mark.parametrize("pch", ["pch", "no-pch"])
@@ -141,6 +199,15 @@ def test_bench_cold_compile(benchmark, tmp_path, monkeypatch, pch, batch):
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
         return (), {}
 
+    gxx = []  # g++'s CPU seconds per round (the children this process waited for)
+
+    def compile_once():
+        start = resource.getrusage(resource.RUSAGE_CHILDREN)
+        CpuRawModule(code=code, options=common.OPTIONS, name_expressions=names).compile()
+        end = resource.getrusage(resource.RUSAGE_CHILDREN)
+        gxx.append(end.ru_utime + end.ru_stime - start.ru_utime - start.ru_stime)
+
     benchmark.group = f"cpucuda-compile-{'one' if batch == 1 else 'batch9'}"
-    benchmark.pedantic(lambda: CpuRawModule(code=code, options=common.OPTIONS, name_expressions=names).compile(),
-                       setup=empty_cache, rounds=3)
+    benchmark.pedantic(compile_once, setup=empty_cache, rounds=3)
+    benchmark.extra_info["gxx_cpu_s"] = gxx
+    print(f"\ncold compile, {batch} instantiation(s), {pch}: g++ CPU {min(gxx):.2f} s (min of {len(gxx)})")

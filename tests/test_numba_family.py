@@ -302,8 +302,8 @@ def test_every_numba_kernel_compiles_for_real_gpus(arch, dtype):
     assert by_name["numba.split"]["kernels"][0]["shuffles"] > 0
     assert [k["name"] for k in by_name["numba.split"]["kernels"]] == ["partition", "merge"]
     assert by_name["numba.block"]["dynamic_shared_bytes"] == 4 * 4096
-    # static shared of numba.block: the staged query (256 floats) + one reduction slot per warp (32)
-    assert by_name["numba.block"]["static_shared_bytes"] == 4 * (256 + 32)
+    # static shared of numba.block: the staged query (MAX_HEAD_DIM = 512 floats) + one reduction slot per warp (32)
+    assert by_name["numba.block"]["static_shared_bytes"] == 4 * (512 + 32)
 
 
 def test_parse_link_log_subtracts_the_sm90_linker_kilobyte():
@@ -592,14 +592,15 @@ def test_options_off_builds_the_plain_kernel():
 
 
 def test_numba_kernels_compile_for_bf16_queries_and_e4m3_caches_at_sm_90():
-    """Every numba kernel with a bfloat16 query and output, an e4m3 cache and soft-cap/ALiBi compiled
-    in (and the writer bf16 -> e4m3), compile_ptx + nvJitLink in a real-mode child: no float64, no
-    spills, no generic LD/ST in the machine code, shuffles in block/split."""
+    """Every numba kernel with a bfloat16 query and output, an e4m3 cache and soft-cap, ALiBi, sinks, lse and
+    per-token scales compiled in (and the writer bf16 -> e4m3), compile_ptx + nvJitLink in a real-mode child:
+    no float64, no spills, no generic LD/ST in the machine code, shuffles in block/split."""
     from sandbox.devices.other_mode import call_in_numba_mode
 
+    every = options.OPT_SOFTCAP | options.OPT_ALIBI | options.OPT_SINKS | options.OPT_LSE | options.OPT_KV_SCALES
     names = [n for n in REPORTED if declares(n, "bfloat16", 16, 128, "float8_e4m3fn")] + registry.cache_writers("numba")
     by_name = call_in_numba_mode(False, "kernels.numba_cuda.reports:compile_reports", names, 16, 128,
-                                 "bfloat16", "sm_90", "float8_e4m3fn", True)
+                                 "bfloat16", "sm_90", "float8_e4m3fn", every)
     assert list(by_name) == names
     rows = []
     for name, report in by_name.items():
@@ -613,3 +614,21 @@ def test_numba_kernels_compile_for_bf16_queries_and_e4m3_caches_at_sm_90():
     for key, counts in census.items():
         assert counts["fp64"] == 0 and counts["generic"] == 0 and counts["instructions"] > 0, (key, counts)
     assert census[("numba.block", "block")]["shuffles"] > 0 and census[("numba.split", "partition")]["shuffles"] > 0
+
+
+def test_numba_nvfp4_and_per_token_writer_kernels_compile_at_sm_90():
+    """numba.multi with sinks and lse beside an NVFP4 cache, and the writer's per-token and NVFP4 kernels,
+    compiled (compile_ptx + nvJitLink, real-mode child): no float64, no spills."""
+    from sandbox.devices.other_mode import call_in_numba_mode
+
+    reports_by_name = {"numba.multi nvfp4": call_in_numba_mode(
+        False, "kernels.numba_cuda.reports:compile_reports", ["numba.multi"], 61, 128, "bfloat16", "sm_90", "nvfp4",
+        options.OPT_SINKS | options.OPT_LSE)["numba.multi"]}
+    for kv, per_token in (("float8_e4m3fn", True), ("nvfp4", False)):
+        reports_by_name[f"numba.write_cache {kv}"] = call_in_numba_mode(
+            False, "kernels.numba_cuda.write_cache:compile_report", 16, 128, "bfloat16", "sm_90", kv, per_token=per_token)
+    for name, report in reports_by_name.items():
+        for kernel in report["kernels"]:
+            assert 0 < kernel["registers"] <= 255, (name, kernel)
+            assert kernel["fp64_instructions"] == 0, (name, kernel)
+            assert kernel["spill_stores"] == 0 and kernel["spill_loads"] == 0, (name, kernel)

@@ -49,7 +49,9 @@ def call(argv, capsys):
     (["--fixed-ms", "nan"], "--fixed-ms must be a finite number >= 0"),
     (["--beam-survival", "0"], "--beam-survival must be in (0, 1]"),
     (["--trace", "/nonexistent.csv"], "is not a readable file"),
-    (["--step-cost", "model"], "--step-cost 'model': unknown source 'model'"),
+    (["--step-cost", "roofline"], "--step-cost 'roofline': unknown source 'roofline'"),
+    (["--step-cost", "model:numba.gqa"], "numba.gqa is not a CUDA C (cupy.*) variant"),
+    (["--step-cost", "model", "--block-sizes", "24"], "--step-cost model: cupy.v1 does not support block_size=24"),
     (["--step-cost", f"sweep:{CPU_SWEEP}"], "CPU emulation"),
     (["--json", "/nonexistent/dir/out.json"], "--json must be a file in an existing folder"),
 ])

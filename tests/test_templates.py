@@ -1,4 +1,4 @@
-"""The variant templates (tests/templates/; the README's "Adding a variant" includes them verbatim), pasted as a
+"""The variant templates (tests/templates/; docs/adding-a-variant.md includes them verbatim), pasted as a
 newcomer pastes them: written to a folder of their own, imported from there, registered under a new name.
 Each must pass the shared suite's and its family's registry-walking checks and `check`, declaring only what it
 supports: a refusal inside its declared Limits fails, outside them it is skipped with the reason.
@@ -116,3 +116,16 @@ def test_numba_template_passes_check_on_small_problems(pasted):
                                        k_scale=0.5, v_scale=2.0)
         result = check_problem("numba.mine", problem, "cpu")
         assert result.ok, result.error or result.comparison.report
+
+
+def test_the_docs_include_every_template_verbatim():
+    """docs/adding-a-variant.md shows exactly the files this test runs (scripts/write_template_docs.py rewrites it)."""
+    sys.path.insert(0, str(TEMPLATE_DIR.parent.parent / "scripts"))
+    try:
+        import write_template_docs
+    finally:
+        sys.path.pop(0)
+    doc = write_template_docs.DOC.read_text()
+    shown = {m["name"] for m in write_template_docs.BLOCK.finditer(doc)}
+    assert shown == {name for _, files in TEMPLATES.values() for name in files}
+    assert write_template_docs.rendered(doc) == doc, "run scripts/write_template_docs.py: a template changed"

@@ -162,6 +162,45 @@ def make_fp8_encoder(name: str):
 encode_e4m3 = make_fp8_encoder("float8_e4m3fn")
 encode_e5m2 = make_fp8_encoder("float8_e5m2")
 
+@cuda.jit(device=True, inline="always")
+def e2m1_to_float32(code):
+    """e2m1 code (the low 4 bits of `code`) -> float32: 0, 0.5, 1, 1.5, 2, 3, 4, 6, negated when bit 3 is
+    set (code 8 is -0). Exponent e = bits 1..2, mantissa m = bit 0: m / 2 for e = 0, else (2 + m) 2^e / 4."""
+    c = uint32(code) & uint32(0xF)
+    e = (c >> uint32(1)) & uint32(3)
+    m = c & uint32(1)
+    if e == uint32(0):
+        magnitude = float32(m) * float32(0.5)
+    else:
+        magnitude = float32(uint32(2) + m) * float32(uint32(1) << e) * float32(0.25)
+    return -magnitude if c & uint32(8) else magnitude
+
+
+@cuda.jit(device=True, inline="always")
+def encode_e2m1(value, negative):
+    """float32 `value` -> e2m1 code, round to nearest even, saturating at +-6; `negative` (bool) gives the
+    sign (the caller reads it from the input's bits, so -0 and signed NaN follow the reference). The
+    midpoints 0.25, 1.25, 2.5, 5 round down to the even code, 0.75, 1.75, 3.5 up."""
+    a = abs(value)
+    if a <= float32(0.25):
+        code = 0
+    elif a < float32(0.75):
+        code = 1
+    elif a <= float32(1.25):
+        code = 2
+    elif a < float32(1.75):
+        code = 3
+    elif a <= float32(2.5):
+        code = 4
+    elif a < float32(3.5):
+        code = 5
+    elif a <= float32(5.0):
+        code = 6
+    else:
+        code = 7
+    return uint8(code | 8) if negative else uint8(code)
+
+
 # Element -> float32, by the array's sandbox dtype name; float32 -> output element, by the query's.
 DECODE = {"float32": native_to_float32, "float16": native_to_float32, "bfloat16": bf16_to_float32,
           "float8_e4m3fn": e4m3_to_float32, "float8_e5m2": e5m2_to_float32}

@@ -3,11 +3,11 @@
 Idea (one, over v2): a K row and a V row are read once per group (num_heads/num_kv_heads query
 heads) instead of once per query head; the context is walked in chunks with an online softmax per
 head (chunk max, rescale), so shared memory is bounded by the group and chunk, not the context.
-Limits: block sizes 1..256 (runtime); head dims up to 256 (declared as numba.naive); queries
-float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32;
-every option (k/v scales, sliding window, soft-cap, ALiBi); decode only; any context length; group
-sizes whose shared memory fits 48 KB (refused by prepare() before launch otherwise, Unsupported:
-e.g. group 32 at head_dim 256). A thread keeps the dot products of a tile
+Limits: any block size 1..4096 (runtime); head dims up to 512 (declared as numba.naive); queries
+float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2, per tensor or per
+token), math in float32; the options as numba.naive (window, softcap, alibi, kv_scale, sinks, lse,
+kv_scales); decode only; any context length; group sizes whose shared memory fits 48 KB (refused by
+prepare() before launch otherwise, Unsupported: e.g. group 32 at head_dim 256, group 16 at 512). A thread keeps the dot products of a tile
 of min(8, next pow2 of group) heads in registers (the tile is a compile-time constant, one kernel
 per tile); groups above 8 re-read K/V once per tile.
 Precisions and options as numba.naive (codecs.py, options.py): one kernel per (tile, query dtype,
@@ -27,13 +27,13 @@ import math
 
 from numba import cuda, float32
 
-from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
+from sandbox.variant import Unsupported
 
 from . import codecs, device, launch, options, reports
 from .device import NEG_INF, ZERO
 from .options import first_token
 
-LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
+LIMITS = device.limits()
 GROUP_TILE = 8  # query heads whose dot products / accumulators one thread keeps in registers
 SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 
@@ -46,12 +46,16 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[kv_dtype]
     store = codecs.ENCODE[dtype]
+    use_sink = bool(flags & options.OPT_SINKS)
+    use_lse = bool(flags & options.OPT_LSE)
+    per_token = bool(flags & options.OPT_KV_SCALES)
 
     def gqa_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                 opts, chunk, out):
+                 opts, chunk, out, lse):
         """Grid (num_seqs, num_kv_heads). Dynamic shared float32, rows padded to whole tiles (gp):
         q[gp, head_dim] (scaled), p[gp, chunk] (logits, then weights), acc[slices, gp, head_dim],
-        running max[gp], running sum[gp], correction[gp]. Pad rows stay zero.
+        running max[gp], running sum[gp], correction[gp]. Pad rows stay zero. lse float32 [num_seqs,
+        num_heads] (written with OPT_LSE).
         """
         v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         seq = cuda.blockIdx.x
@@ -59,8 +63,8 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
         num_heads, head_dim = query.shape[1], query.shape[2]
-        block_size = key_cache.shape[1]
-        group = num_heads // key_cache.shape[2]
+        block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
+        group = num_heads // num_kv_heads
         padded = (group + tile - 1) // tile * tile
         head0 = kv_head * group
         context_len = context_lens[seq]
@@ -102,6 +106,10 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
                         k = load_kv(key_cache[physical, offset, kv_head, d])
                         for j in range(tile):
                             dots[j] += sh[(g0 + j) * head_dim + d] * k
+                    if per_token:  # this (slot, KV head)'s K scale
+                        k_token = opts.k_scales[(physical * block_size + offset) * num_kv_heads + kv_head]
+                        for j in range(tile):
+                            dots[j] *= k_token
                     for j in range(min(tile, group - g0)):
                         slope = opts.alibi_slopes[head0 + g0 + j] if use_alibi else ZERO
                         sh[p_at + (g0 + j) * chunk + i] = adjust(dots[j], soft_cap, slope, t - position)
@@ -132,7 +140,10 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
                             accs[j] = sh[base + j * head_dim] * sh[corr_at + g0 + j]
                         for i in range(my_slice, n, slices):
                             t = chunk_start + i
-                            v = load_kv(value_cache[block_tables[seq, t // block_size], t % block_size, kv_head, d])
+                            physical = block_tables[seq, t // block_size]
+                            v = load_kv(value_cache[physical, t % block_size, kv_head, d])
+                            if per_token:
+                                v *= opts.v_scales[(physical * block_size + t % block_size) * num_kv_heads + kv_head]
                             for j in range(tile):
                                 accs[j] += sh[p_at + (g0 + j) * chunk + i] * v
                         for j in range(tile):
@@ -145,7 +156,12 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
             total = ZERO
             for s in range(slices):
                 total += sh[acc_at + (s * padded + g) * head_dim + d]
-            out[seq, head0 + g, d] = store(total * (v_scale / sh[sum_at + g]))
+            sink = opts.sinks[head0 + g] if use_sink else ZERO
+            out[seq, head0 + g, d] = store(total * v_scale * options.finish(sh[max_at + g], sh[sum_at + g], sink,
+                                                                            use_sink))
+        if use_lse:
+            for g in range(tid, group, threads):
+                lse[seq, head0 + g] = options.log_sum_exp(sh[max_at + g], sh[sum_at + g])
 
     return gqa_body
 
@@ -191,8 +207,9 @@ def prepare(problem, backend: str) -> launch.Launch:
     launch.check_launch("numba.gqa", grid, threads)
     _, kernel = kernel_for(tile_for(group), *options.kernel_key(p))
     args = options.decode_args(p) + (chunk,)
-    out = launch.output_array(p)
-    return launch.Launch(kernel, grid, threads, size, args + (out,), out, name="numba.gqa", out_dtype=p.dtype)
+    out, lse = launch.output_array(p), launch.lse_array(p)
+    return launch.Launch(kernel, grid, threads, size, args + (out, lse), out, name="numba.gqa", out_dtype=p.dtype,
+                         lse=launch.returned_lse(p, lse))
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
@@ -206,7 +223,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     rep = reports.REPRESENTATIVE
     group = rep["num_heads"] // rep["num_kv_heads"]
     threads, chunk, size = launch_shape(group, head_dim, rep["context_len"], simulated=False)
-    signature = reports.decode_signature(q, kv, types.int64, reports.out_array(q))
+    signature = reports.decode_signature(q, kv, types.int64, reports.out_array(q), reports.lse_array())
     body, _ = kernel_for(tile_for(group), q, kv, options.report_flags(logit_options))
     kernel = dict(name="gqa", **reports.kernel_resources(body, signature, arch))
     return reports.report([kernel], threads, size, note=f"group {group} (tile {tile_for(group)}), chunk {chunk} tokens")

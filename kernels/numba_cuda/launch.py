@@ -59,6 +59,13 @@ def output_array(problem):
     return cuda.device_array(problem.query.shape, BITS_VIEW.get(problem.dtype.name, problem.dtype))
 
 
+def lse_array(problem):
+    """The device lse float32 [num_query_tokens, num_heads] when the problem returns it (return_lse), else a
+    one-element stand-in that no kernel writes (a kernel writes lse only when built with OPT_LSE)."""
+    shape = (problem.query.shape[0], problem.num_heads) if problem.options.return_lse else (1, 1)
+    return cuda.device_array(shape, np.float32)
+
+
 def tokens_read(problem) -> np.ndarray:
     """int64 [num_seqs]: tokens each sequence's query reads (context_len, or what the window keeps)."""
     return problem.context_lens.astype(np.int64) - problem.first_read_tokens()
@@ -67,10 +74,12 @@ def tokens_read(problem) -> np.ndarray:
 class Launch:
     """A configured kernel and its device arguments: launch() only launches, result() downloads.
 
-    The grid and block are checked against CUDA's limits first (Unsupported naming `name`).
+    The grid and block are checked against CUDA's limits first (Unsupported naming `name`). With `lse`
+    (the device lse of a return_lse problem), result() returns (out, lse).
     """
 
-    def __init__(self, kernel, grid, threads, shared_bytes, args, outputs, name="numba kernel", out_dtype=None):
+    def __init__(self, kernel, grid, threads, shared_bytes, args, outputs, name="numba kernel", out_dtype=None,
+                 lse=None):
         check_launch(name, grid, threads)
         precompile(kernel, args)
         self.configured = kernel[grid, threads, 0, shared_bytes]
@@ -78,6 +87,7 @@ class Launch:
         self.args = args
         self.outputs = outputs
         self.out_dtype = out_dtype
+        self.lse_out = lse
 
     def launch(self) -> None:
         if SIMULATED:
@@ -88,7 +98,13 @@ class Launch:
 
     def result(self):
         out = self.outputs.copy_to_host()
-        return out if self.out_dtype is None else host_view(out, self.out_dtype)
+        out = out if self.out_dtype is None else host_view(out, self.out_dtype)
+        return out if self.lse_out is None else (out, self.lse_out.copy_to_host())
+
+
+def returned_lse(problem, lse):
+    """`lse` when the problem returns it (Launch's lse argument), else None."""
+    return lse if problem.options.return_lse else None
 
 
 

@@ -28,14 +28,17 @@ simulated and compiled) and stage V | rescale and accumulate (each thread one (d
 Tiles are scheduled by a host-made table (prepare, untimed): block x serves tiles[x] = (sequence,
 first query row, query tokens in the tile, the sequence's end row); block y is the KV head.
 
-Limits: block sizes 1..256 (runtime); head dims 32..256 (device.HEAD_DIMS); queries float32,
-float16, bfloat16, caches of the query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option
-(k/v scales, sliding window, soft-cap, ALiBi); any query length (query_start), decode included; any
-context length. Shared memory is kept within 48 KB by halving the chunk (to 8), then the tile's
+Limits: any block size 1..4096 (runtime); head dims 32..512 (device.HEAD_DIMS); queries float32,
+float16, bfloat16, caches of the query's dtype, fp8 (e4m3fn, e5m2, per tensor or per token and KV
+head) or NVFP4, math in float32; the options window, softcap, alibi, kv_scale, sinks, lse, kv_scales;
+any query length (query_start), decode included; any context length. Caches are dequantized once, when
+a chunk is staged (stage_rows): fp8 codes times the slot's per-token scale, NVFP4 bytes as two e2m1
+values times their group's e4m3 block scale (k_scale stays folded into the softmax scale, v_scale in
+the output), so the rest of the kernel never sees the format. Shared memory is kept within 48 KB by halving the chunk (to 8), then the tile's
 query tokens (to 1), then the chunk (to 1); a group that still does not fit (e.g. 32 query heads
 per KV head at head_dim 256) is refused by prepare() before launch (Unsupported).
 Precisions and options as numba.gqa (codecs.py, options.py): one kernel per (register tile, query
-dtype, cache dtype, option flags).
+dtype, cache format, option flags); the sink joins each row's final denominator (options.finish).
 Tile size: tile_tokens = TARGET_ROWS (16) // group query tokens (at least 1, at most the longest
 query rounded up to a power of two), so decode runs tiles of one token.
 Debugging: prepare(..., count_loads=True) builds the kernel with a global-load counter
@@ -62,12 +65,13 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from sandbox.variant import KERNEL_SUPPORT, Limits, Unsupported
+from sandbox.problem.dtypes import FP8_DTYPES, NVFP4
+from sandbox.variant import Unsupported
 
 from . import codecs, device, launch, options, reports
 from .device import NEG_INF, ZERO
 
-LIMITS = Limits(head_dims=device.HEAD_DIMS, max_query_len=None, **KERNEL_SUPPORT)
+LIMITS = device.limits(kv_dtypes=FP8_DTYPES + (NVFP4,), max_query_len=None)
 NAME = "numba.multi"
 ROW_TILE = 8       # rows (query token, head) whose dot products / accumulators a thread keeps in registers
 TARGET_ROWS = 16   # rows per block the tile of query tokens aims at (tile_tokens = TARGET_ROWS // group)
@@ -81,8 +85,10 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
     """The kernel body with `tile` (rows per register tile), the dtypes, soft-cap/ALiBi, the load
     counter and `causal_slip` fixed at compile time. causal_slip = 0 is the causal mask (t <= p);
     the negative control kernels/wrong/numba_causal_off_by_one.py builds it with 1 (t <= p + 1)."""
+    nvfp4 = kv_dtype == NVFP4
     load_q = codecs.DECODE[dtype]
-    load_kv = codecs.DECODE[kv_dtype]
+    load_kv = codecs.e2m1_to_float32 if nvfp4 else codecs.DECODE[kv_dtype]
+    load_block_scale = codecs.e4m3_to_float32
     store = codecs.ENCODE[dtype]
     # The per-element conversions of native (float32/float16) elements and the per-logit options (options.logit_hook,
     # same formula) are written out here rather than called: the compiled kernel inlines either way,
@@ -92,30 +98,45 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
     use_alibi = bool(flags & options.OPT_ALIBI)
     native_q = dtype in ("float32", "float16")
     native_kv = kv_dtype in ("float32", "float16")
+    per_token = bool(flags & options.OPT_KV_SCALES)
+    use_sink = bool(flags & options.OPT_SINKS)
+    use_lse = bool(flags & options.OPT_LSE)
 
     @cuda.jit(device=True, inline="always")
     def stage_rows(cache, counter, block_tables, seq, kv_head, chunk_start, n, my_slice, slices, lane, lanes,
-                   sh, kv_at, stride, counts):
+                   sh, kv_at, stride, counts, token_scales, block_scales):
         """Tokens chunk_start + i (i < n) of K or V as float32 into sh[kv_at + i * stride + d]: this thread
-        takes tokens my_slice, my_slice + slices, ... and dims lane, lane + lanes, ... of each (counter:
-        K_LOADS or V_LOADS, the load counter's first index when counting loads)."""
-        num_blocks, block_size, num_kv_heads, head_dim = cache.shape
+        takes tokens my_slice, my_slice + slices, ... and elements lane, lane + lanes, ... of each row (counter:
+        K_LOADS or V_LOADS, the load counter's first index when counting loads). A row element is a value, or
+        with NVFP4 a byte of two e2m1 codes (dims 2b, 2b + 1) times its group's e4m3 block scale (block_scales:
+        flattened [slot, KV head, head_dim // 16]); with per-token scales each value times token_scales[slot,
+        KV head] (flattened)."""
+        num_blocks, block_size, num_kv_heads, row = cache.shape  # row: head_dim, or head_dim // 2 bytes (NVFP4)
         for i in range(my_slice, n, slices):
             t = chunk_start + i
             physical = block_tables[seq, t // block_size]
             offset = t % block_size
-            for d in range(lane, head_dim, lanes):
+            slot = (physical * block_size + offset) * num_kv_heads + kv_head
+            token_scale = token_scales[slot] if per_token else float32(1.0)
+            for d in range(lane, row, lanes):
                 element = cache[physical, offset, kv_head, d]
-                sh[kv_at + i * stride + d] = float32(element) if native_kv else load_kv(element)
+                if nvfp4:
+                    group_scale = load_block_scale(block_scales[slot * (row // 8) + d // 8])
+                    sh[kv_at + i * stride + 2 * d] = load_kv(element) * group_scale
+                    sh[kv_at + i * stride + 2 * d + 1] = load_kv(element >> 4) * group_scale
+                elif per_token:
+                    sh[kv_at + i * stride + d] = (float32(element) if native_kv else load_kv(element)) * token_scale
+                else:
+                    sh[kv_at + i * stride + d] = float32(element) if native_kv else load_kv(element)
                 if count_loads:
                     cuda.atomic.add(counts, (((counter * num_blocks + physical) * block_size + offset)
-                                             * num_kv_heads + kv_head) * head_dim + d, 1)
+                                             * num_kv_heads + kv_head) * row + d, 1)
 
     def multi_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                   opts, tiles, tile_tokens, chunk, counts, out):
+                   opts, tiles, tile_tokens, chunk, counts, out, lse):
         """Grid (num_tiles, num_kv_heads). query/out [total_q, num_heads, head_dim]; tiles int32
-        [num_tiles, 4]; counts int32 (flat [2, num_blocks, block_size, num_kv_heads, head_dim] when
-        counting loads, else unused)."""
+        [num_tiles, 4]; counts int32 (flat [2, *key_cache.shape] when counting loads, else unused);
+        lse float32 [total_q, num_heads] (written with OPT_LSE)."""
         v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -177,7 +198,7 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
             # Stage K: each element of the chunk loaded from global memory once for the whole tile.
             if my_slice < slices:
                 stage_rows(key_cache, K_LOADS, block_tables, seq, kv_head, chunk_start, n, my_slice, slices, lane,
-                           lanes, sh, kv_at, stride, counts)
+                           lanes, sh, kv_at, stride, counts, opts.k_scales, opts.k_block_scales)
             cuda.syncthreads()
             # A: logits of every row, masked per row (causal, window); rows of a register tile all
             # masked for this token skip the dot product.
@@ -239,7 +260,7 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
             # Stage V into the buffer K held (phase A is done with it).
             if my_slice < slices:
                 stage_rows(value_cache, V_LOADS, block_tables, seq, kv_head, chunk_start, n, my_slice, slices, lane,
-                           lanes, sh, kv_at, stride, counts)
+                           lanes, sh, kv_at, stride, counts, opts.v_scales, opts.v_block_scales)
             cuda.syncthreads()
             # C: rescale and accumulate weights x V; thread = (dim, register tile of rows).
             for item in range(tid, head_dim * (padded // tile), threads):
@@ -260,8 +281,12 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
 
         for i in range(tid, rows * head_dim, threads):
             r = i // head_dim
-            value = sh[acc_at + i] * (v_scale / sh[sum_at + r])
+            sink = opts.sinks[head0 + r % group] if use_sink else ZERO
+            value = sh[acc_at + i] * (v_scale * options.finish(sh[max_at + r], sh[sum_at + r], sink, use_sink))
             out[row0 + r // group, head0 + r % group, i % head_dim] = value if native_q else store(value)
+        if use_lse:
+            for r in range(tid, rows, threads):
+                lse[row0 + r // group, head0 + r % group] = options.log_sum_exp(sh[max_at + r], sh[sum_at + r])
 
     return multi_body
 
@@ -349,9 +374,10 @@ def prepare_with(kernels, problem, name: str = NAME, count_loads: bool = False) 
     _, kernel = kernels(tile_for(tile_tokens * group), *options.kernel_key(p), count_loads)
     counts_shape = (2,) + p.key_cache.shape if count_loads else (1,)
     counts = cuda.to_device(np.zeros(int(np.prod(counts_shape)), np.int32))
-    out = launch.output_array(p)
-    args = options.decode_args(p) + (launch.upload(tiles), tile_tokens, chunk, counts, out)
-    prepared = launch.Launch(kernel, grid, threads, size, args, out, name=name, out_dtype=p.dtype)
+    out, lse = launch.output_array(p), launch.lse_array(p)
+    args = options.decode_args(p) + (launch.upload(tiles), tile_tokens, chunk, counts, out, lse)
+    prepared = launch.Launch(kernel, grid, threads, size, args, out, name=name, out_dtype=p.dtype,
+                             lse=launch.returned_lse(p, lse))
     prepared.tile_tokens, prepared.chunk, prepared.tiles = tile_tokens, chunk, tiles
     prepared.counts_device, prepared.counts_shape = counts, counts_shape
     return prepared
@@ -378,7 +404,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     group = rep["num_heads"] // rep["num_kv_heads"]
     threads, tile_tokens, chunk, size = launch_shape(group, head_dim, 16, rep["context_len"], simulated=False)
     signature = reports.decode_signature(q, kv, reports.array(types.int32, 2), types.int64, types.int64,
-                                        reports.array(types.int32, 1), reports.out_array(q))
+                                        reports.array(types.int32, 1), reports.out_array(q), reports.lse_array())
     tile = tile_for(tile_tokens * group)
     body, _ = kernel_for(tile, q, kv, options.report_flags(logit_options))
     kernel = dict(name="multi", **reports.kernel_resources(body, signature, arch))

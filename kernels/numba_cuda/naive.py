@@ -2,15 +2,18 @@
 
 Idea: each thread walks its sequence's blocks through the block table, token by token, with an
 online softmax (running max and sum, float32) and a per-thread accumulator of head_dim floats.
-Limits: block sizes 1..256 (any power of two, a runtime value); head dims up to 256 (declared:
-32, 64, 80, 96, 112, 120, 128, 192, 256); queries float32, float16, bfloat16 and caches of the
-query's dtype or fp8 (e4m3fn, e5m2), math in float32; every option (k/v scales, sliding window,
-soft-cap, ALiBi); any GQA ratio; decode (one query token per sequence).
+Limits: any block size 1..4096 (a runtime value); head dims up to 512 (declared: 32, 64, 80, 96,
+112, 120, 128, 192, 256, 512; the accumulator is a 2 KB local array at 512); queries float32, float16,
+bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2, per tensor or per token and KV head),
+math in float32; the options window, softcap, alibi, kv_scale, sinks, lse, kv_scales; any GQA ratio;
+decode (one query token per sequence).
 Precisions and options (codecs.py, options.py): one kernel per (query dtype, cache dtype, option
 flags), made on first use; bfloat16 and fp8 arrive as their bits and are decoded by device functions.
 k_scale is folded into the scale, v_scale multiplies the output and a window only moves the first
 block and offset (blocks wholly before it are never looked up nor read), all runtime values;
-soft-cap and ALiBi are compiled in (options.logit_hook) only for the problems that use them.
+soft-cap and ALiBi (options.logit_hook), the sink (options.finish: it joins the final denominator),
+the lse output (options.log_sum_exp) and per-token scales (a logit times its slot's k scale, a weight
+times its v scale) are compiled in only for the problems that use them.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16): 64 registers, the accumulator in 1 KB of local memory per thread,
 50% theoretical occupancy (register-limited). Design-level expectation, not a measurement: each
@@ -24,13 +27,11 @@ import math
 
 from numba import cuda, float32
 
-from sandbox.variant import KERNEL_SUPPORT, Limits
-
 from . import codecs, device, launch, options, reports
 from .device import MAX_HEAD_DIM, NEG_INF, ZERO
 from .options import first_token
 
-LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
+LIMITS = device.limits()
 
 
 @cuda.jit(device=True, inline="always")
@@ -54,10 +55,14 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
     store = codecs.ENCODE[dtype]
     adjust = options.logit_hook(flags)
     use_alibi = bool(flags & options.OPT_ALIBI)
+    use_sink = bool(flags & options.OPT_SINKS)
+    use_lse = bool(flags & options.OPT_LSE)
+    per_token = bool(flags & options.OPT_KV_SCALES)
 
     def naive_body(query, key_cache, value_cache, block_tables, context_lens, scale,
-                   opts, out):
-        """query/out [num_seqs, num_heads, head_dim]; one thread per (sequence, head) in a 1-D grid."""
+                   opts, out, lse):
+        """query/out [num_seqs, num_heads, head_dim], lse float32 [num_seqs, num_heads] (written with OPT_LSE);
+        one thread per (sequence, head) in a 1-D grid."""
         v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
         item = cuda.grid(1)
         num_seqs, num_heads, head_dim = query.shape
@@ -66,7 +71,8 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
         seq = item // num_heads
         head = item % num_heads
         block_size = key_cache.shape[1]
-        kv_head = head // (num_heads // key_cache.shape[2])
+        num_kv_heads = key_cache.shape[2]
+        kv_head = head // (num_heads // num_kv_heads)
         context_len = context_lens[seq]
         position = context_len - 1
         first = first_token(context_len, window_left)
@@ -84,17 +90,27 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
                 logit = ZERO
                 for d in range(head_dim):
                     logit += load_q(query[seq, head, d]) * load_kv(key_cache[physical, offset, kv_head, d])
+                weight_scale = float32(1.0)
+                if per_token:  # fp8 scales of this (slot, KV head)
+                    slot = (physical * block_size + offset) * num_kv_heads + kv_head
+                    logit *= opts.k_scales[slot]
+                    weight_scale = opts.v_scales[slot]
                 logit = adjust(logit * scale, soft_cap, slope, base + offset - position)
                 new_max = max(running_max, logit)
                 correction = math.exp(running_max - new_max)
                 weight = math.exp(logit - new_max)
                 running_sum = running_sum * correction + weight
+                if per_token:
+                    weight *= weight_scale
                 for d in range(head_dim):
                     acc[d] = acc[d] * correction + weight * load_kv(value_cache[physical, offset, kv_head, d])
                 running_max = new_max
-        inv_sum = v_scale / running_sum
+        sink = opts.sinks[head] if use_sink else ZERO
+        inv_sum = v_scale * options.finish(running_max, running_sum, sink, use_sink)
         for d in range(head_dim):
             out[seq, head, d] = store(acc[d] * inv_sum)
+        if use_lse:
+            lse[seq, head] = options.log_sum_exp(running_max, running_sum)
 
     return naive_body
 
@@ -122,8 +138,9 @@ def launch_per_head(kernels, problem, name="numba.naive") -> launch.Launch:
     launch.check_launch(name, grid, threads)
     _, kernel = kernels(*options.kernel_key(problem))
     args = options.decode_args(problem)
-    out = launch.output_array(problem)
-    return launch.Launch(kernel, grid, threads, 0, args + (out,), out, name=name, out_dtype=problem.dtype)
+    out, lse = launch.output_array(problem), launch.lse_array(problem)
+    return launch.Launch(kernel, grid, threads, 0, args + (out, lse), out, name=name, out_dtype=problem.dtype,
+                         lse=launch.returned_lse(problem, lse))
 
 
 def prepare(problem, backend: str) -> launch.Launch:
@@ -136,7 +153,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     q, kv = reports.report_dtypes(dtype, kv_dtype)
-    signature = reports.decode_signature(q, kv, reports.out_array(q))
+    signature = reports.decode_signature(q, kv, reports.out_array(q), reports.lse_array())
     body, _ = kernel_for(q, kv, options.report_flags(logit_options))
     kernel = dict(name="naive", **reports.kernel_resources(body, signature, arch))
     return reports.report([kernel], launch.launch_threads(reports.REPRESENTATIVE["num_heads"] * 8, simulated=False), 0)

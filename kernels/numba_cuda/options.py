@@ -4,12 +4,15 @@ and what a kernel is specialised on.
 Every attention kernel takes, after (query, key_cache, value_cache, block_tables, context_lens):
     scale    float32: the softmax scale times the table's scale factors (k_scale: scale * (q . k * k_scale))
     options  OptionArgs: the table's kernel arguments (sandbox.problem.options.KERNEL_ARGS), in table order
-             (today window_left int32, soft_cap float32, alibi_slopes float32 [num_heads], v_scale float32);
+             (window_left int32, soft_cap float32, alibi_slopes float32 [num_heads], v_scale float32, sinks float32
+             [num_heads], k_scales/v_scales float32 and k_block_scales/v_block_scales uint8, flattened per slot);
              an option not in use passes a neutral value its code never reads.
 A window and v_scale are read at run time (a window only moves the first token read, v_scale multiplies
 the output once); every other option is compiled in only when a problem uses it: kernels are specialised
 on (query dtype, cache dtype, the option flags outside RUNTIME_FLAGS), so plain problems run the plain
-code. logit_hook(flags) is the per-logit step (soft-cap, then ALiBi) a kernel is built with.
+code. logit_hook(flags) is the per-logit step (soft-cap, then ALiBi) a kernel is built with; finish() and
+log_sum_exp() turn a softmax's running (max, sum) into the output's factor (the sink joins the denominator
+there, once) and the log-sum-exp a kernel built with OPT_LSE writes to its lse output.
 """
 from __future__ import annotations
 
@@ -21,17 +24,20 @@ from numba import cuda, float32, int32, types
 
 from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS
 
+from .device import NEG_INF, ZERO
 from .launch import upload
 
 OPT = dict(KERNEL_FLAGS)
 OPT_WINDOW, OPT_SOFTCAP, OPT_ALIBI, OPT_VSCALE = (OPT[n] for n in ("OPT_WINDOW", "OPT_SOFTCAP", "OPT_ALIBI",
                                                                    "OPT_VSCALE"))
+OPT_SINKS, OPT_LSE, OPT_KV_SCALES, OPT_NVFP4 = (OPT[n] for n in ("OPT_SINKS", "OPT_LSE", "OPT_KV_SCALES", "OPT_NVFP4"))
 # Options the Numba kernels read as runtime values: kernels are not specialised on these bits.
 RUNTIME_FLAGS = OPT_WINDOW | OPT_VSCALE
 
 OptionArgs = collections.namedtuple("OptionArgs", [arg.name for arg in KERNEL_ARGS])
 # The Numba type of each C type a kernel argument of the table may have.
-NUMBA_TYPES = {"float": float32, "int": int32, "const float*": types.Array(float32, 1, "C")}
+NUMBA_TYPES = {"float": float32, "int": int32, "const float*": types.Array(float32, 1, "C"),
+               "const unsigned char*": types.Array(types.uint8, 1, "C")}
 
 
 @cuda.jit(device=True, inline="always")
@@ -63,19 +69,44 @@ def _make_hook(soft_cap_on: bool, alibi_on: bool):
 _HOOKS = {(s, a): _make_hook(s, a) for s in (False, True) for a in (False, True)}
 
 
+@cuda.jit(device=True, inline="always")
+def finish(top, total, sink, use_sink):
+    """What a softmax's accumulator is multiplied by: 1 / total, or with a sink (use_sink, compile-time)
+    c / (total * c + exp(sink - m)) with m = max(top, sink), c = exp(top - m) (no overflow for any sink).
+    top/total: the running max and sum of exp(s_t - top) over the tokens; no token (top -inf, total 0)
+    gives 0 with a sink (and the accumulator is 0 too)."""
+    if use_sink:
+        m = max(top, sink)
+        c = math.exp(top - m)
+        return c / (total * c + math.exp(sink - m))
+    return float32(1.0) / total
+
+
+@cuda.jit(device=True, inline="always")
+def log_sum_exp(top, total):
+    """log sum_t exp(s_t) = top + log(total), natural log over the tokens only; -inf without a token."""
+    if total > ZERO:
+        return top + math.log(total)
+    return NEG_INF
+
+
 def kernel_flags(problem) -> int:
     """The option flags an attention kernel is specialised on for `problem`."""
     return problem.options.kernel_flags() & ~RUNTIME_FLAGS
 
 
 def kernel_key(problem) -> tuple[str, str, int]:
-    """(query dtype name, cache dtype name, specialised option flags): what an attention kernel is built for."""
-    return problem.dtype.name, problem.kv_dtype.name, kernel_flags(problem)
+    """(query dtype name, cache format, specialised option flags): what an attention kernel is built for
+    (the format is the cache dtype's name, or "nvfp4")."""
+    return problem.dtype.name, problem.kv_format, kernel_flags(problem)
 
 
-def report_flags(logit_options: bool) -> int:
-    """compile_report's `logit_options`: the kernel built with soft-cap and ALiBi, or (False) the plain one."""
-    return OPT_SOFTCAP | OPT_ALIBI if logit_options else 0
+def report_flags(logit_options) -> int:
+    """compile_report's `logit_options`: True, the kernel built with soft-cap and ALiBi; False, the plain one;
+    an int, those option flags (the specialised ones: RUNTIME_FLAGS are dropped)."""
+    if isinstance(logit_options, bool):
+        return OPT_SOFTCAP | OPT_ALIBI if logit_options else 0
+    return int(logit_options) & ~RUNTIME_FLAGS
 
 
 def option_types():

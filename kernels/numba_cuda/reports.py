@@ -10,7 +10,7 @@ import re
 
 from numba import cuda, float32, int32, types
 
-from sandbox.problem.dtypes import FP8_DTYPES
+from sandbox.problem.dtypes import FP8_DTYPES, NVFP4
 
 from .codecs import dtype_name
 from .device import SIMULATED
@@ -25,7 +25,7 @@ COMPILE_PATH = "numba compile_ptx -> nvJitLink"
 def element_type(dtype):
     """The Numba type a kernel sees for a sandbox dtype (bfloat16 as uint16 bits, fp8 as uint8 codes)."""
     return {"float32": types.float32, "float16": types.float16, "bfloat16": types.uint16,
-            "float8_e4m3fn": types.uint8, "float8_e5m2": types.uint8}[dtype_name(dtype)]
+            "float8_e4m3fn": types.uint8, "float8_e5m2": types.uint8, "nvfp4": types.uint8}[dtype_name(dtype)]
 
 
 def array(dtype, ndim):
@@ -42,8 +42,9 @@ def report_dtypes(dtype, kv_dtype=None) -> tuple[str, str]:
         dtype, kv_dtype = dtype.split(":", 1)
     q = dtype_name(dtype)
     kv = q if kv_dtype is None else dtype_name(kv_dtype)
-    if kv != q and kv not in FP8_DTYPES:
-        raise ValueError(f"the cache must have the query's dtype ({q}) or be fp8 ({', '.join(FP8_DTYPES)}), got {kv}")
+    if kv != q and kv not in FP8_DTYPES + (NVFP4,):
+        raise ValueError(f"the cache must have the query's dtype ({q}), be fp8 ({', '.join(FP8_DTYPES)}) or {NVFP4}, "
+                         f"got {kv}")
     return q, kv
 
 
@@ -56,6 +57,11 @@ def decode_signature(dtype, kv_dtype, *extra):
 
 def out_array(dtype, ndim=3):
     return array(element_type(dtype), ndim)
+
+
+def lse_array():
+    """The lse output every attention kernel takes: float32 [num_query_tokens, num_heads]."""
+    return array(float32, 2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,7 +103,7 @@ def report(kernels, threads_per_block: int, dynamic_shared_bytes: int, note: str
 
 
 def compile_reports(names, block_size: int = 16, head_dim: int = 128, dtype: str = "float16", arch: str = "sm_90",
-                    kv_dtype: str | None = None, logit_options: bool = False) -> dict:
+                    kv_dtype: str | None = None, logit_options: bool | int = False) -> dict:
     """{name: compile_report(block_size, head_dim, dtype, arch, kv_dtype=..., logit_options=...)} for registered numba
     variants and cache writers, in this process (real mode: call through sandbox.devices.other_mode from a
     simulator process). Any precision the kernels take, e.g. dtype "bfloat16", kv_dtype "float8_e4m3fn"."""
@@ -109,7 +115,7 @@ def compile_reports(names, block_size: int = 16, head_dim: int = 128, dtype: str
     for name in names:
         entry = registry.get_cache_writer(name) if name in registry.CACHE_WRITERS else registry.get(name)
         kwargs = dict(kv_dtype=kv_dtype)
-        if logit_options and name not in registry.CACHE_WRITERS:
-            kwargs["logit_options"] = True
+        if logit_options is not False and name not in registry.CACHE_WRITERS:
+            kwargs["logit_options"] = logit_options
         out[name] = entry.module.compile_report(block_size, head_dim, dtype, arch, **kwargs)
     return out

@@ -8,6 +8,8 @@ three steps, each a device function, with the block-wide reductions between them
     exponentiate(...)   -> this thread's sum of weights  logits[i] = exp(logits[i] - top)
     weigh_values(...)   -> sum_t logits[t - start] * V[t, d] for one d, walking whole cache blocks
 
+With per-token fp8 scales, a logit is multiplied by its slot's k scale and a weight by its v scale.
+
 Threads stride over tokens (score, exponentiate) and over head_dim (weigh) by `tid`/`threads`, which
 the kernel passes in: the functions never touch numba.cuda, so the simulator calls them directly
 (sandbox/devices/numba_poison.py) and on a GPU they inline into the kernel.
@@ -23,15 +25,17 @@ from .device import NEG_INF, ZERO
 
 
 @functools.lru_cache(maxsize=None)
-def make(load_kv, adjust):
-    """(score_tokens, exponentiate, weigh_values) for a cache decoder (codecs.DECODE[kv_dtype]) and
-    a logit hook (options.logit_hook(flags)), made once per pair."""
+def make(load_kv, adjust, per_token: bool = False):
+    """(score_tokens, exponentiate, weigh_values) for a cache decoder (codecs.DECODE[kv_dtype]), a logit
+    hook (options.logit_hook(flags)) and whether K/V rows carry fp8 scales per (slot, KV head) (per_token:
+    k_scales/v_scales float32, flattened as (physical * block_size + offset) * num_kv_heads + kv_head; unread
+    otherwise), made once per triple."""
 
     @cuda.jit(device=True, inline="always")
     def score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, soft_cap, slope, logits, tid,
-                     threads):
+                     threads, k_scales):
         """q: float32 [>= head_dim] (scaled); logits: float32 [>= end - start]. Returns this thread's max."""
-        block_size, head_dim = key_cache.shape[1], key_cache.shape[3]
+        block_size, num_kv_heads, head_dim = key_cache.shape[1], key_cache.shape[2], key_cache.shape[3]
         local_max = NEG_INF
         for t in range(start + tid, end, threads):
             physical = block_tables[seq, t // block_size]
@@ -39,6 +43,8 @@ def make(load_kv, adjust):
             logit = ZERO
             for d in range(head_dim):
                 logit += q[d] * load_kv(key_cache[physical, offset, kv_head, d])
+            if per_token:
+                logit *= k_scales[(physical * block_size + offset) * num_kv_heads + kv_head]
             logit = adjust(logit, soft_cap, slope, t - position)
             logits[t - start] = logit
             local_max = max(local_max, logit)
@@ -55,9 +61,9 @@ def make(load_kv, adjust):
         return local_sum
 
     @cuda.jit(device=True, inline="always")
-    def weigh_values(weights, value_cache, block_tables, seq, kv_head, d, start, end):
+    def weigh_values(weights, value_cache, block_tables, seq, kv_head, d, start, end, v_scales):
         """sum over t in [start, end) of weights[t - start] * V[t, kv_head, d], one cache block at a time."""
-        block_size = value_cache.shape[1]
+        block_size, num_kv_heads = value_cache.shape[1], value_cache.shape[2]
         acc = ZERO
         t = start
         while t < end:
@@ -65,8 +71,14 @@ def make(load_kv, adjust):
             physical = block_tables[seq, block]
             first = t - block * block_size
             count = min(block_size - first, end - t)
-            for i in range(count):
-                acc += weights[t - start + i] * load_kv(value_cache[physical, first + i, kv_head, d])
+            if per_token:
+                scales_at = (physical * block_size + first) * num_kv_heads + kv_head
+                for i in range(count):
+                    acc += (weights[t - start + i] * v_scales[scales_at + i * num_kv_heads]
+                            * load_kv(value_cache[physical, first + i, kv_head, d]))
+            else:
+                for i in range(count):
+                    acc += weights[t - start + i] * load_kv(value_cache[physical, first + i, kv_head, d])
             t += count
         return acc
 

@@ -77,7 +77,9 @@ def option_edge_cases(limits, head_dim: int = 64, brief: bool = False):
     lens = [5 * block_size + 3, 3 * block_size]
     context = Context(num_heads=4, head_dim=head_dim, kv_format=dtype, block_size=block_size, context_lens=tuple(lens),
                       kv_formats=tuple(limits.kv_dtypes))
-    cases = [case for option in declared_options(limits, context) for case in option.cases(context)]
+    # each case switches one option on alone: every declared row's cases, whatever the base problem's cache
+    # (a row such as kv_scales names its own fp8 cache) and whatever it excludes
+    cases = [case for option in OPTIONS if option.feature in limits.options for case in option.cases(context)]
     cases += [Case(f"cache_{kv_dtype}", dict(kv_dtype=kv_dtype), brief=True) for kv_dtype in limits.kv_dtypes]
     if limits.max_query_len != 1:
         cases += [Case("query_len_block_plus_1", dict(query_lens=[block_size + 1, 1]), brief=True),

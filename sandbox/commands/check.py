@@ -22,9 +22,10 @@ import numpy as np
 from ..devices import backends
 from ..variant import registry
 from ..variant.limits import ANY_BLOCK_SIZES
-from ..checking.check import check_problem, declared_options, edge_block_sizes, edge_case_problems, option_edge_cases
+from ..checking.check import check_problem, edge_block_sizes, edge_case_problems, option_edge_cases
 from ..checking import mla_check
 from ..problem.option_schema import Context
+from ..problem.options import OPTIONS
 from ..problem.decode import DecodeProblem
 
 # flag -> (environment variable, value, what the output calls it)
@@ -86,20 +87,24 @@ def problems_for(variant, seed: int, num_random: int):
 
 
 def random_options(rng: np.random.Generator, limits, kv_dtype) -> dict:
-    """Each option the variant declares, switched on with probability 1/2 and drawn by its row of the
-    option table (DecodeProblem.random keywords)."""
+    """Each option the variant declares (and that applies beside kv_dtype), switched on with probability 1/2
+    unless one already on excludes it, and drawn by its row of the option table (DecodeProblem.random keywords)."""
     context = Context(kv_format=kv_dtype or limits.dtypes[0])
-    options = {}
-    for option in declared_options(limits, context):
-        if option.random is not None and rng.random() < 0.5:
+    options, on = {}, set()
+    for option in OPTIONS:  # as the strategy draws them: a row is skipped only when one already on excludes it
+        if (option.feature in limits.options and option.applies(context) and option.random is not None
+                and not on & set(option.excludes) and rng.random() < 0.5):
+            on.add(option.feature)
             options.update(option.random(rng, context))
     return options
 
 
 def error_key(problem) -> str:
-    """'bfloat16', 'float16:float8_e4m3fn' or 'bfloat16:nvfp4': what the worst error is reported per."""
+    """'bfloat16', 'float16:float8_e4m3fn', 'float16:float8_e4m3fn/token' (per-token scales) or
+    'bfloat16:nvfp4': what the worst error is reported per."""
     kv = "" if problem.kv_dtype == problem.dtype else f":{problem.kv_format}"
-    return f"{problem.dtype.name}{kv}"
+    per_token = "/token" if problem.options.k_scales is not None else ""
+    return f"{problem.dtype.name}{kv}{per_token}"
 
 
 def selected_modes(args) -> list[str]:

@@ -67,7 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prefix-cache", action="store_true",
                         help="allocate by count: no block shared by content, nothing kept after a free")
     parser.add_argument("--step-cost", default="analytic", metavar="SOURCE",
-                        help="step-time source: analytic (H200 roofline) or sweep:RUN_DIR (a GPU sweep's sweep.csv)")
+                        help="step-time source: analytic (H200 roofline), sweep:RUN_DIR (a GPU sweep's sweep.csv) or "
+                             "model[:VARIANTS] (the performance model's time of the fastest CUDA C variant, counted "
+                             "on the CPU executor; default variants: cost_model.DEFAULT_VARIANTS)")
     parser.add_argument("--fixed-ms", type=float, help="per-step time of the rest of the model in ms (default: "
                                                        "streaming the weights at the modelled bandwidth)")
     parser.add_argument("--params-b", type=float, default=13.0, help="model parameters in billions (default 13)")

@@ -21,7 +21,12 @@ A source is a ``StepCostModel``: ``step_time(batch) = linear_time + decode_time 
   (decode rows, no options), applied per layer; the rest as ``analytic``. A run whose rows are CPU
   emulation is refused: those times are a simulator's, not a GPU's.
 
-Adding a source (the H200 performance model of ``sandbox.analysis.model`` will be one): a class that
+- ``model[:VARIANTS]`` (``cost_model.ModelCost``): decode attention from the performance model
+  (``sandbox.analysis.model``): per batch shape, the modelled time of the fastest of the CUDA C variants
+  (comma-separated names; default ``cost_model.DEFAULT_VARIANTS``), from traffic counted on the CPU
+  executor on small unit problems and scaled to the batch; the rest as ``analytic``.
+
+Adding a source: a class that
 satisfies ``StepCostModel`` (subclass ``AnalyticCost`` and override what it models, as ``SweepCost``
 overrides ``decode_time``), and one entry in ``SOURCES`` mapping the ``--step-cost`` word to a factory
 ``(argument, shape, fixed_ms) -> model``; a factory may raise ValueError to refuse its argument.
@@ -109,11 +114,11 @@ class AnalyticCost:
 
 
 def make_cost_model(spec: str, shape: ModelShape, fixed_ms: float | None = None) -> StepCostModel:
-    """``analytic`` or ``sweep:RUN_DIR`` (or another word in SOURCES) -> a cost model; ValueError otherwise."""
+    """``analytic``, ``sweep:RUN_DIR`` or ``model[:VARIANTS]`` (SOURCES) -> a cost model; ValueError otherwise."""
     word, _, argument = spec.partition(":")
     if word not in SOURCES:
         raise ValueError(f"--step-cost {spec!r}: unknown source {word!r}; choose one of "
-                         + ", ".join(f"{w}{':RUN_DIR' if w == 'sweep' else ''}" for w in SOURCES))
+                         + ", ".join(w + {"sweep": ":RUN_DIR", "model": "[:VARIANTS]"}.get(w, "") for w in SOURCES))
     return SOURCES[word](argument, shape, fixed_ms)
 
 
@@ -121,6 +126,12 @@ def _analytic(argument: str, shape: ModelShape, fixed_ms):
     if argument:
         raise ValueError(f"--step-cost analytic takes no argument, got {argument!r}")
     return AnalyticCost(shape, fixed_ms)
+
+
+def _model(argument: str, shape: ModelShape, fixed_ms):
+    from sandbox.serving.cost_model import ModelCost
+
+    return ModelCost(argument, shape, fixed_ms)
 
 
 def _sweep(argument: str, shape: ModelShape, fixed_ms):
@@ -131,5 +142,5 @@ def _sweep(argument: str, shape: ModelShape, fixed_ms):
     return SweepCost(argument, shape, fixed_ms)
 
 
-# --step-cost word -> factory(argument, shape, fixed_ms). The performance model plugs in here.
-SOURCES = {"analytic": _analytic, "sweep": _sweep}
+# --step-cost word -> factory(argument, shape, fixed_ms).
+SOURCES = {"analytic": _analytic, "sweep": _sweep, "model": _model}

@@ -44,6 +44,7 @@ WRONG_VARIANTS = {
     "wrong.numba.ignores_table": "kernels.wrong.numba_ignores_table",
     "wrong.numba.off_by_one": "kernels.wrong.numba_off_by_one",
     "wrong.numba.causal_off_by_one": "kernels.wrong.numba_causal_off_by_one",
+    "wrong.numba.split_sink_per_partition": "kernels.wrong.numba_split_sink_per_partition",
     "wrong.cupy.ignores_table": "kernels.wrong.cupy_ignores_table",
     "wrong.cupy.off_by_one": "kernels.wrong.cupy_off_by_one",
     "wrong.cupy.causal_off_by_one": "kernels.wrong.cupy_causal_off_by_one",
