@@ -230,6 +230,9 @@ def test_every_removed_barrier_is_reported(tmp_path, filename, index):
                 continue
             make, spec = PROBLEMS[registry.get(name).problem][size]
             problem = make(**spec)
+            if not registry.get(name).limits.supports(problem) and "dtype" in spec:  # cupy.tc: 16-bit queries only
+                spec = dict(spec, dtype=registry.get(name).limits.dtypes[0])
+                problem = make(**spec)
             if not registry.get(name).limits.supports(problem):
                 continue  # a variant that declares less than the problem cannot reach the barrier here
             mutated = common.load_source(tmp_path / module.PATH.name)

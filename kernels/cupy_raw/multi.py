@@ -210,16 +210,20 @@ class MultiPrepared(common.Prepared):
 
 
 def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel: str = KERNEL,
-                 prepared_class=MultiPrepared, threads: int = common.NUM_THREADS, **extra) -> MultiPrepared:
+                 prepared_class=MultiPrepared, threads: int = common.NUM_THREADS, static_shared=None,
+                 **extra) -> MultiPrepared:
     """Compile and build the launches of `work` (a WorkList) on the tile kernel `kernel` of `path`, with
-    `threads` threads per tile block (the merge: 128)."""
+    `threads` threads per tile block (the merge: 128).
+
+    static_shared: (bytes, what) of that kernel's static shared memory (default: paged_attention_multi's)."""
     p = problem
     layout = work.layout
     flags = common.option_flags(p)
     check_threads(name, p.head_dim, threads)
     expression = kernel_name(p.head_dim, p.dtype, p.kv_dtype, flags, kernel=kernel, threads=threads)
     merge = merge_name(p.head_dim, p.dtype, flags)
-    common.check_shared(name, 0, static_shared_bytes(p.head_dim), f"a tile of {tile_rows(p.head_dim)} query rows")
+    shared, what = static_shared or (static_shared_bytes(p.head_dim), f"a tile of {tile_rows(p.head_dim)} query rows")
+    common.check_shared(name, 0, shared, what)
     tile_kernel = common.get_function(backend, path, expression, [expression, merge])
     merge_kernel = common.get_function(backend, path, merge, [expression, merge])
 

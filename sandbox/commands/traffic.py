@@ -21,7 +21,7 @@ from ..analysis import gpus
 from ..analysis.traffic import metrics as M
 from ..analysis.traffic import variant as V
 from ..problem import dtypes
-from ..sweep import shapes as shapes_mod
+from ..sweep import mla_shapes, shapes as shapes_mod
 from ..variant import registry
 from ..variant.limits import Unsupported
 from . import align, block_size_list, select_names
@@ -34,7 +34,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("variants", nargs="+", metavar="VARIANT",
                         help="variant names, families (cupy, numba, wrong) or globs (cupy.*), comma or space separated")
     parser.add_argument("--shape", default=DEFAULT_SHAPE, metavar="S",
-                        help=f"{shapes_mod.SHAPE_FORMAT} (default {DEFAULT_SHAPE}, the goal shape)")
+                        help=f"{shapes_mod.SHAPE_FORMAT}, or an MLA shape {mla_shapes.SHAPE_FORMAT} (default "
+                             f"{DEFAULT_SHAPE}, the goal shape)")
     parser.add_argument("--block-sizes", type=block_size_list, default=DEFAULT_BLOCK_SIZES, metavar="N,N",
                         help="comma-separated block sizes (default 16)")
     parser.add_argument("--device", default="h200", help=f"the GPU modelled: {', '.join(gpus.GPUS)} (default h200)")
@@ -49,9 +50,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--csv", metavar="FILE", help="write one row per kernel, metric names as columns")
 
 
-def _names(values) -> list[str]:
-    known = registry.variants() + registry.variants("wrong")
-    names = select_names(list(values), known, registry.variants)
+def _names(values, kind: str = "decode") -> list[str]:
+    """The variants asked for, of the shape's kind ("decode", or "mla" for an mla: shape)."""
+    known = registry.variants(problem=kind) + registry.variants("wrong", problem=kind)
+    names = select_names(list(values), known, lambda family: registry.variants(family, problem=kind))
     for name in names:
         if registry.get(name).family == "numpy":
             raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a "
@@ -67,6 +69,8 @@ def _writable(path: str | None, flag: str) -> None:
 def problem_for(shape, block_size: int, seed: int):
     """The shape paged at `block_size`: the sweep's tables and layout; K/V of one constant value (the counts do
     not depend on the values, and random ones would cost seconds per GB)."""
+    if isinstance(shape, mla_shapes.MLAShape):
+        return mla_shapes.paged_mla_problem(mla_shapes.make_mla_tokens(shape, seed), block_size)
     if shape.group_size:
         return shapes_mod.shared_problem(shape, block_size, seed)
     kv_shape = (shape.num_seqs, shape.context_len, shape.num_kv_heads, shape.head_dim)
@@ -136,8 +140,8 @@ def summary_table(points: list) -> str:
 
 
 def main(args) -> int:
-    names = _names(args.variants)
-    shape = shapes_mod.parse_shape(args.shape)
+    shape = shapes_mod.parse_any(args.shape)
+    names = _names(args.variants, "mla" if isinstance(shape, mla_shapes.MLAShape) else "decode")
     try:
         gpus.get(args.device)
     except ValueError as exc:

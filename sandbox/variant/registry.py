@@ -30,10 +30,12 @@ VARIANTS = {
     "cupy.dense": "kernels.cupy_raw.dense",
     "cupy.multi": "kernels.cupy_raw.multi",
     "cupy.cascade": "kernels.cupy_raw.cascade",
+    "cupy.tc": "kernels.cupy_raw.tc",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
     "cupy.mla": "kernels.cupy_raw.mla",
+    "cupy.mla_tc": "kernels.cupy_raw.mla_tc",
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.

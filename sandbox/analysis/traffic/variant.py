@@ -99,16 +99,49 @@ def sample(problem, sample_seqs: int | None):
     return subproblem(problem, seqs), scale, note
 
 
+def mla_subproblem(problem, seqs: np.ndarray):
+    """The MLAProblem restricted to sequences `seqs` (same cache: every address stays where it was)."""
+    rows = np.concatenate([np.flatnonzero(problem.rows()[0] == s) for s in seqs])
+    query_start = None
+    if problem.query_start is not None:
+        query_start = np.concatenate([[0], np.cumsum(problem.query_lens[seqs])]).astype(np.int32)
+    return dataclasses.replace(problem, query=np.ascontiguousarray(problem.query[rows]),
+                               block_tables=np.ascontiguousarray(problem.block_tables[seqs]),
+                               context_lens=np.ascontiguousarray(problem.context_lens[seqs]), query_start=query_start,
+                               indices=None if problem.indices is None else np.ascontiguousarray(problem.indices[rows]),
+                               recipe=None)
+
+
+def mla_sample(problem, sample_seqs: int | None):
+    """sample() for an MLAProblem: the first `sample_seqs` sequences when every sequence does the same work (same
+    context and query lengths, as many valid indices per row) and no physical block serves two sequences."""
+    if sample_seqs is None or problem.num_seqs <= sample_seqs:
+        return problem, 1.0, None
+    if sample_seqs < 1:
+        raise ValueError(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
+    used = [problem.block_tables[s, :-(-int(n) // problem.block_size)] for s, n in enumerate(problem.context_lens)]
+    blocks = np.concatenate(used)
+    same = (len(set(problem.context_lens.tolist())) == 1 and len(set(problem.query_lens.tolist())) == 1
+            and len(set(problem.tokens_per_row().tolist())) == 1)
+    if not same or len(np.unique(blocks)) < len(blocks):
+        return problem, 1.0, "every block counted: the sequences do not all do the same work, or share blocks"
+    scale = problem.num_seqs / sample_seqs
+    note = (f"blocks of {sample_seqs} of {problem.num_seqs} sequences counted (every sequence does the same work); "
+            f"counts scaled x{scale:g}")
+    return mla_subproblem(problem, np.arange(sample_seqs)), scale, note
+
+
 # ---------------------------------------------------------------- captures per family
 
-def _capture_cupy(name, problem, counted, census: bool, config, device):
+def _capture_cupy(name, problem, counted, census: bool, config, device, kind: str = "decode"):
     from kernels.cupy_raw import common
     from sandbox.cpucuda import traffic_capture
-    from sandbox.variant import runner
+    from sandbox.variant import mla_runner, runner
 
+    prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
     with common.cpu_options(traffic=True):
-        whole, _ = runner.prepare(name, problem, "cpu", config)
-        part = whole if counted is problem else runner.prepare(name, counted, "cpu", config)[0]
+        whole, _ = prepare(name, problem, "cpu", config)
+        part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
     with traffic_capture() as launches:
         part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
@@ -225,20 +258,29 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     if variant.family == "numpy":
         raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
                          "memory accesses; choose a cupy.* or numba.* variant")
-    if getattr(variant, "problem", "decode") != "decode":
-        raise ValueError(f"{name} solves {variant.problem} problems: traffic counts the decode variants "
-                         "(a DecodeProblem)")
+    kind = getattr(variant, "problem", "decode")
+    if kind == "mla" and variant.family != "cupy":
+        raise ValueError(f"{name}: traffic counts MLA's CUDA C variants (cupy.*) on the CPU executor; the Numba "
+                         "capture counts the decode variants")
     problem.validate()
     variant.limits.check(name, problem, "cpu")
-    counted, scale, note = sample(problem, sample_seqs if variant.family == "cupy" else None)
-    capture = _capture_cupy if variant.family == "cupy" else _capture_numba
-    launches, grids, resources = capture(name, problem, counted, census, config, gpu)
+    sampler = mla_sample if kind == "mla" else sample
+    counted, scale, note = sampler(problem, sample_seqs if variant.family == "cupy" else None)
+    if variant.family == "cupy":
+        launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
+    else:
+        launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
     declared = getattr(variant.module, "LOADS_IN_FLIGHT", None)
+    if callable(declared):  # a count that depends on the problem (head dim, cache format)
+        declared = declared(problem)
     loads = int(declared) if declared is not None else _model.DEFAULT_LOADS_IN_FLIGHT
-    flops = 2.0 * problem.multiply_adds()
+    # The attention math's FLOPs on CUDA cores: what the counted tensor-core MMAs did not do (a tensor-core
+    # variant's Q.K^T and P.V are its MMAs; their padding rows make the MMAs' FLOPs the larger).
+    tensor_flops = _scaled(call.metrics, scale)["sandbox__tensor_flops.sum"]
+    flops = max(2.0 * problem.multiply_adds() - tensor_flops, 0.0)
     load_sectors = [t.metrics[M.GLOBAL_LOAD_SECTORS] for t in call.launches]
     kernels, model_inputs = [], []
     for t, grid, res, sectors in zip(call.launches, grids, resources, load_sectors):

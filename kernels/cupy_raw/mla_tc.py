@@ -1,0 +1,135 @@
+"""cupy.mla_tc: multi-head latent attention on tensor cores; one block per (query row, 16-head tile, partition).
+
+Idea: cupy.mla's work unit, split and merge (mla.cu's mla_merge), with Q.K^T (576 wide) and P.V (512 wide)
+as m16n16k16 MMAs over the 16 heads of a tile (the MMA's M) and chunks of 16 latent rows staged in shared
+memory in the query's 16-bit type (an fp8 record's codes exact, its RoPE values bf16). Warp w owns scale
+tile w of the record (nope dims 128w..128w+127) and 16 RoPE dims: it keeps its 9 query fragments in
+registers, computes its partial S (the record's float32 scales applied to S in float), and accumulates
+O's 8 column blocks of its tile in registers, with P * scale_w split into two 16-bit parts (P_hi + P_lo).
+Limits: any block size (a runtime value; 64 the default, FlashMLA's); bfloat16 and float16 queries; caches
+of the query's dtype or the 656-byte fp8 record (with float16 queries its bf16 RoPE values are rounded to
+float16: exact within float16's normal range); dense and sparse; any query length; any context.
+Template: mla_tc_attention<T, RECORD, SPARSE> (mla_tc.cu) and mla_merge<T> (mla.cu).
+Tunable: partition_size (TUNABLES), tokens (sparse: index entries) per block.
+Verdict: not measured on a GPU; modelled figures in docs/tensor-cores.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sandbox.problem import mla_record as rec
+from sandbox.variant import Unsupported
+from sandbox.variant.mla_limits import MLALimits
+
+from . import common, mla
+
+PATH = common.KERNEL_DIR / "mla_tc.cu"
+NAME = "cupy.mla_tc"
+LIMITS = MLALimits()
+TUNABLES = {"partition_size": (512, 256, 1024)}  # the default first (sandbox.variant.tunables)
+DEFAULT_PARTITION = 512
+HEADS_PER_TILE = 16   # mlatc::HEADS: the MMA's M
+CHUNK = 16            # mlatc::CHUNK: tokens per step
+KS = rec.LATENT_DIMS + 8
+STATIC_SHARED_BYTES = (2 * CHUNK * KS + 4 * 2 * 4 * 16 * 16 + 4 * 4 * 16 * 16 + 2 * 2 * 4 * 16 * (CHUNK + 8)
+                       + 4 * CHUNK * 4 + 4 * CHUNK + 4 * 4 * HEADS_PER_TILE)
+MMA_FLOPS = 2 * 16 * 16 * 16
+CTYPES = mla.CTYPES
+
+
+def kernel_name(dtype, record: bool, sparse: bool) -> str:
+    return f"mla_tc_attention<{CTYPES[np.dtype(dtype).name]}, {str(record).lower()}, {str(sparse).lower()}>"
+
+
+def batch() -> list[str]:
+    """Every instantiation the variant uses: one module on the CPU executor."""
+    names = [kernel_name(d, r, s) for d in CTYPES for r in (False, True) for s in (False, True)]
+    return names + [mla.merge_name(d) for d in CTYPES]
+
+
+def partition_tokens(partition_size: int | None) -> int:
+    size = DEFAULT_PARTITION if partition_size is None else int(partition_size)
+    if size < 1:
+        raise Unsupported(f"{NAME}: partition_size must be >= 1, got {size}")
+    return size
+
+
+def row_work(problem, partition: int):
+    """(row_seq, tokens, parts): per query row its sequence, the tokens (dense: p + 1) or index entries (sparse)
+    it walks, and its partitions."""
+    seqs, positions = problem.rows()
+    tokens = np.full(len(seqs), problem.topk, np.int64) if problem.sparse else positions + 1
+    return seqs, tokens, -(-tokens // partition)
+
+
+def mma_count(problem, partition_size: int | None = None) -> int:
+    """m16n16k16 MMAs the attention kernel issues: per block (query row, head tile, partition) and chunk of 16
+    tokens, each of 4 warps does 8 + 1 for Q.K^T and 8 x 2 (P_hi, P_lo) for P.V."""
+    _, tokens, _ = row_work(problem, partition_tokens(partition_size))
+    partition = partition_tokens(partition_size)
+    chunks = 0
+    for n in tokens.tolist():
+        for start in range(0, n, partition):
+            chunks += -(-(min(start + partition, n) - start) // CHUNK)
+    return chunks * -(-problem.num_heads // HEADS_PER_TILE) * 4 * (9 + 16)
+
+
+def prepare(problem, backend: str, *, partition_size: int = DEFAULT_PARTITION) -> mla.MLAPrepared:
+    p = problem
+    partition = partition_tokens(partition_size)
+    common.check_shared(NAME, 0, STATIC_SHARED_BYTES, f"a tile of {HEADS_PER_TILE} heads, {CHUNK}-token chunks")
+    seqs, tokens, parts = row_work(p, partition)
+    max_parts = int(parts.max())
+    names = batch()
+    kernel = common.get_function(backend, PATH, kernel_name(p.dtype, p.fp8, p.sparse), names)
+    merge = common.get_function(backend, PATH, mla.merge_name(p.dtype), names)
+
+    up = lambda a: common.to_device(np.ascontiguousarray(a), backend)  # noqa: E731
+    rows = p.query.shape[0]
+    out = up(np.zeros((rows, p.num_heads, rec.VALUE_DIMS), p.dtype))
+    lse = up(np.full((rows, p.num_heads), np.nan, np.float32))
+    stats = (rows, p.num_heads, max_parts) if max_parts > 1 else (1,)
+    scratch = [up(np.full(shape, np.nan, np.float32))  # a slot the merge reads unwritten poisons the output
+               for shape in (stats + ((rec.VALUE_DIMS,) if max_parts > 1 else ()), stats, stats)]
+    indices = p.indices if p.sparse else np.full((1, 1), -1, np.int32)
+    arrays = [up(a) for a in (p.query, p.latent_cache.view(np.uint8), p.block_tables, indices,
+                              seqs.astype(np.int32), tokens.astype(np.int32), parts.astype(np.int32))]
+    query, cache, tables, indices_d, row_seq, row_tokens, row_parts = arrays
+    args = (out, lse, *scratch, query, cache, tables, np.int32(p.max_blocks_per_seq), np.int32(p.block_size),
+            indices_d, np.int32(max(p.topk, 1)), row_seq, row_tokens, row_parts, np.int32(p.num_heads),
+            np.float32(p.softmax_scale), np.int32(partition), np.int32(max_parts))
+    grid = (rows, -(-p.num_heads // HEADS_PER_TILE), max_parts)
+    launches = [(kernel, grid, (common.NUM_THREADS,), args, 0)]
+    if max_parts > 1:
+        merge_args = (out, lse, *scratch, row_parts, np.int32(p.num_heads), np.int32(max_parts))
+        launches.append((merge, (rows, p.num_heads), (common.NUM_THREADS,), merge_args, 0))
+    return mla.MLAPrepared(launches, out, lse, keep=(*arrays, *scratch), problem=p)
+
+
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, sparse: bool = False) -> dict:
+    """NVRTC -> cubin resources of the attention kernel and, in `kernels`, the merge (arguments as cupy.mla's:
+    head_dim and block_size ignored, kv_dtype "float8_e4m3fn" names the fp8 record)."""
+    name = np.dtype(dtype).name
+    if name not in CTYPES:
+        raise Unsupported(f"{NAME} takes bfloat16 or float16 queries, not {name}")
+    if kv_dtype not in (None, name, "float8_e4m3fn"):
+        raise Unsupported(f"{NAME}: kv_dtype {kv_dtype} is not the fp8 record's e4m3")
+    record = kv_dtype == "float8_e4m3fn"
+    expression, merge = kernel_name(name, record, sparse), mla.merge_name(name)
+    main = common.compile_report(PATH, expression, arch, common.NUM_THREADS, 0, extra_expressions=[merge])
+    second = common.compile_report(PATH, merge, arch, common.NUM_THREADS, 0, extra_expressions=[expression])
+    fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
+              "spill_loads", "threads_per_block", "image")
+    main["kernels"] = [dict(name="partition", **{f: main[f] for f in fields}),
+                       dict(name="merge", **{f: second[f] for f in fields})]
+    main["note"] = (f"{HEADS_PER_TILE} heads per tile on m16n16k16 MMAs, {CHUNK}-token chunks, "
+                    f"{'fp8 record' if record else name} cache, {'sparse' if sparse else 'dense'}; block size is a "
+                    "runtime value")
+    return main
+
+
+def LOADS_IN_FLIGHT(problem) -> int:
+    """Global load requests a warp issues before the first use (the traffic model's input): one staging round
+    of 16-byte row vectors per thread (mla_tc.cu's BATCH: 5 of a 1152-byte row's 9 per thread, 6 of a record's)."""
+    items = -(-CHUNK * (problem.latent_cache.shape[2] * problem.latent_cache.dtype.itemsize // 16) // common.NUM_THREADS)
+    return items if items <= 6 else -(-items // 2)
