@@ -5,7 +5,7 @@
 // (__half or __nv_bfloat16), C the cache's (T or fp8: dequantized to T in shared memory; every fp8
 // value is exact in both), OPTS the pa::OPT_* bitmask compiled in. Same arguments, work list and
 // split-KV merge as paged_attention_multi (multi.cu / multi.cuh): tiles [num_tiles][4], tile_rows
-// [num_tiles][tile_tokens][3], row_slots [total_q]; the block size is a runtime value (block_shift).
+// [num_tiles][tile_tokens][3], row_slots [total_q]; the block size is a runtime value (block_size).
 // Grid (num_tiles, num_kv_heads * head chunks, max partitions per tile), 128 threads (4 warps).
 //
 // A block holds one 16-row tile (row r = token r / heads_here, head head0 + r % heads_here; rows past
@@ -85,7 +85,7 @@ __device__ __forceinline__ void tile_attention(
     const T* __restrict__ query, const C* __restrict__ key_cache, const C* __restrict__ value_cache,
     const int* __restrict__ block_tables, int max_blocks_per_seq, const int* __restrict__ tiles,
     const int* __restrict__ tile_rows, const int* __restrict__ row_slots, int tile_tokens, int num_heads,
-    int num_kv_heads, int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
+    int num_kv_heads, int head_chunk, int block_size, float scale, int partition_size, int max_slots,
     const pa::OptionArgs& options) {
   using S = Shape<HEAD_DIM>;
   constexpr int CHUNK = S::CHUNK, KS = S::KS, SS = S::SS, PS = S::PS;
@@ -166,7 +166,6 @@ __device__ __forceinline__ void tile_attention(
   float* const my_scratch = scratch + warp * 16 * 16;
 
   const int* table = block_tables + (long long)table_seq * max_blocks_per_seq;
-  const int block_mask = (1 << block_shift) - 1;
   const long long kv_stride = (long long)num_kv_heads * HEAD_DIM;  // between token rows
   const C* k_head = key_cache + (long long)kv_head * HEAD_DIM;
   const C* v_head = value_cache + (long long)kv_head * HEAD_DIM;
@@ -180,7 +179,7 @@ __device__ __forceinline__ void tile_attention(
     for (int j = 0; j < LOADS; ++j) {
       const int i = tid + j * NUM_THREADS, t = c0 + i / NV;
       if (i < CHUNK * NV && t < end) {
-        const long long row = (long long)table[t >> block_shift] * (block_mask + 1) + (t & block_mask);
+        const long long row = (long long)table[t / block_size] * block_size + t % block_size;
         const long long offset = row * kv_stride + (i % NV) * VEC;
         kp[j] = *reinterpret_cast<const pa::Pack16<C>*>(k_head + offset);
         vp[j] = *reinterpret_cast<const pa::Pack16<C>*>(v_head + offset);
@@ -331,18 +330,11 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                        const int* __restrict__ block_tables, int max_blocks_per_seq,
                        const int* __restrict__ tiles, const int* __restrict__ tile_rows,
                        const int* __restrict__ row_slots, int tile_tokens, int num_heads, int num_kv_heads,
-                       int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
+                       int head_chunk, int block_size, float scale, int partition_size, int max_slots,
+                       float* __restrict__ lse,  // [total_q, num_heads]: this kernel declares no lse (unwritten)
                        PA_OPTION_PARAMS) {
   tc::tile_attention<HEAD_DIM, T, C, OPTS>(
       out, tmp_out, max_out, sum_out, query, key_cache, value_cache, block_tables, max_blocks_per_seq, tiles,
-      tile_rows, row_slots, tile_tokens, num_heads, num_kv_heads, head_chunk, block_shift, scale, partition_size,
+      tile_rows, row_slots, tile_tokens, num_heads, num_kv_heads, head_chunk, block_size, scale, partition_size,
       max_slots, PA_OPTION_ARGS);
-}
-
-template <int HEAD_DIM, typename T>
-__global__ void __launch_bounds__(pa::NUM_THREADS)
-    paged_attention_merge(T* __restrict__ out, const float* __restrict__ tmp_out, const float* __restrict__ max_in,
-                          const float* __restrict__ sum_in, const int* __restrict__ row_slots, int num_heads,
-                          int max_slots) {
-  mq::merge_slots<HEAD_DIM, T>(out, tmp_out, max_in, sum_in, row_slots, num_heads, max_slots);
 }
