@@ -13,6 +13,7 @@ from numba import config, float32
 SIMULATED = bool(config.ENABLE_CUDASIM)
 
 WARP = 32
+MAX_BLOCK_THREADS = 1024  # CUDA's limit per block; the simulator's block reductions keep a slot per thread
 MAX_HEAD_DIM = 256  # per-thread accumulators and the staged query are sized by it
 HEAD_DIMS = (32, 64, 80, 96, 112, 120, 128, 192, 256)  # what the variants declare (any <= MAX_HEAD_DIM works)
 NEG_INF = float32(-math.inf)

@@ -8,7 +8,9 @@ float32, float16, bfloat16 and caches of the query's dtype or fp8 (e4m3fn, e5m2)
 every option (k/v scales, sliding window, soft-cap, ALiBi); any GQA ratio; decode only; any
 context length whose partitions fit CUDA's grid (grid z <= 65535 partitions, refused before
 launch as Unsupported). P (partition_size) is a positive multiple of the block size, at most 8192;
-default 512 (the block size when it exceeds 512). Partitions start at each sequence's first token
+default ("auto") 512 (the block size when it exceeds 512).
+Tunables: threads (the partition kernel's threads per block; the merge's are sized by head_dim) and
+partition_size (TUNABLES; a partition that is not a multiple of the block size is refused). Partitions start at each sequence's first token
 read: token 0, or its sliding window's start (so blocks before a window are never looked up nor
 read). The grid covers the most partitions any sequence needs; a sequence's empty ones write
 max=-inf, sum=0, output 0.
@@ -35,6 +37,7 @@ from .options import first_token
 from .reductions import REDUCE_SCRATCH, block_max, block_sum
 
 LIMITS = Limits(head_dims=device.HEAD_DIMS, **KERNEL_SUPPORT)
+TUNABLES = {"threads": launch.THREADS, "partition_size": (launch.AUTO, 256, 512, 1024, 2048)}
 DEFAULT_PARTITION_SIZE = 512
 MAX_PARTITION_SIZE = 8192  # float32 logits of one partition in 32 KB of shared memory
 
@@ -157,7 +160,7 @@ def partitions_needed(problem, partition_size: int) -> int:
 class SplitLaunch:
     """Both kernels configured; launch() runs partitions then merge, result() downloads."""
 
-    def __init__(self, problem, partition_size: int):
+    def __init__(self, problem, partition_size: int, threads=launch.AUTO):
         p = problem
         launch.check_head_dim("numba.split", p.head_dim)
         check_partition_size(partition_size, p.block_size)
@@ -165,7 +168,7 @@ class SplitLaunch:
         self.num_partitions = partitions_needed(p, partition_size)
         shape = (p.num_seqs, p.num_heads, self.num_partitions)
         longest = int(launch.tokens_read(p).max())
-        threads = launch.launch_threads(max(min(partition_size, longest), p.head_dim))
+        threads = launch.launch_threads(max(min(partition_size, longest), p.head_dim), threads=threads)
         merge_threads = launch.launch_threads(p.head_dim)
         launch.check_launch("numba.split partition", shape, threads)  # before any allocation
         launch.check_launch("numba.split merge", shape[:2], merge_threads)
@@ -194,16 +197,21 @@ class SplitLaunch:
         return codecs.host_view(self.out.copy_to_host(), self.out_dtype)
 
 
-def prepare(problem, backend: str, partition_size: int | None = None) -> SplitLaunch:
-    """partition_size: tokens per partition (default: default_partition_size(block_size))."""
-    if partition_size is None:
-        partition_size = default_partition_size(problem.block_size)
-    return SplitLaunch(problem, partition_size)
+def partition_for(partition_size, block_size: int) -> int:
+    """The tunable's value as tokens: "auto" (or None) is default_partition_size(block_size)."""
+    return default_partition_size(block_size) if partition_size in (None, launch.AUTO) else partition_size
+
+
+def prepare(problem, backend: str, partition_size=launch.AUTO, threads=launch.AUTO) -> SplitLaunch:
+    """partition_size: tokens per partition ("auto": default_partition_size(block_size)); threads: the
+    partition kernel's (launch.launch_threads)."""
+    return SplitLaunch(problem, partition_for(partition_size, problem.block_size), threads)
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   logit_options: bool = False) -> dict:
-    """Top-level numbers are the partition kernel's (the one reading K/V); `kernels` lists both.
+                   logit_options: bool = False, threads=launch.AUTO, partition_size=launch.AUTO) -> dict:
+    """Top-level numbers are the partition kernel's (the one reading K/V); `kernels` lists both, each with
+    the threads and dynamic shared memory the configuration (threads, partition_size) launches.
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     q, kv = reports.report_dtypes(dtype, kv_dtype)
@@ -211,8 +219,9 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     partials = (reports.array(f32, 3), reports.array(f32, 3), reports.array(f32, 4))
     partition_sig = reports.decode_signature(q, kv, types.int64, *partials)
     merge_sig = partials + (f32, reports.out_array(q))
-    size = default_partition_size(block_size)
-    threads = launch.launch_threads(size, simulated=False)
+    size = partition_for(partition_size, block_size)
+    check_partition_size(size, block_size)
+    threads = launch.launch_threads(size, simulated=False, threads=threads)
     merge_threads = launch.launch_threads(head_dim, simulated=False)
     partition_body, _ = partition_kernel_for(q, kv, options.report_flags(logit_options))
     merge_body, _ = merge_kernel_for(q)

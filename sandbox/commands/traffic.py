@@ -4,8 +4,9 @@ modelled time on a GPU, per variant and block size.
 For each point: the totals against the ideal bytes, the per-site table (the uncoalesced load, the
 conflicting store), the model's time, fraction of DRAM bandwidth and binding level; then one summary
 table. --csv writes one row per kernel whose columns are the metric names (diff it against
-`ncu --csv --metrics ...`), --json every result in full. Exit 0; 2 for a refused request (nothing
-written); 1 when a point failed to run.
+`ncu --csv --metrics ...`), --json every result in full. --config NAME=VALUE,... counts every named variant with
+those tunables (sandbox.tunables(name)). Exit 0; 2 for a refused request (a bad --config included: nothing runs,
+nothing is written); 1 when a point failed to run.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from ..analysis.traffic import variant as V
 from ..problem import dtypes
 from ..sweep import shapes as shapes_mod
 from ..variant import registry
+from ..variant import tunables
 from ..variant.limits import Unsupported
-from . import align, block_size_list, select_names
+from . import add_config_argument, align, block_size_list, resolve_configs, select_names
 
 DEFAULT_SHAPE = shapes_mod.GOAL_SHAPE
 DEFAULT_BLOCK_SIZES = (16,)
@@ -47,6 +49,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write one row per kernel, metric names as columns")
+    add_config_argument(parser)
 
 
 def _names(values) -> list[str]:
@@ -97,7 +100,8 @@ def _site_lines(kernel: dict, limit: int) -> list[str]:
 def report(result: dict, sites: int) -> str:
     """One point as text: totals against the ideal, the sites, the model."""
     m, s, model = result["metrics"], V.summary(result), result["model"]
-    out = [f"== {result['variant']}  {result['problem']}  ({result['device']})"]
+    config = f" [{result['config']}]" if result.get("config") else ""
+    out = [f"== {result['variant']}{config}  {result['problem']}  ({result['device']})"]
     out += [f"  note: {n}" for n in result["notes"]]
     out.append(f"  DRAM read {m[M.DRAM_READ]:,} B + write {m[M.DRAM_WRITE]:,} B = {s['dram_bytes']:,} B; ideal "
                f"{s['ideal_bytes']:,} B: {s['bytes_over_ideal']:.3f}x")
@@ -137,6 +141,7 @@ def summary_table(points: list) -> str:
 
 def main(args) -> int:
     names = _names(args.variants)
+    configs = resolve_configs(names, args.config)  # a bad --config: ValueError before anything runs
     shape = shapes_mod.parse_shape(args.shape)
     try:
         gpus.get(args.device)
@@ -154,7 +159,7 @@ def main(args) -> int:
             start = time.perf_counter()
             try:
                 problem = problem if problem is not None else problem_for(shape, block_size, args.seed)
-                result = V.traffic(name, problem, args.device, sample)
+                result = V.traffic(name, problem, args.device, sample, config=configs[name])
             except Unsupported as exc:
                 print(f"== {name} block size {block_size}: skipped ({exc})")
                 continue

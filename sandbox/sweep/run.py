@@ -364,9 +364,7 @@ def validate(config: "SweepConfig") -> None:
                          f"1..{MAX_BLOCK_SIZE} (got {','.join(map(str, config.block_sizes))})")
     if not config.block_sizes:
         raise ValueError("--block-sizes: no block size given")
-    if config.backend == "gpu" and not backends.gpu_present():
-        raise ValueError("--backend gpu: no NVIDIA GPU was found here (the CUDA driver reports none); "
-                         "use --backend cpu or auto")
+    backends.require_gpu_if_asked(config.backend)
 
 
 def _progress(total: int, enabled: bool):

@@ -261,7 +261,7 @@ def simulator_only_codes() -> set:
 
 
 def _thread_cap():
-    module = sys.modules.get("kernels.numba_cuda.common")
+    module = sys.modules.get("kernels.numba_cuda.launch")
     if module is None:
         return None
     return module.SIM_MAX_THREADS, module.MAX_THREADS
