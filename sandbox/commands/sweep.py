@@ -12,7 +12,7 @@ from ..problem.option_tokens import known_tokens, parse_option_tokens
 from ..variant import registry
 from ..sweep import shapes as shapes_mod, timing
 from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
-from . import block_size_list, select_names
+from . import add_config_argument, block_size_list, select_names
 
 
 def add_arguments(parser) -> None:
@@ -65,6 +65,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--list-shapes", action="store_true", help="print the shape presets and exit")
+    tuning = parser.add_argument_group("tunables (sandbox/sweep/tune.py; one of these)")
+    tuning.add_argument("--tune", action="store_true",
+                        help="try each variant's grid of tunables at every point (ranked by GPU time on a GPU, by the "
+                             "traffic model's time on the CPU); the best per (shape, block size) runs and goes to "
+                             "tuned.json")
+    tuning.add_argument("--tuned", type=Path, metavar="RUN",
+                        help="run each point with the configuration a --tune run recorded (RUN/tuned.json)")
+    add_config_argument(tuning)
 
 
 def select_variants(text: str | None) -> list[str]:
@@ -107,7 +115,7 @@ def build_config(args) -> SweepConfig:
                        backend=args.backend, seed=args.seed, quick=args.quick, max_seconds=args.max_seconds,
                        gpu_timing=gpu, cpu_timing=cpu, dense_baseline=args.dense, torch=not args.no_torch,
                        resources=not args.no_resources, plots=not args.no_plots, progress=not args.no_progress,
-                       results_dir=args.results_dir)
+                       results_dir=args.results_dir, tune=args.tune, tuned=args.tuned, config=args.config)
 
 
 def query_len_list(text: str | None) -> tuple[int, ...]:

@@ -34,6 +34,7 @@ from ..results import CsvAppender, new_run_dir
 from ..problem.validate import MAX_BLOCK_SIZE
 from ..variant.limits import Unsupported
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
+from . import tune as tune_mod
 
 DENSE_BASELINE = "cupy.dense"
 
@@ -41,7 +42,7 @@ COLUMNS = [
     "variant", "family", "problem", "backend", "timing", "shape", "num_seqs", "context_len", "num_heads", "num_kv_heads",
     "head_dim", "dtype", "kv_dtype", "options", "query_len", "prefix_len", "group_size", "block_size", "status", "correct", "max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us",
     "min_us", "repeats", "bytes", "flops", "gbps", "fraction_of_copy_bw", "fraction_of_read_bw", "paging_overhead",
-    "dense_time_us", "partition_us", "parts_us", "point_s", "note",
+    "dense_time_us", "partition_us", "parts_us", "point_s", "note", "config",
 ]
 # ok: correct and timed | wrong: output differs from the reference (never timed) | error: raised while
 # preparing or running (anything but sandbox.Unsupported) | unsupported: outside the variant's limits, a
@@ -76,13 +77,19 @@ class Candidate:
     per_shape: bool = False  # no block table: measured once per shape
     note: Callable[[], str] = lambda: ""
     problem: str = "decode"  # the kind of problem it solves: it runs at the shapes of that kind only
+    config: str = ""  # the tunables it runs with ("threads=64"; sweep/tune.py), "" for the defaults
+    prepare_with: Callable | None = None  # (problem, resolved_backend, config) -> prepared: a registry variant's
 
     @classmethod
     def from_registry(cls, name: str) -> "Candidate":
         v = registry.get(name)
         prepare = mla_runner.prepare_mla if v.problem == "mla" else runner.prepare
-        return cls(name, v.family, v.limits, lambda problem, backend: prepare(name, problem, backend)[0],
-                   problem=v.problem)
+
+        def prepare_with(problem, backend, config=None):
+            return prepare(name, problem, backend, config)[0]
+
+        return cls(name, v.family, v.limits, lambda problem, backend: prepare_with(problem, backend),
+                   problem=v.problem, prepare_with=prepare_with)
 
     @classmethod
     def from_peer(cls, peer) -> "Candidate":
@@ -106,11 +113,15 @@ class SweepConfig:
     plots: bool = True
     progress: bool = True
     results_dir: Path | None = None
+    tune: bool = False            # --tune: explore each variant's tunables per point (sweep/tune.py)
+    tuned: Path | None = None     # --tuned RUN: the configurations a --tune run recorded
+    config: dict = dataclasses.field(default_factory=dict)  # --config: one configuration for every variant
 
     def describe(self) -> dict:
         d = dataclasses.asdict(self)
         d["shapes"] = [s.name for s in self.shapes]
         d["results_dir"] = str(self.results_dir) if self.results_dir else None
+        d["tuned"] = str(self.tuned) if self.tuned else None
         return d
 
 
@@ -389,6 +400,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     ValueError (before any folder is created) for a request that cannot run: see validate().
     """
     validate(config)
+    tuning = tune_mod.prepare(config)  # a bad --config / --tuned: ValueError before any folder exists
     on_gpu = config.backend != "cpu" and backends.gpu_present()
     try:
         run_dir = new_run_dir("sweep", root=config.results_dir)
@@ -409,6 +421,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     log(f"sweep: {len(candidates)} variants x {len(config.block_sizes)} block sizes x {len(config.shapes)} shapes "
         f"on {'the GPU' if on_gpu else 'the CPU (emulation: times are not GPU performance)'} -> {run_dir}")
     env = Environment.create(on_gpu, config.quick, log)
+    if config.tune:
+        tuning = tune_mod.Tuning.explore(run_dir, on_gpu)
     meta["copy_bandwidth"] = env.copy.as_dict() if env.copy else None
     meta["read_bandwidth"] = env.read.as_dict() if env.read else None
     meta["l2_flush_bytes"] = getattr(env.flush, "nbytes", None)
@@ -450,8 +464,13 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
                                          backend_label(c.family, "cpu"), on_gpu)
                         row.update(status="unsupported", note=why_not)
                     else:
-                        row = run_point(c, backend, data, block_size, env,
-                                        config.gpu_timing if backend == "gpu" else config.cpu_timing)
+                        timing_config = config.gpu_timing if backend == "gpu" else config.cpu_timing
+                        point = (tuning.candidate(c, data, block_size, backend, env, timing_config)
+                                 if tuning is not None else c)
+                        row = run_point(point, backend, data, block_size, env, timing_config)
+                        row["config"] = point.config
+                        if tuning is not None:
+                            tuning.record(row)
                         add_paging_overhead(row, dense_times, config.dense_baseline)
                     csv.write(row)
                     rows.append(row)
