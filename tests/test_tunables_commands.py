@@ -1,0 +1,143 @@
+"""Tunables through every command: a copied variant with its own thread count runs through check, resources, the
+traffic profiler and `sweep --tune` with its own configuration; the Numba variants launch a configured thread
+count as it is (simulated too); a bad --config is refused, exit 2, before anything runs or is written."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sandbox
+from sandbox import cli
+from sandbox.checking.check import check_problem
+from sandbox.devices.backends import numba_simulated
+from sandbox.problem import DecodeProblem
+from sandbox.sweep import shapes as shapes_mod
+from sandbox.sweep.run import SweepConfig, run_sweep
+from sandbox.sweep.timing import TimingConfig
+from sandbox.variant import Unsupported, registry, runner
+
+TEMPLATE = Path(__file__).resolve().parent / "templates" / "numba_mine.py"
+NAME, MODULE = "numba.mine64", "numba_mine64"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _copy_with_threads(folder: Path) -> Path:
+    """The Numba template copied as a newcomer would, its default thread count changed to 64."""
+    text = TEMPLATE.read_text().replace('"numba.mine', '"numba.mine64')
+    text = text.replace('TUNABLES = {"threads": (32, 64, 128)}', 'TUNABLES = {"threads": (64, 32)}')
+    text = text.replace("threads=32", "threads=64")
+    assert text.count("threads=64") == 2 and '(64, 32)' in text, "the template's tunable lines moved"
+    path = folder / f"{MODULE}.py"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def copied(tmp_path, monkeypatch):
+    _copy_with_threads(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.VARIANTS, NAME, MODULE)
+    yield tmp_path
+    sys.modules.pop(MODULE, None)
+
+
+def _small(seed=0, block_size=4, head_dim=16):
+    return DecodeProblem.random(seed, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=head_dim, block_size=block_size,
+                                max_context_len=20, dtype="float32")
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="the simulated launch sizes")
+def test_numba_variants_launch_the_configured_thread_count_under_the_simulator():
+    problem = _small(head_dim=32)
+    from kernels.numba_cuda import launch
+
+    for name in ("numba.naive", "numba.block", "numba.gqa", "numba.multi"):
+        assert "threads" in sandbox.tunables(name), name
+        configured, _ = runner.prepare(name, problem, "cpu", {"threads": 64})
+        assert configured.threads == 64, name
+        auto, _ = runner.prepare(name, problem, "cpu")
+        assert auto.threads <= launch.SIM_MAX_THREADS, name
+    split, _ = runner.prepare("numba.split", problem, "cpu", {"threads": 32, "partition_size": 256})
+    assert split.partition.threads == 32 and split.partition_size == 256
+    with pytest.raises(Unsupported, match=r"threads=48: a Numba variant launches whole warps"):
+        launch.block_threads(48)
+    with pytest.raises(Unsupported, match=r"numba.block does not support threads=48 \(allowed: auto, 32, 64"):
+        runner.prepare("numba.block", problem, "cpu", {"threads": 48})
+    result = check_problem("numba.block", problem, "cpu", {"threads": 32})  # 32 Python threads a block: correct
+    assert result.ok, result.error or result.comparison.report
+
+
+def test_copied_variant_runs_check_and_traffic_with_its_own_thread_count(copied):
+    assert sandbox.tunables(NAME) == {"threads": (64, 32)}
+    prepared, _ = runner.prepare(NAME, _small(), "cpu")
+    assert prepared.threads == 64
+    assert runner.prepare(NAME, _small(), "cpu", {"threads": 32})[0].threads == 32
+    for seed, block_size in enumerate((1, 5)):
+        result = check_problem(NAME, _small(seed, block_size), "cpu", {"threads": 32})
+        assert result.ok, result.error or result.comparison.report
+    if numba_simulated():  # the Numba capture runs under the simulator
+        counted = sandbox.traffic(NAME, _small(), census=False)
+        assert counted["config"] == "threads=64"
+        assert [tuple(k["block"]) for k in counted["kernels"]] == [(64, 1, 1)]
+
+
+def test_copied_variant_resources_report_its_configured_threads(tmp_path):
+    """`resources NAME --config threads=32` in a real-mode process (compile_ptx), the copy registered there."""
+    _copy_with_threads(tmp_path)
+    base = ["resources", NAME, "--block-sizes", "16", "--dtype", "fp32", "--json"]
+    script = (f"from sandbox.variant import registry; registry.VARIANTS[{NAME!r}] = {MODULE!r}; from sandbox import cli; "
+              f"codes = [cli.main({base!r}), print('=' * 8), cli.main({base + ['--config', 'threads=32']!r})]; "
+              "raise SystemExit(max(c for c in codes if c is not None))")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = done.stdout.split("=" * 8)
+    rows = {"": json.loads(first)[0], "threads=32": json.loads(second)[0]}
+    assert rows[""]["threads_per_block"] == 64 and rows[""]["config"] == "threads=64"
+    assert rows["threads=32"]["threads_per_block"] == 32 and rows["threads=32"]["config"] == "threads=32"
+    assert rows[""]["registers"] == rows["threads=32"]["registers"] > 0  # the same code, launched differently
+
+
+@pytest.mark.skipif(not numba_simulated(), reason="--tune ranks by the traffic model on the CPU (Numba capture)")
+def test_copied_variant_sweep_tune_records_its_best_configuration_and_tuned_reads_it(copied, tmp_path):
+    fast = TimingConfig(warmup_s=0.0, budget_s=0.0, min_repeats=1, max_repeats=1)
+    shape = shapes_mod.parse_shape("2x24x4/2x32xfp32")
+    base = dict(variants=[NAME], block_sizes=(4,), shapes=[shape], backend="cpu", cpu_timing=fast, torch=False,
+                resources=False, plots=False, progress=False, results_dir=tmp_path / "runs", dense_baseline="")
+    tuned_run = run_sweep(SweepConfig(**base, tune=True))
+    assert tuned_run.exit_code == 0, tuned_run.summary
+    recorded = json.loads((tuned_run.run_dir / "tuned.json").read_text())
+    assert recorded["objective"] == "model_time_us"
+    (point,) = recorded["points"]
+    assert (point["variant"], point["shape"], point["block_size"]) == (NAME, shape.name, 4)
+    assert [r["config"] for r in point["ranked"]] == [{"threads": 64}, {"threads": 32}]
+    best = min(point["ranked"], key=lambda r: r["score"])
+    assert point["config"] == best["config"]
+    (row,) = tuned_run.rows
+    assert row["status"] == "ok" and row["config"] == f"threads={best['config']['threads']}"
+    again = run_sweep(SweepConfig(**dict(base, block_sizes=(4, 5)), tuned=tuned_run.run_dir))
+    by_size = {r["block_size"]: r for r in again.rows}
+    assert by_size[4]["config"] == row["config"]
+    assert by_size[5]["config"] == "threads=64" and "no tuned configuration" in by_size[5]["note"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["check", "numba.naive", "--config", "threads=48"], "numba.naive does not support threads=48 (allowed: auto, 32"),
+    (["check", "numba.naive", "--config", "warps=2"], "numba.naive has no tunable 'warps' (its tunables: threads)"),
+    (["resources", "numba.naive", "--config", "threads=48"], "does not support threads=48"),
+    (["resources", "--config", "threads=64"], "--config: name the variants it is for"),
+    (["traffic", "numba.naive", "--config", "partition_size=256"], "numba.naive has no tunable 'partition_size'"),
+    (["sweep", "--variants", "numba.split", "--config", "partition_size=300"], "allowed: auto, 256, 512"),
+    (["sweep", "--variants", "numba.naive", "--tune", "--config", "threads=64"], "give one of --tune, --tuned"),
+])
+def test_a_bad_config_is_refused_before_anything_runs(argv, message, tmp_path, capsys):
+    out_file = tmp_path / "out.json"
+    extra = {"traffic": ["--json", str(out_file)], "sweep": ["--results-dir", str(tmp_path / "runs")]}
+    assert cli.main(argv + extra.get(argv[0], [])) == 2
+    assert message in capsys.readouterr().err
+    assert not out_file.exists() and not (tmp_path / "runs").exists()
