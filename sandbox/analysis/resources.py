@@ -304,14 +304,39 @@ def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), 
     them all compiled in one real-mode child; config: the tunables of every selected variant."""
     parse_arch(arch)
     configs = [(tuple(int(b) for b in sizes), *precision(dtype, kv)) for sizes, dtype, kv in configs]
-    for name, _, module in _modules(variants):  # unknown names and tunables fail here, in this process
+    modules = _modules(variants)
+    for name, _, module in modules:  # unknown names and tunables fail here, in this process
         if hasattr(module, "compile_report"):
             report_config(name, module, config)
-    if numba_simulated():
-        from ..devices.other_mode import call_in_numba_mode
-        return call_in_numba_mode(False, "sandbox.analysis.resources:_collect_many_here", variants, configs, head_dim, arch,
-                                  images=images, config=config)
-    return _collect_many_here(variants, configs, head_dim, arch, progress, images, config)
+    if not numba_simulated():
+        return _collect_many_here(variants, configs, head_dim, arch, progress, images, config)
+    # numba kernels compile in a real-mode child (its progress is reported when it returns); the others here
+    from ..devices.other_mode import call_in_numba_mode
+
+    names = [name for name, _, _ in modules]
+    numba = [name for name, family, _ in modules if family == "numba"]
+    rows = []
+    if numba:
+        rows = call_in_numba_mode(False, "sandbox.analysis.resources:_collect_many_here", numba, configs, head_dim,
+                                  arch, images=images, config=config)
+        for row in rows if progress else ():
+            progress(f"{row['variant']} block_size={row['block_size']} (numba, compiled in a real-mode child)")
+    others = [name for name in names if name not in numba]
+    if others:
+        rows += _collect_many_here(others, configs, head_dim, arch, progress, images, config)
+    return sorted(rows, key=_order(names, configs))
+
+
+def _order(names: list, configs: list):
+    """Sort key restoring collect_many's order: precision (configs), then variant (names), then block size."""
+    precision_at = {(dtype, kv or dtype): i for i, (_, dtype, kv) in enumerate(configs)}
+    variant_at = {name: i for i, name in enumerate(names)}
+
+    def key(row):
+        index = precision_at[(row["dtype"], row["kv_dtype"])]
+        sizes = configs[index][0]
+        return index, variant_at[row["variant"]], sizes.index(row["block_size"])
+    return key
 
 
 def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dtype: str = "float16",

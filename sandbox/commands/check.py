@@ -14,17 +14,20 @@ CPU executor whatever --backend says (auto), and the output names each mode that
 
 --config NAME=VALUE,... runs every named variant with those tunables (sandbox.tunables(name); a parameter or
 value a variant does not declare is refused, exit 2, before anything runs); the PASS/FAIL line names the
-configuration. A progress bar per variant counts its problems on stderr (--no-progress: none).
+configuration. A progress bar per variant counts its problems on stderr (--no-progress: none). A problem
+estimated to take long on the CPU is announced with its estimate before it starts, and refused past the hard bound
+unless --force (sandbox/devices/cost.py).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import numpy as np
 
 from .. import progress
-from ..devices import backends
+from ..devices import backends, cost
 from ..variant import registry, tunables
 from ..variant.limits import ANY_BLOCK_SIZES
 from ..checking.check import check_problem, declared_options, edge_block_sizes, edge_case_problems, option_edge_cases
@@ -60,6 +63,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random problems (default 0)")
     add_config_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--force", action="store_true",
+                        help="run problems estimated past the hard bound too (sandbox/devices/cost.py)")
     modes = parser.add_argument_group("CPU-executor modes (CUDA C variants; see sandbox/cpucuda/README.md)")
     modes.add_argument("--asan", action="store_true", help="run every launch under AddressSanitizer")
     modes.add_argument("--reverse", action="store_true", help="run each block's threads in reverse order")
@@ -191,6 +196,8 @@ def run_checks(name: str, variant, backend: str, args, config: dict | None) -> l
     with progress.bar(len(problems), name, enabled=not args.no_progress) as bar:
         for label, problem in problems:
             bar.set_postfix_str(label, refresh=False)
+            cost.guard(f"{name} {label}", problem.multiply_adds(), variant.family, backend, args.force,
+                       warn=lambda line: bar.write(line, file=sys.stderr))
             results.append((label, problem, check(name, problem, backend, config)))
             bar.update()
     return results

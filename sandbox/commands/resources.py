@@ -84,13 +84,14 @@ def _fmt_row(row: dict, name: str) -> list[str]:
             row["limiter"], row.get("path", "")]
 
 
-def table(rows) -> str:
+def table(rows, show_config: bool = False) -> str:
+    """The rows as text; show_config: each variant's name followed by its configuration (threads=64)."""
     header = ["variant", "bs", "regs", "static smem", "dyn smem", "local", "spill st", "spill ld", "threads",
               "occupancy", "limiter", "path"]
     lines = [header]
     for row in rows:
         kernels = row.get("kernels", [])
-        name = row["variant"] + (f" ({row['config']})" if row.get("config") else "")
+        name = row["variant"] + (f" ({row['config']})" if show_config and row.get("config") else "")
         lines.append(_fmt_row(row, name + (f" [{kernels[0]['name']}]" if len(kernels) > 1 else "")))
         for kernel in kernels[1:]:
             lines.append(_fmt_row(dict(kernel, block_size=row["block_size"], path=row.get("path", "")),
@@ -117,7 +118,7 @@ def main(args) -> int:
     else:
         print(f"{args.arch}, {label}, head_dim {args.head_dim}; shared memory in bytes per block, local in "
               "bytes per thread; occupancy = resident warps / 64 per SM (sandbox.analysis.occupancy)")
-        print(table(rows))
+        print(table(rows, show_config=bool(args.config)))
         notes = {row["variant"]: row["note"] for row in rows if row.get("note")}
         for name, note in notes.items():
             print(f"note {name}: {note}")

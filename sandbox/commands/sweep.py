@@ -73,6 +73,8 @@ def add_arguments(parser) -> None:
     tuning.add_argument("--tuned", type=Path, metavar="RUN",
                         help="run each point with the configuration a --tune run recorded (RUN/tuned.json)")
     add_config_argument(tuning)
+    parser.add_argument("--force", action="store_true",
+                        help="run shapes estimated past the hard bound on the CPU too (sandbox/devices/cost.py)")
 
 
 def select_variants(text: str | None) -> list[str]:
@@ -115,7 +117,8 @@ def build_config(args) -> SweepConfig:
                        backend=args.backend, seed=args.seed, quick=args.quick, max_seconds=args.max_seconds,
                        gpu_timing=gpu, cpu_timing=cpu, dense_baseline=args.dense, torch=not args.no_torch,
                        resources=not args.no_resources, plots=not args.no_plots, progress=not args.no_progress,
-                       results_dir=args.results_dir, tune=args.tune, tuned=args.tuned, config=args.config)
+                       results_dir=args.results_dir, tune=args.tune, tuned=args.tuned, config=args.config,
+                       force=args.force)
 
 
 def query_len_list(text: str | None) -> tuple[int, ...]:

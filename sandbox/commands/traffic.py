@@ -6,7 +6,8 @@ conflicting store), the model's time, fraction of DRAM bandwidth and binding lev
 table. --csv writes one row per kernel whose columns are the metric names (diff it against
 `ncu --csv --metrics ...`), --json every result in full. --config NAME=VALUE,... counts every named variant with
 those tunables (sandbox.tunables(name)). Exit 0; 2 for a refused request (a bad --config included: nothing runs,
-nothing is written); 1 when a point failed to run.
+nothing is written); 1 when a point failed to run. A count estimated to take long is announced before it starts,
+and refused past the hard bound unless --force (sandbox/devices/cost.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis import gpus
+from ..devices import cost
 from ..analysis.traffic import metrics as M
 from ..analysis.traffic import variant as V
 from ..problem import dtypes
@@ -50,6 +52,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write one row per kernel, metric names as columns")
     add_config_argument(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="count problems estimated past the hard bound too (sandbox/devices/cost.py)")
 
 
 def _names(values) -> list[str]:
@@ -78,6 +82,16 @@ def problem_for(shape, block_size: int, seed: int):
     query = np.full((rows, shape.num_heads, shape.head_dim), 0.5, np.float32).astype(dtypes.dtype(shape.dtype))
     tokens = shapes_mod.Tokens(shape, query, cache, cache, seed, shape.attention_options())
     return shapes_mod.paged_problem(tokens, block_size)
+
+
+def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
+    """The multiply-adds a count simulates: the CPU executor's sampled sequences (V.sample), the Numba capture's
+    represented blocks (numba_sample.estimate_seconds)."""
+    if registry.get(name).family == "numba":
+        from ..analysis.traffic import numba_sample
+        return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
+    counted, _, _ = V.sample(problem, sample)
+    return counted.multiply_adds()
 
 
 def _site_lines(kernel: dict, limit: int) -> list[str]:
@@ -159,7 +173,12 @@ def main(args) -> int:
             start = time.perf_counter()
             try:
                 problem = problem if problem is not None else problem_for(shape, block_size, args.seed)
+                cost.guard(f"traffic {name} at {shape.name} block size {block_size}",
+                           counted_multiply_adds(name, problem, sample), registry.get(name).family, "cpu",
+                           args.force, traffic=True)
                 result = V.traffic(name, problem, args.device, sample, config=configs[name])
+            except cost.TooLong:
+                raise
             except Unsupported as exc:
                 print(f"== {name} block size {block_size}: skipped ({exc})")
                 continue

@@ -116,6 +116,7 @@ class SweepConfig:
     tune: bool = False            # --tune: explore each variant's tunables per point (sweep/tune.py)
     tuned: Path | None = None     # --tuned RUN: the configurations a --tune run recorded
     config: dict = dataclasses.field(default_factory=dict)  # --config: one configuration for every variant
+    force: bool = False           # --force: run points estimated past the hard bound (sandbox/devices/cost.py)
 
     def describe(self) -> dict:
         d = dataclasses.asdict(self)
@@ -378,6 +379,27 @@ def validate(config: "SweepConfig") -> None:
     backends.require_gpu_if_asked(config.backend)
 
 
+def estimate_points(config: "SweepConfig") -> None:
+    """Each shape's cost per CPU family (sandbox/devices/cost.py), before anything is created: announced past
+    the warning bound, refused (ValueError) past the hard one unless config.force."""
+    from ..devices import cost
+
+    families = {}
+    for name in config.variants:
+        variant = registry.get(name)
+        families.setdefault((variant.family, variant.problem), name)
+    for shape in config.shapes:
+        for (family, kind), name in families.items():
+            if kind != shape_kind(shape):
+                continue
+            try:
+                backend = backends.resolve(config.backend, family)
+            except ValueError:
+                continue  # not runnable here: the point says so
+            cost.guard(f"sweep shape {shape.name} ({family} variants, per block size)", cost.shape_multiply_adds(shape),
+                       family, backend, config.force, warn=lambda line: print(line, file=sys.stderr, flush=True))
+
+
 def _progress(total: int, enabled: bool):
     try:
         from tqdm import tqdm
@@ -401,6 +423,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     """
     validate(config)
     tuning = tune_mod.prepare(config)  # a bad --config / --tuned: ValueError before any folder exists
+    estimate_points(config)  # a point estimated past the hard bound: ValueError, unless --force
     on_gpu = config.backend != "cpu" and backends.gpu_present()
     try:
         run_dir = new_run_dir("sweep", root=config.results_dir)
@@ -504,7 +527,7 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
         # --quick: float16 only (each other precision is one more compilation and census of every kernel)
         resource_rows, note = static_resources.collect_into(
             run_dir, config.variants, config.block_sizes,
-            extra=() if config.quick else static_resources.EXTRA_PRECISIONS)
+            extra=() if config.quick else static_resources.EXTRA_PRECISIONS, progress=config.progress)
         meta["resources"] = note
         if note:
             log(note)
