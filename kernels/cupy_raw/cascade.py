@@ -12,7 +12,7 @@ work list: a group of one, or a problem without sharing, is exactly cupy.multi.
 Prefix tokens before every member's window are never looked up or loaded (a tile's range starts at the
 earliest window start among its rows); only full blocks shared by every member count as prefix (a
 partly full or copy-on-write-split last block is each sequence's own).
-Limits: as cupy.multi (block sizes 1..256, head dims 32..256, every dtype, fp8 cache and option, any
+Limits: as cupy.multi (any block size, head dims 32..256, every dtype, fp8 cache and option, any
 query length and decode).
 prepare() returns a CascadePrepared: .plan (the sandbox.paging.cascade_plan groups), .shared_prefixes
 ([(seqs, prefix tokens)]), bytes_moved() (K/V of the tokens read with each group's prefix counted
@@ -33,6 +33,7 @@ from . import common, multi
 PATH = multi.PATH  # the same kernels (tile attention and merge): cascade is a work list
 NAME = "cupy.cascade"
 LIMITS = multi.LIMITS
+TUNABLES = multi.TUNABLES
 
 
 def shared_prefixes(groups, block_size: int) -> list[tuple[tuple[int, ...], int]]:
@@ -96,8 +97,8 @@ def bytes_moved_for(problem, prefixes) -> int:
 class CascadePrepared(multi.MultiPrepared):
     """cupy.multi's launches over a cascade's work list, with the plan that made it."""
 
-    def __init__(self, launches, out, keep, out_dtype, problem, work, plan=(), prefixes=()):
-        super().__init__(launches, out, keep, out_dtype, problem, work)
+    def __init__(self, launches, out, keep, out_dtype, problem, work, lse=None, plan=(), prefixes=()):
+        super().__init__(launches, out, keep, out_dtype, problem, work, lse=lse)
         self.plan = list(plan)                 # [sandbox.paging.cascade_plan.Group]
         self.shared_prefixes = list(prefixes)  # [(seqs, prefix tokens)]
 
@@ -107,12 +108,12 @@ class CascadePrepared(multi.MultiPrepared):
 
 
 def prepare_with_prefixes(name: str, problem, backend: str, groups, prefixes,
-                          partition_size: int | None = None) -> CascadePrepared:
+                          partition_size: int | None = None, threads: int = common.NUM_THREADS) -> CascadePrepared:
     """The cascade of `prefixes` ([(seqs, prefix tokens)] covering every sequence once); `groups` is kept as .plan."""
     layout = multi.Layout.for_problem(problem)
     work = cascade_work(problem, layout, multi.partition_tokens(partition_size), prefixes)
-    return multi.prepare_work(name, PATH, problem, backend, work, prepared_class=CascadePrepared, plan=groups,
-                              prefixes=prefixes)
+    return multi.prepare_work(name, PATH, problem, backend, work, prepared_class=CascadePrepared, threads=threads,
+                              plan=groups, prefixes=prefixes)
 
 
 def plan_for(problem) -> list:
@@ -120,12 +121,14 @@ def plan_for(problem) -> list:
     return cascade_plan.plan(problem.block_tables, problem.context_lens, problem.block_size)
 
 
-def prepare(problem, backend: str, partition_size: int | None = None) -> CascadePrepared:
+def prepare(problem, backend: str, partition_size: int | None = None, *,
+            threads: int = common.NUM_THREADS) -> CascadePrepared:
     groups = plan_for(problem)
     return prepare_with_prefixes(NAME, problem, backend, groups, shared_prefixes(groups, problem.block_size),
-                                 partition_size)
+                                 partition_size, threads)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
+                   threads: int = common.NUM_THREADS) -> dict:
     """cupy.multi's kernels (the cascade launches the same two)."""
-    return multi.compile_report(block_size, head_dim, dtype, arch, kv_dtype=kv_dtype, flags=flags)
+    return multi.compile_report(block_size, head_dim, dtype, arch, kv_dtype=kv_dtype, flags=flags, threads=threads)

@@ -24,6 +24,9 @@
 // pa::OPT_*) and the runtime values (pa::OptionArgs); with FLAGS = 0 no option code is compiled.
 // k_scale costs nothing here: the launcher folds it into `scale`. v_scale multiplies the output,
 // the soft-cap and ALiBi rewrite each logit after the scale (Opt::logit), and a window moves `start`.
+// Sinks and the log-sum-exp act where a head's softmax is finished (Opt::inv_denominator, Opt::lse): in
+// attend for a kernel that covers the whole range, in the reduce (or merge) for split-KV kernels, whose
+// partition kernels are built without them (PARTITION_FLAGS), so a sink is added once, after the merge.
 //
 // reduce kernel: combines the partitions of split-KV variants (log-sum-exp rescaling).
 #pragma once
@@ -34,6 +37,9 @@
 namespace pa {
 
 constexpr int WARP = 32;
+// The default threads per block. A variant's kernels take their thread count as a template argument
+// (THREADS, a multiple of 32; kernels/cupy_raw/<variant>.py TUNABLES["threads"]); NUM_THREADS is its default
+// and the thread count of the kernels that have no such argument.
 constexpr int NUM_THREADS = 128;
 constexpr int NUM_WARPS = NUM_THREADS / WARP;
 constexpr unsigned FULL_MASK = 0xffffffffu;
@@ -110,13 +116,15 @@ struct Options : OptionArgs {
   static constexpr int flags = FLAGS;
   float inv_cap;        // OPT_SOFTCAP: 1 / soft_cap (logit = cap * tanh(logit / cap))
   const float* alibi;   // OPT_ALIBI: the served heads' slopes (alibi[g] for head g of the tile)
+  const float* sink;    // OPT_SINKS: the served heads' sink logits (sink[g] for head g of the tile)
   int position;         // the query token's position (decode: context_len - 1); ALiBi adds slope * (t - position)
   // OPT_WINDOW: only tokens t >= position - window_left; OPT_VSCALE: output *= v_scale (V = value * v_scale)
 
   __device__ __forceinline__ Options(const OptionArgs& args, int first_head, int context_len)
-      : OptionArgs(args), inv_cap(0.f), alibi(nullptr), position(context_len - 1) {
+      : OptionArgs(args), inv_cap(0.f), alibi(nullptr), sink(nullptr), position(context_len - 1) {
     if constexpr ((FLAGS & OPT_SOFTCAP) != 0) inv_cap = 1.f / soft_cap;
     if constexpr ((FLAGS & OPT_ALIBI) != 0) alibi = alibi_slopes + first_head;
+    if constexpr ((FLAGS & OPT_SINKS) != 0) sink = sinks + first_head;
   }
 
   // The first token the query reads: the window's start (0 without a window).
@@ -135,7 +143,45 @@ struct Options : OptionArgs {
     if constexpr ((FLAGS & OPT_ALIBI) != 0) s += slope_g * (float)(token - position);
     return s;
   }
+
+  // Per-token scales (OPT_KV_SCALES): K's and V's scale of cache row `row` (block * block_size + offset)
+  // and KV head `kv_head`; 1 without (the per-tensor k_scale is in `scale`, v_scale in the output).
+  __device__ __forceinline__ float k_token(long long row, int kv_head, int num_kv_heads) const {
+    if constexpr ((FLAGS & OPT_KV_SCALES) != 0) return k_scales[row * num_kv_heads + kv_head];
+    return 1.f;
+  }
+  __device__ __forceinline__ float v_token(long long row, int kv_head, int num_kv_heads) const {
+    if constexpr ((FLAGS & OPT_KV_SCALES) != 0) return v_scales[row * num_kv_heads + kv_head];
+    return 1.f;
+  }
+
+  // 1 / the softmax denominator of served head g, from the range's max logit and its sum of
+  // exp(logit - max) over the tokens (`total`): with OPT_SINKS, the sink joins the denominator only,
+  //   out = acc * e^(max - m) / (total * e^(max - m) + e^(sink - m)),  m = max(max, sink);
+  // without, 1 / total. No token (total 0, max -inf): 0 (the output is 0, never NaN).
+  __device__ __forceinline__ float inv_denominator(float max, float total, int g) const {
+    if constexpr ((FLAGS & OPT_SINKS) != 0) {
+      const float s = sink[g], m = fmaxf(max, s);
+      const float f = total > 0.f ? __expf(max - m) : 0.f;
+      return f / (total * f + __expf(s - m));
+    }
+    return total > 0.f ? 1.f / total : 0.f;
+  }
+
+  // The log-sum-exp (natural log) of the tokens' logits from their max and sum of exp(logit - max):
+  // the sink is not part of it; no token: -inf.
+  __device__ __forceinline__ float lse(float max, float total) const {
+    return total > 0.f ? max + logf(total) : neg_inf();
+  }
 };
+
+// The options a split-KV partition kernel is built with: the sink and the log-sum-exp belong to the
+// merge of the partitions (the reduce), never to one partition.
+template <int FLAGS>
+constexpr int PARTITION_FLAGS = FLAGS & ~(OPT_SINKS | OPT_LSE);
+// The options a reduce or merge kernel takes: those it finishes.
+template <int FLAGS>
+constexpr int MERGE_FLAGS = FLAGS & (OPT_SINKS | OPT_LSE);
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 
@@ -156,14 +202,25 @@ __device__ __forceinline__ float warp_max(float x) {
 __device__ __forceinline__ float warp_sum(float x) { return group_sum<WARP>(x); }
 
 // Logical block b of a sequence starts at token row table[b] * BLOCK_SIZE of the paged cache.
+// BLOCK_SIZE = 0 (the row-mapped kernels' any-block-size instantiation): the block size is a runtime value.
 template <int BLOCK_SIZE>
 struct PagedKV {
   const int* table;  // this sequence's block-table row
+  __device__ __forceinline__ static PagedKV make(const int* table, int) { return PagedKV{table}; }
   __device__ __forceinline__ long long first_row(int b) const { return (long long)table[b] * BLOCK_SIZE; }
   __device__ __forceinline__ long long row(int t) const { return first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE; }
 };
+template <>
+struct PagedKV<0> {
+  const int* table;
+  int block_size;
+  __device__ __forceinline__ static PagedKV make(const int* table, int block_size) { return PagedKV{table, block_size}; }
+  __device__ __forceinline__ long long first_row(int b) const { return (long long)table[b] * block_size; }
+  __device__ __forceinline__ long long row(int t) const { return first_row(t / block_size) + t % block_size; }
+};
 
-// A contiguous cache [num_seqs, max_context, ...]: no table, BLOCK_SIZE only sets the thread mapping.
+// A contiguous cache [num_seqs, max_context, ...]: no table, BLOCK_SIZE only sets the thread mapping
+// (BLOCK_SIZE = 0: the row-mapped mapping, which needs none).
 template <int BLOCK_SIZE>
 struct DenseKV {
   long long seq_row;  // seq * max_context
@@ -210,15 +267,20 @@ __device__ __forceinline__ void accumulate_qk(const Pack16<T> (&kp)[N], const fl
   }
 }
 
-// Finishes one token's logits: sums the TGS lanes' partial dot products, makes them logits (scale, then
-// the options: opt.logit), and (for a token in range) keeps the running max and writes
-// logits[g][token - start] (index = token - start).
+// Finishes one token's logits: sums the TGS lanes' partial dot products, makes them logits (the token's
+// K scale with OPT_KV_SCALES, the scale, then the options: opt.logit), and (for a token in range) keeps
+// the running max and writes logits[g][token - start] (index = token - start).
 template <int TILE, int TGS, typename Opt>
 __device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, const Opt& opt,
                                              const float (&slopes)[TILE], int token, bool valid, bool writer,
-                                             int index, float* logits, int logits_stride, float (&qk_max)[TILE]) {
+                                             int index, float* logits, int logits_stride, float (&qk_max)[TILE],
+                                             float k_token_scale = 1.f) {
 #pragma unroll
-  for (int g = 0; g < TILE; ++g) qk[g] = opt.logit(group_sum<TGS>(qk[g]), scale, slopes[g], token);
+  for (int g = 0; g < TILE; ++g) {
+    float dot = group_sum<TGS>(qk[g]);
+    if constexpr ((Opt::flags & OPT_KV_SCALES) != 0) dot *= k_token_scale;
+    qk[g] = opt.logit(dot, scale, slopes[g], token);
+  }
   if (valid) {
 #pragma unroll
     for (int g = 0; g < TILE; ++g) {
@@ -232,8 +294,9 @@ __device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, con
 // per token (1 from block size 32 up); one table lookup per block. With a window, `start` may fall
 // inside a block: its tokens before `start` are neither loaded nor kept (OPT_WINDOW only; without it
 // every start is a block boundary).
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV, typename Opt>
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, int THREADS, typename T, typename KV, typename Opt>
 __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
+                                                    int kv_head, int num_kv_heads,
                                                     const float* q_smem, float scale, const Opt& opt,
                                                     const float (&slopes)[TILE], int start, int end,
                                                     float* logits, int logits_stride, float (&qk_max)[TILE]) {
@@ -245,6 +308,7 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
   static_assert(TOKENS_PER_GROUP * GROUPS_PER_WARP == BLOCK_SIZE, "block size must divide 32 or be a multiple of 32");
   constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;  // vectors per lane
   constexpr int K_CHUNK = K_VECS < 8 ? K_VECS : 8;
+  constexpr int NUM_WARPS = THREADS / WARP;
   const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   const int group = lane / TGS, lane_in_group = lane % TGS;
   const int first_block = start / BLOCK_SIZE, end_block = (end + BLOCK_SIZE - 1) / BLOCK_SIZE;
@@ -274,7 +338,7 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
         }
       }
       store_logits<TILE, TGS>(qk, scale, opt, slopes, token, valid, lane_in_group == 0, token - start, logits,
-                              logits_stride, qk_max);
+                              logits_stride, qk_max, valid ? opt.k_token(row0 + offset, kv_head, num_kv_heads) : 1.f);
     }
   }
 }
@@ -290,8 +354,9 @@ __host__ __device__ constexpr int row_group_size() {
 // K phase, row-mapped (cupy.rows): TGS lanes per token whatever the block size; a warp takes chunks of
 // UK * (32 / TGS) consecutive tokens and issues every load of a chunk (8 vectors per lane) before
 // its math. Each token's row is looked up on its own: kv.row(t).
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, typename KV, typename Opt>
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, int THREADS, typename T, typename KV, typename Opt>
 __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
+                                                  int kv_head, int num_kv_heads,
                                                   const float* q_smem, float scale, const Opt& opt,
                                                   const float (&slopes)[TILE], int start, int end,
                                                   float* logits, int logits_stride, float (&qk_max)[TILE]) {
@@ -302,6 +367,7 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
   constexpr int TOKENS_PER_PASS = WARP / TGS;
   constexpr int UK = K_VECS >= 8 ? 1 : 8 / K_VECS;    // passes whose loads are in flight together
   constexpr int CHUNK = UK * TOKENS_PER_PASS;
+  constexpr int NUM_WARPS = THREADS / WARP;
   const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   const int group = lane / TGS, lane_in_group = lane % TGS;
   for (int c0 = start + warp * CHUNK; c0 < end; c0 += NUM_WARPS * CHUNK) {
@@ -326,7 +392,7 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
       for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
       if (t < end) accumulate_qk<HEAD_DIM, TILE, TGS>(kp[u], q_smem, lane_in_group, qk);
       store_logits<TILE, TGS>(qk, scale, opt, slopes, t, t < end, lane_in_group == 0, t - start, logits,
-                              logits_stride, qk_max);
+                              logits_stride, qk_max, t < end ? opt.k_token(kv.row(t), kv_head, num_kv_heads) : 1.f);
     }
   }
 }
@@ -342,14 +408,15 @@ __device__ __forceinline__ void load_value_row(const T* __restrict__ vrow, int l
   }
 }
 
-// acc[g][j * VEC + e] += p_g * v[e] for the lane's V vectors; p_g = probs[g * probs_stride].
-template <int TILE, int NUM_VECS, int LPT, int V_VECS, int ACC, typename T>
+// acc[g][j * VEC + e] += p_g * v[e] for the lane's V vectors; p_g = probs[g * probs_stride] (times the
+// row's V scale v_token_scale when SCALED: per-token scales).
+template <int TILE, int NUM_VECS, int LPT, bool SCALED = false, int V_VECS, int ACC, typename T>
 __device__ __forceinline__ void accumulate_pv(const Pack16<T> (&vp)[V_VECS], const float* probs, int probs_stride,
-                                              int lane_in_row, float (&acc)[TILE][ACC]) {
+                                              int lane_in_row, float (&acc)[TILE][ACC], float v_token_scale = 1.f) {
   constexpr int VEC = 16 / sizeof(T);
   float p[TILE];
 #pragma unroll
-  for (int g = 0; g < TILE; ++g) p[g] = probs[g * probs_stride];
+  for (int g = 0; g < TILE; ++g) p[g] = SCALED ? probs[g * probs_stride] * v_token_scale : probs[g * probs_stride];
 #pragma unroll
   for (int j = 0; j < V_VECS; ++j) {
     const int v = lane_in_row + j * LPT;
@@ -382,13 +449,15 @@ __device__ __forceinline__ void accumulate_pv(const Pack16<T> (&vp)[V_VECS], con
 // out:      out + g * out_head_stride + d  <- normalized output of head g (OutT: Q, or float for partitions)
 // max_out, sum_out (nullable): + g * stats_stride <- the range's max logit and sum of exp(logit - max)
 // ROW_MAPPED: the block-size-independent mapping of cupy.rows (see the top of this file).
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, bool ROW_MAPPED = false, typename T, typename Q, typename KV,
-          typename OutT, typename Opt>
+// THREADS: the block's threads (a multiple of 32; the kernel's launch bound), THREADS / 32 warps.
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, bool ROW_MAPPED = false, int THREADS = NUM_THREADS, typename T,
+          typename Q, typename KV, typename OutT, typename Opt>
 __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __restrict__ value_cache,
                        const Q* __restrict__ q, int num_heads_here, int kv_head, int num_kv_heads, float scale,
                        const Opt& opt, int start, int end, int logits_stride, float* __restrict__ smem,
                        OutT* __restrict__ out, long long out_head_stride,
-                       float* __restrict__ max_out, float* __restrict__ sum_out, long long stats_stride) {
+                       float* __restrict__ max_out, float* __restrict__ sum_out, long long stats_stride,
+                       float* __restrict__ lse_out = nullptr) {
   constexpr int VEC = 16 / sizeof(T);
   static_assert(HEAD_DIM % VEC == 0, "head_dim * sizeof(T) must be a multiple of 16 bytes");
   constexpr int NUM_VECS = HEAD_DIM / VEC;
@@ -396,6 +465,10 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   constexpr int LPT = NUM_VECS < WARP ? NUM_VECS : WARP;
   constexpr int ROWS = WARP / LPT;
   constexpr int V_VECS = (NUM_VECS + LPT - 1) / LPT;
+  static_assert(THREADS % WARP == 0 && THREADS >= WARP, "THREADS must be a positive multiple of 32");
+  constexpr int NUM_WARPS = THREADS / WARP;
+  constexpr int NUM_THREADS = THREADS;
+  constexpr bool KV_SCALED = (Opt::flags & OPT_KV_SCALES) != 0;  // per-token scales: V rows scaled in the P.V step
 
   __shared__ __align__(16) float q_smem[TILE * HEAD_DIM];
   __shared__ float red_max[TILE][NUM_WARPS];
@@ -418,10 +491,10 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   }
   const T* k_head = key_cache + (long long)kv_head * HEAD_DIM;
   if constexpr (ROW_MAPPED)
-    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
+    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, slopes, start, end,
                                                   logits, logits_stride, qk_max);
   else
-    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE>(kv, k_head, kv_stride, q_smem, scale, opt, slopes, start, end,
+    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, slopes, start, end,
                                                     logits, logits_stride, qk_max);
 #pragma unroll
   for (int g = 0; g < TILE; ++g) {
@@ -479,15 +552,18 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
 #pragma unroll
         for (int u = 0; u < UV; ++u) {
           const int t = c0 + u * ROWS + row;
-          if (t < end) accumulate_pv<TILE, NUM_VECS, LPT>(vp[u], logits + t - start, logits_stride, lane_in_row, acc);
+          if (t < end)
+            accumulate_pv<TILE, NUM_VECS, LPT, KV_SCALED>(vp[u], logits + t - start, logits_stride, lane_in_row, acc,
+                                                          opt.v_token(kv.row(t), kv_head, num_kv_heads));
         }
       }
     } else {
       for (int t = start + warp * ROWS + row; t < end; t += NUM_WARPS * ROWS) {
         Pack16<T> vp[V_VECS];
-        load_value_row<NUM_VECS, LPT>(v_head + (kv.first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE) * kv_stride,
-                                      lane_in_row, vp);
-        accumulate_pv<TILE, NUM_VECS, LPT>(vp, logits + t - start, logits_stride, lane_in_row, acc);
+        const long long vrow = kv.first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE;
+        load_value_row<NUM_VECS, LPT>(v_head + vrow * kv_stride, lane_in_row, vp);
+        accumulate_pv<TILE, NUM_VECS, LPT, KV_SCALED>(vp, logits + t - start, logits_stride, lane_in_row, acc,
+                                                      opt.v_token(vrow, kv_head, num_kv_heads));
       }
     }
   }
@@ -531,10 +607,28 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
       s += partial[(w * TILE + g) * HEAD_DIM + d];
       total += red_sum[g][w];
     }
-    if constexpr ((Opt::flags & OPT_VSCALE) != 0)
-      store(out + g * out_head_stride + d, s / total * opt.v_scale);
-    else
-      store(out + g * out_head_stride + d, s / total);
+    float value;
+    if constexpr ((Opt::flags & (OPT_SINKS | OPT_LSE)) != 0) {  // a sink in the denominator; no token: 0
+      float m = red_max[g][0];
+#pragma unroll
+      for (int w = 1; w < NUM_WARPS; ++w) m = fmaxf(m, red_max[g][w]);
+      value = s * opt.inv_denominator(m, total, g);
+    } else {
+      value = s / total;
+    }
+    if constexpr ((Opt::flags & OPT_VSCALE) != 0) value *= opt.v_scale;
+    store(out + g * out_head_stride + d, value);
+  }
+  if constexpr ((Opt::flags & OPT_LSE) != 0) {  // lse_out[g] <- the log-sum-exp of head g
+    for (int g = tid; g < num_heads_here; g += NUM_THREADS) {
+      float m = red_max[g][0], total = 0.f;
+#pragma unroll
+      for (int w = 0; w < NUM_WARPS; ++w) {
+        m = fmaxf(m, red_max[g][w]);
+        total += red_sum[g][w];
+      }
+      lse_out[g] = opt.lse(m, total);
+    }
   }
   if (max_out != nullptr) {
     for (int g = tid; g < num_heads_here; g += NUM_THREADS) {
@@ -568,12 +662,16 @@ struct HeadTile {
 //   w_p = exp_sum_p * exp(max_p - max),  out = sum_p w_p * tmp_out_p / sum_p w_p.
 // Reads only this sequence's ceil((context_len - first) / partition_size) partitions (empty ones are
 // never written); first = the window's start with WINDOW (window_left is read only then), else 0.
+// FLAGS (OPT_SINKS, OPT_LSE: MERGE_FLAGS of the problem's): the sink joins the merged denominator
+// (out = sum_p w_p * tmp_out_p * Opt::inv_denominator), and lse[seq, head] = Opt::lse of the merged range.
 // Grid (num_heads, num_seqs); dynamic shared memory: max_partitions floats.
-template <int HEAD_DIM, typename T, bool WINDOW = false>
+template <int HEAD_DIM, typename T, bool WINDOW = false, int FLAGS = 0>
 __global__ void __launch_bounds__(NUM_THREADS)
     paged_attention_reduce(T* __restrict__ out, const float* __restrict__ tmp_out, const float* __restrict__ max_logits,
                            const float* __restrict__ exp_sums, const int* __restrict__ context_lens, int num_heads,
-                           int max_partitions, int partition_size, int window_left) {
+                           int max_partitions, int partition_size,
+                           float* __restrict__ lse,  // [num_seqs, num_heads], written with OPT_LSE in FLAGS
+                           PA_OPTION_PARAMS) {
   extern __shared__ float weights[];
   __shared__ float red[2][NUM_WARPS];
   const int head = blockIdx.x, seq = blockIdx.y;
@@ -604,11 +702,17 @@ __global__ void __launch_bounds__(NUM_THREADS)
 #pragma unroll
   for (int w = 0; w < NUM_WARPS; ++w) total += red[1][w];
 
+  const Options<MERGE_FLAGS<FLAGS>> opt(PA_OPTION_ARGS, head, context_lens[seq]);
   for (int d = tid; d < HEAD_DIM; d += NUM_THREADS) {
     float acc = 0.f;
     for (int p = 0; p < parts; ++p) acc += weights[p] * tmp_out[(base + p) * HEAD_DIM + d];
-    store(out + ((long long)seq * num_heads + head) * HEAD_DIM + d, acc / total);
+    if constexpr ((FLAGS & OPT_SINKS) != 0)  // the sink joins the merged denominator, once
+      store(out + ((long long)seq * num_heads + head) * HEAD_DIM + d, acc * opt.inv_denominator(m, total, 0));
+    else
+      store(out + ((long long)seq * num_heads + head) * HEAD_DIM + d, acc / total);
   }
+  if constexpr ((FLAGS & OPT_LSE) != 0)
+    if (tid == 0) lse[(long long)seq * num_heads + head] = opt.lse(m, total);
 }
 
 }  // namespace pa

@@ -33,12 +33,14 @@ import numpy as np
 
 from sandbox.devices import backends
 from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS
-from sandbox.variant import Unsupported
+from sandbox.variant import KERNEL_SUPPORT, Unsupported
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
 OPTIONS = ("-std=c++17",)
-NUM_THREADS = 128     # pa::NUM_THREADS in common.cuh
+NUM_THREADS = 128     # pa::NUM_THREADS in common.cuh: the default threads per block, and the reduce kernels'
 NUM_WARPS = 4
+# Threads per block pa::attend is correct for (the THREADS template argument; TUNABLES["threads"], default first).
+ATTEND_THREADS = (128, 64, 256)
 # Dynamic shared memory every GPU grants without an opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize):
 # 48 KiB on every architecture since sm_20, static and dynamic together.
 SHARED_LIMIT_BYTES = 48 * 1024
@@ -47,9 +49,15 @@ CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
 # pa::OPT_* (option_prelude): the options compiled into a kernel (its OPTS template argument), from the table.
 OPT = dict(KERNEL_FLAGS)
 OPT_WINDOW = OPT["OPT_WINDOW"]  # the reduce kernels' window (partitions start at the window's start)
+# What a split-KV variant's reduce (or merge) finishes, never its partitions (pa::MERGE_FLAGS): the sink
+# joins the merged denominator once, and the log-sum-exp is the merged range's.
+MERGE_FLAGS = OPT["OPT_SINKS"] | OPT["OPT_LSE"]
 # The same-size unsigned type a GPU upload sees for the dtypes CuPy does not know (ml_dtypes').
 _RAW_VIEW = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# What the CUDA C attention variants implement (Limits(**SUPPORT)): the kernels' common support, learned
+# sinks, the log-sum-exp as an output and fp8 scales per token and KV head.
+SUPPORT = dict(KERNEL_SUPPORT, options=KERNEL_SUPPORT["options"] + ("sinks", "lse", "kv_scales"))
 HEAD_DIMS = (32, 64, 80, 96, 128, 256)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
@@ -157,13 +165,17 @@ def ctype(dtype) -> str:
     return CTYPES[name]
 
 
-def type_args(dtype, kv_dtype=None, flags: int = 0) -> str:
-    """Template arguments for (query dtype, cache dtype, option flags): "__half", or "__half, __nv_fp8_e4m3, 5".
+def type_args(dtype, kv_dtype=None, flags: int = 0, threads: int = NUM_THREADS) -> str:
+    """Template arguments for (query dtype, cache dtype, option flags, threads per block): "__half",
+    "__half, __nv_fp8_e4m3, 5", or "__half, __half, 0, 64".
 
-    The plain case (cache of the query's dtype, no options) names the kernel by the template's defaults
-    alone, so every plain instantiation has one name expression (one cache entry, one report).
+    The plain case (cache of the query's dtype, no options, the default thread count) names the kernel by
+    the template's defaults alone, so every plain instantiation has one name expression (one cache entry,
+    one report); the thread count is named only when it is not the default.
     """
     kv = np.dtype(dtype) if kv_dtype is None else np.dtype(kv_dtype)
+    if threads != NUM_THREADS:
+        return f"{ctype(dtype)}, {ctype(kv)}, {int(flags)}, {int(threads)}"
     if kv == np.dtype(dtype) and not flags:
         return ctype(dtype)
     return f"{ctype(dtype)}, {ctype(kv)}, {int(flags)}"
@@ -179,11 +191,15 @@ def kernel_scale(problem) -> np.float32:
     return np.float32(problem.softmax_scale * problem.options.scale_factor())
 
 
-def option_args(problem, backend) -> tuple:
+def option_args(problem, backend, replace=None) -> tuple:
     """PA_OPTION_PARAMS' values: the option table's kernel arguments in table order, arrays on the backend.
-    Options not in use pass neutral values (never read: their code is not compiled in)."""
+    Options not in use pass neutral values (never read: their code is not compiled in). replace: {argument
+    name: value} passed instead of the table's (e.g. per-slot arrays in another cache layout)."""
+    values = list(problem.options.kernel_values())
+    for name, value in (replace or {}).items():
+        values[[arg.name for arg in KERNEL_ARGS].index(name)] = value
     return tuple(backends.to_device(np.ascontiguousarray(v), backend) if isinstance(v, np.ndarray) else v
-                 for v in problem.options.kernel_values())
+                 for v in values)
 
 
 def tokens_read(problem) -> np.ndarray:
@@ -228,11 +244,12 @@ def compile_report(path, expression: str, arch: str, threads_per_block: int, dyn
 
 
 def split_kv_report(path, expression: str, head_dim: int, dtype, arch: str, dynamic_shared_bytes: int,
-                    note: str, window: bool = False) -> dict:
-    """compile_report() of a split-KV variant: the attention kernel's numbers on top, and `kernels`
-    listing it ("partition") and the reduce kernel ("reduce", shared memory for 8 partitions)."""
+                    note: str, window: bool = False, threads: int = NUM_THREADS) -> dict:
+    """compile_report() of a split-KV variant: the attention kernel's numbers on top (launched with
+    `threads` threads), and `kernels` listing it ("partition") and the reduce kernel ("reduce", 128
+    threads, shared memory for 8 partitions)."""
     reduce = reduce_name(head_dim, dtype, window)
-    main = compile_report(path, expression, arch, NUM_THREADS, dynamic_shared_bytes, extra_expressions=[reduce])
+    main = compile_report(path, expression, arch, threads, dynamic_shared_bytes, extra_expressions=[reduce])
     second = compile_report(path, reduce, arch, NUM_THREADS, 4 * 8, extra_expressions=[expression])
     fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
               "spill_loads", "threads_per_block", "image")
@@ -249,14 +266,30 @@ def check_shared(name: str, dynamic_bytes: int, static_bytes: int, what: str) ->
                          f"({dynamic_bytes} dynamic + {static_bytes} static), over the {SHARED_LIMIT_BYTES}-byte limit")
 
 
-def attend_static_shared_bytes(head_dim: int, tile: int) -> int:
-    """Static shared memory of pa::attend (common.cuh): q tile + two [TILE][NUM_WARPS] reduction arrays."""
-    return 4 * (tile * head_dim + 2 * tile * NUM_WARPS)
+def attend_static_shared_bytes(head_dim: int, tile: int, threads: int = NUM_THREADS) -> int:
+    """Static shared memory of pa::attend (common.cuh): q tile + two [TILE][threads / 32] reduction arrays."""
+    return 4 * (tile * head_dim + 2 * tile * (threads // 32))
 
 
-def attend_dynamic_floats(head_dim: int, tile: int, logits_stride: int) -> int:
+def attend_dynamic_floats(head_dim: int, tile: int, logits_stride: int, threads: int = NUM_THREADS) -> int:
     """Dynamic shared floats pa::attend needs: logits, later reused for the warps' partial outputs."""
-    return max(tile * logits_stride, NUM_WARPS * tile * head_dim)
+    return max(tile * logits_stride, (threads // 32) * tile * head_dim)
+
+
+def row_mapped_block(block_size: int) -> int:
+    """The BLOCK_SIZE template argument of a row-mapped kernel (cupy.rows, cupy.dense): the block size when it
+    is a power of two up to 256 (index arithmetic by shifts), else 0 (pa::PagedKV<0>: one instantiation for
+    every other block size, taken at run time)."""
+    return block_size if block_size in POW2_BLOCK_SIZES else 0
+
+
+def row_partition_for(partition_size: int | None) -> int:
+    """A row-mapped variant's split-KV partition in tokens: default 512 whatever the block size (its threads
+    find every token row on their own, so a partition may start inside a block); a given size must be >= 1."""
+    size = 512 if partition_size is None else int(partition_size)
+    if size < 1:
+        raise ValueError(f"partition_size must be >= 1, got {size}")
+    return size
 
 
 def partition_for(block_size: int, partition_size: int | None) -> int:
@@ -272,21 +305,25 @@ def partition_for(block_size: int, partition_size: int | None) -> int:
 
 class Prepared:
     """Launches (kernel, grid, block, args, shared_mem) run in order by launch(); result() downloads `out`
-    (in `out_dtype`: a GPU holds bfloat16 as raw uint16)."""
+    (in `out_dtype`: a GPU holds bfloat16 as raw uint16), and with `lse` (return_lse) returns (out, lse)."""
 
-    def __init__(self, launches, out, keep=(), out_dtype=None):
+    def __init__(self, launches, out, keep=(), out_dtype=None, lse=None):
         self.launches = launches
         self.out = out
         self.keep = keep  # device arrays the launches point at
         self.out_dtype = out_dtype
+        self.lse_device = lse  # float32 [num_query_tokens, num_heads] on the device, or None
 
     def launch(self) -> None:
         for kernel, grid, block, args, shared_mem in self.launches:
             kernel(grid, block, args, shared_mem=shared_mem)
 
-    def result(self) -> np.ndarray:
+    def result(self):
         out = np.asarray(backends.to_host(self.out))
-        return out if self.out_dtype is None else out.view(self.out_dtype)
+        out = out if self.out_dtype is None else out.view(self.out_dtype)
+        if self.lse_device is None:
+            return out
+        return out, np.asarray(backends.to_host(self.lse_device))
 
 
 class SplitKVPrepared(Prepared):
@@ -327,6 +364,13 @@ def output_like(problem, backend):
     return to_device(np.zeros(problem.query.shape, problem.dtype), backend)
 
 
+def lse_output(problem, backend):
+    """The kernels' `lse` argument: float32 [num_query_tokens, num_heads] NaN-filled (a row no kernel writes
+    poisons the result) with return_lse, else a one-float placeholder (never written: OPT_LSE is off)."""
+    shape = (problem.query.shape[0], problem.num_heads) if problem.options.return_lse else (1,)
+    return backends.to_device(np.full(shape, np.nan, np.float32), backend)
+
+
 def split_kv_scratch(problem, max_partitions: int, backend):
     """tmp_out [seqs, heads, parts, head_dim], max_logits and exp_sums [seqs, heads, parts], float32, NaN-filled:
     an entry the reduce reads without a partition having written it poisons the output."""
@@ -336,8 +380,12 @@ def split_kv_scratch(problem, max_partitions: int, backend):
                  for shape in (stats + (p.head_dim,), stats, stats))
 
 
-def reduce_name(head_dim: int, dtype, window: bool = False) -> str:
-    """The reduce kernel for a head dim and output dtype; window: partitions start at the window's start."""
+def reduce_name(head_dim: int, dtype, window: bool = False, flags: int = 0) -> str:
+    """The reduce kernel for a head dim and output dtype; window: partitions start at the window's start;
+    flags: the problem's option bits (the reduce takes MERGE_FLAGS of them: sinks, lse)."""
+    merge = int(flags) & MERGE_FLAGS
+    if merge:
+        return f"pa::paged_attention_reduce<{head_dim}, {ctype(dtype)}, {str(bool(window)).lower()}, {merge}>"
     return f"pa::paged_attention_reduce<{head_dim}, {ctype(dtype)}{', true' if window else ''}>"
 
 
@@ -345,11 +393,11 @@ REDUCE_STATIC_SHARED_BYTES = 4 * 2 * NUM_WARPS   # red[2][NUM_WARPS] in pa::page
 
 
 def reduce_launch(name, kernel, problem, out, tmp_out, max_logits, exp_sums, context_lens, partition: int,
-                  max_partitions: int):
-    """The reduce kernel's launch tuple: grid (num_heads, num_seqs), max_partitions floats of shared memory."""
+                  max_partitions: int, lse, options):
+    """The reduce kernel's launch tuple: grid (num_heads, num_seqs), max_partitions floats of shared memory;
+    lse: lse_output(); options: option_args() (the sinks, the window)."""
     shared = 4 * max_partitions
     check_shared(name, shared, REDUCE_STATIC_SHARED_BYTES, f"the reduce over {max_partitions} partitions")
-    window = min(int(problem.options.window_left), 2**31 - 1)
     args = (out, tmp_out, max_logits, exp_sums, context_lens, np.int32(problem.num_heads),
-            np.int32(max_partitions), np.int32(partition), np.int32(window))
+            np.int32(max_partitions), np.int32(partition), lse, *options)
     return (kernel, (problem.num_heads, problem.num_seqs), (NUM_THREADS,), args, shared)

@@ -4,12 +4,13 @@
 // [first + p * partition_size, ...) (first: the window's start, else 0); partitions are combined by
 // pa::paged_attention_reduce. Dynamic shared memory: max(TILE * partition_size, 4 * TILE * HEAD_DIM) floats.
 // ROW_MAPPED = false: cupy.gqa (vLLM's block-mapped threads); true: cupy.rows (block-size-independent
-// token rows, batched loads; see common.cuh).
+// token rows, batched loads; see common.cuh), where BLOCK_SIZE = 0 takes the runtime `block_size` (any size).
+// THREADS: threads per block (TUNABLES["threads"] of the variant; default pa::NUM_THREADS = 128).
 // T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, no option code compiled in).
 #include "common.cuh"
 
-template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, bool ROW_MAPPED, typename C = T, int OPTS = 0>
-__global__ void __launch_bounds__(pa::NUM_THREADS)
+template <int BLOCK_SIZE, int HEAD_DIM, int TILE, typename T, bool ROW_MAPPED, typename C = T, int OPTS = 0, int THREADS = pa::NUM_THREADS>
+__global__ void __launch_bounds__(THREADS)
     paged_attention_gqa(float* __restrict__ tmp_out,      // [num_seqs, num_heads, max_partitions, HEAD_DIM]
                         float* __restrict__ max_logits,   // [num_seqs, num_heads, max_partitions]
                         float* __restrict__ exp_sums,     // [num_seqs, num_heads, max_partitions]
@@ -17,7 +18,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                         const C* __restrict__ key_cache,  // [num_blocks, BLOCK_SIZE, num_kv_heads, HEAD_DIM]
                         const C* __restrict__ value_cache,
                         const int* __restrict__ block_tables, const int* __restrict__ context_lens,
-                        int max_blocks_per_seq, int num_heads, int num_kv_heads, float scale,
+                        int max_blocks_per_seq, int block_size, int num_heads, int num_kv_heads, float scale,
                         int partition_size, int max_partitions,
                         PA_OPTION_PARAMS) {
   extern __shared__ float smem[];
@@ -27,11 +28,12 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
   if (start >= context_len) return;
   const int end = pa::imin(start + partition_size, context_len);
   const pa::HeadTile<TILE> tile(blockIdx.x, num_heads, num_kv_heads);
-  const pa::Options<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_len);
-  const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
+  // sinks and lse are the reduce's (a sink is added once, after the merge)
+  const pa::Options<pa::PARTITION_FLAGS<OPTS>> opt(PA_OPTION_ARGS, tile.head0, context_len);
+  const auto kv = pa::PagedKV<BLOCK_SIZE>::make(block_tables + (long long)seq * max_blocks_per_seq, block_size);
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   const long long stat = ((long long)seq * num_heads + tile.head0) * max_partitions + part;
-  pa::attend<BLOCK_SIZE, HEAD_DIM, TILE, ROW_MAPPED>(kv, key_cache, value_cache, query + q_offset, tile.num_heads_here,
+  pa::attend<BLOCK_SIZE, HEAD_DIM, TILE, ROW_MAPPED, THREADS>(kv, key_cache, value_cache, query + q_offset, tile.num_heads_here,
                                                      tile.kv_head, num_kv_heads, scale, opt, start, end,
                                                      partition_size, smem, tmp_out + stat * HEAD_DIM,
                                                      (long long)max_partitions * HEAD_DIM, max_logits + stat,

@@ -9,12 +9,12 @@
 // Each row carries its own position p (causal: t <= p), window start (t >= p - window_left) and
 // ALiBi slope; a row sees no token outside [kv_start, kv_end) of its tile.
 //
-// Thread block (128 threads) per (tile, KV head x head chunk, partition): partition z covers
+// Thread block (THREADS threads, default 128) per (tile, KV head x head chunk, partition): partition z covers
 // [kv_start + z * partition_size, ...) of the tile's range. It walks its range in chunks of CHUNK
 // tokens, flash-attention style (online softmax):
 //   1. stage: the chunk's K and V rows (16-byte vectors, dequantized to float) into shared memory;
-//      a token's row is found through the table on its own (t >> block_shift), so the block size is
-//      a runtime value; tokens past the range are not loaded (zeros).
+//      a token's row is found through the table on its own (t / block_size), so the block size is
+//      a runtime value (any size); tokens past the range are not loaded (zeros).
 //   2. logits: logit[t][r] = opt(scale * q_r . k_t), -inf where row r does not see t (mask).
 //   3. softmax: per row, the running max m_r and sum l_r; alpha_r = exp(m_old - m_new) rescales.
 //   4. P.V: each thread owns 4 output dims of several rows (float4 of V, one p per row).
@@ -89,15 +89,18 @@ struct Causal {
 // tiles [num_tiles][4]: table_seq, rows (query tokens), kv_start, kv_end.
 // tile_rows [num_tiles][tile_tokens][3]: query row (index into query/out), position, slot0.
 // row_slots [total_q]: partial results of the row over all tiles and partitions (1: written directly).
-template <int HEAD_DIM, typename T, typename C, int OPTS, typename Mask>
+// THREADS: the block's threads (a multiple of 32, at least CHUNK and HEAD_DIM / 4; default pa::NUM_THREADS).
+template <int HEAD_DIM, typename T, typename C, int OPTS, typename Mask, int THREADS = pa::NUM_THREADS>
 __device__ __forceinline__ void tile_attention(
     T* __restrict__ out, float* __restrict__ tmp_out, float* __restrict__ max_out, float* __restrict__ sum_out,
     const T* __restrict__ query, const C* __restrict__ key_cache, const C* __restrict__ value_cache,
     const int* __restrict__ block_tables, int max_blocks_per_seq, const int* __restrict__ tiles,
     const int* __restrict__ tile_rows, const int* __restrict__ row_slots, int tile_tokens, int num_heads,
-    int num_kv_heads, int head_chunk, int block_shift, float scale, int partition_size, int max_slots,
-    const pa::OptionArgs& options) {
+    int num_kv_heads, int head_chunk, int block_size, float scale, int partition_size, int max_slots,
+    float* __restrict__ lse, const pa::OptionArgs& options) {
   using S = Shape<HEAD_DIM>;
+  constexpr int NUM_THREADS = THREADS, NUM_WARPS = THREADS / WARP;
+  static_assert(THREADS % WARP == 0, "THREADS must be a multiple of 32");
   constexpr int ROWS = S::ROWS, CHUNK = S::CHUNK, KS = S::KS, PS = S::PS;
   constexpr int VEC = 16 / sizeof(C);            // cache values per 16-byte vector
   static_assert(HEAD_DIM % VEC == 0 && HEAD_DIM % 4 == 0, "head_dim * sizeof(cache) must be a multiple of 16 bytes");
@@ -155,7 +158,6 @@ __device__ __forceinline__ void tile_attention(
   }
 
   const int* table = block_tables + (long long)table_seq * max_blocks_per_seq;
-  const int block_mask = (1 << block_shift) - 1;
   const long long kv_stride = (long long)num_kv_heads * HEAD_DIM;  // between token rows
   const C* k_head = key_cache + (long long)kv_head * HEAD_DIM;
   const C* v_head = value_cache + (long long)kv_head * HEAD_DIM;
@@ -174,7 +176,7 @@ __device__ __forceinline__ void tile_attention(
     for (int j = 0; j < LOADS; ++j) {
       const int i = tid + j * NUM_THREADS, t = c0 + i / NV;
       if (i < CHUNK * NV && t < end) {
-        const long long row = (long long)table[t >> block_shift] * (block_mask + 1) + (t & block_mask);
+        const long long row = (long long)table[t / block_size] * block_size + t % block_size;
         const long long offset = row * kv_stride + (i % NV) * VEC;
         kp[j] = *reinterpret_cast<const pa::Pack16<C>*>(k_head + offset);
         vp[j] = *reinterpret_cast<const pa::Pack16<C>*>(v_head + offset);
@@ -189,6 +191,16 @@ __device__ __forceinline__ void tile_attention(
         if (c0 + tt < end) {
           unpack16(kp[j], kd);
           unpack16(vp[j], vd);
+          if constexpr ((OPTS & pa::OPT_KV_SCALES) != 0) {  // per-token scales: K and V rows scaled as staged
+            const int t = c0 + tt;
+            const long long row = (long long)table[t / block_size] * block_size + t % block_size;
+            const float ks = opt.k_token(row, kv_head, num_kv_heads), vs = opt.v_token(row, kv_head, num_kv_heads);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              kd[e] *= ks;
+              vd[e] *= vs;
+            }
+          }
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e) kd[e] = vd[e] = 0.f;
@@ -300,14 +312,18 @@ __device__ __forceinline__ void tile_attention(
       const int r = pv_r0 + k * RSTEP;
       if (r < rows_here) {
         const float l = l_s[r];
-        float inv = l > 0.f ? 1.f / l : 0.f;
-        if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
         const long long qh = (long long)row_qrow[r] * num_heads + row_head[r];
-        if (row_slots[row_qrow[r]] == 1) {
+        if (row_slots[row_qrow[r]] == 1) {  // the row's only partial result: finished here (sink, lse)
+          float inv = opt.inv_denominator(m_s[r], l, row_head[r]);
+          if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
           T* o = out + qh * HEAD_DIM + 4 * pv_c;
 #pragma unroll
           for (int e = 0; e < 4; ++e) pa::store(o + e, acc[k][e] * inv);
-        } else {
+          if constexpr ((OPTS & pa::OPT_LSE) != 0)
+            if (pv_c == 0) lse[qh] = opt.lse(m_s[r], l);
+        } else {  // one of several: normalized by its own sum, merged (sink, lse) by merge_slots
+          float inv = l > 0.f ? 1.f / l : 0.f;
+          if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
           const long long slot = qh * max_slots + row_slot[r];
           reinterpret_cast<float4*>(tmp_out + slot * HEAD_DIM)[pv_c] =
               make_float4(acc[k][0] * inv, acc[k][1] * inv, acc[k][2] * inv, acc[k][3] * inv);
@@ -323,11 +339,14 @@ __device__ __forceinline__ void tile_attention(
 
 // Merge: out[qrow, head] = sum_s w_s * tmp_out_s / sum_s w_s, w_s = sum_s * exp(max_s - max) over the
 // row's row_slots[qrow] slots (rows with one slot were written directly: nothing to do).
+// FLAGS (pa::MERGE_FLAGS: OPT_SINKS, OPT_LSE): the sink joins the merged denominator once
+// (Opt::inv_denominator) and lse[qrow, head] = Opt::lse of the merged slots.
 // Grid (total_q, num_heads); dynamic shared memory: max_slots floats.
-template <int HEAD_DIM, typename T>
+template <int HEAD_DIM, typename T, int FLAGS = 0>
 __device__ __forceinline__ void merge_slots(T* __restrict__ out, const float* __restrict__ tmp_out,
                                             const float* __restrict__ max_in, const float* __restrict__ sum_in,
-                                            const int* __restrict__ row_slots, int num_heads, int max_slots) {
+                                            const int* __restrict__ row_slots, int num_heads, int max_slots,
+                                            float* __restrict__ lse, const pa::OptionArgs& options) {
   extern __shared__ float weights[];
   const int qrow = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
   const int n = row_slots[qrow];
@@ -344,12 +363,28 @@ __device__ __forceinline__ void merge_slots(T* __restrict__ out, const float* __
     if (s % NUM_THREADS == tid) weights[s] = w;
   }
   __syncthreads();
+  const pa::Options<pa::MERGE_FLAGS<FLAGS>> opt(options, 0, 1);
   for (int d = tid; d < HEAD_DIM; d += NUM_THREADS) {
     float a = 0.f;
     for (int s = 0; s < n; ++s)
       if (weights[s] > 0.f) a += weights[s] * tmp_out[(base + s) * HEAD_DIM + d];
-    pa::store(out + qh * HEAD_DIM + d, a / total);
+    if constexpr ((FLAGS & (pa::OPT_SINKS | pa::OPT_LSE)) != 0)
+      pa::store(out + qh * HEAD_DIM + d, a * opt.inv_denominator(m, total, head));
+    else
+      pa::store(out + qh * HEAD_DIM + d, a / total);
   }
+  if constexpr ((FLAGS & pa::OPT_LSE) != 0)
+    if (tid == 0) lse[qh] = opt.lse(m, total);
 }
 
 }  // namespace mq
+
+// The merge kernel of every tile kernel built on mq::tile_attention (cupy.multi, cupy.cascade, their controls).
+template <int HEAD_DIM, typename T, int FLAGS = 0>
+__global__ void __launch_bounds__(pa::NUM_THREADS)
+    paged_attention_merge(T* __restrict__ out, const float* __restrict__ tmp_out, const float* __restrict__ max_in,
+                          const float* __restrict__ sum_in, const int* __restrict__ row_slots, int num_heads,
+                          int max_slots, float* __restrict__ lse, PA_OPTION_PARAMS) {
+  mq::merge_slots<HEAD_DIM, T, FLAGS>(out, tmp_out, max_in, sum_in, row_slots, num_heads, max_slots, lse,
+                                      PA_OPTION_ARGS);
+}

@@ -7,12 +7,12 @@ to float) in shared memory and every row of the tile reads them there, so each K
 from global memory once per tile instead of once per query token and head. Online softmax over the
 chunks (flash-attention style); each row masks with its own position (causal t <= p, window
 t >= p - window_left) and ALiBi slope. The block size is a runtime value: every token row is found
-through the table on its own (t >> log2(block_size)), so one instantiation serves block sizes 1..256.
+through the table on its own (t / block_size), so one instantiation serves every block size (1..4096).
 Split-KV: the tile's token range [window start of its first query token, position of its last + 1)
 is cut into partitions of 512 tokens; a row with several partial results is merged by log-sum-exp
 (paged_attention_merge), a row with one is written directly. Blocks wholly before the range are never
 looked up or loaded (their table entries may be -1), nor tokens after the last position.
-Limits: block sizes 1..256 (powers of two), head dims 32..256, float32/float16/bfloat16 queries,
+Limits: any block size (1..4096), head dims 32..256, float32/float16/bfloat16 queries,
 caches of the query's dtype or fp8 e4m3fn/e5m2, every option (KERNEL_SUPPORT), any query length
 (query_start) and decode. Output [total_q, num_heads, head_dim] in the query's dtype.
 Template: paged_attention_multi<HEAD_DIM, T, C = T, OPTS = 0>: OPTS = 0 is the plain kernel.
@@ -29,15 +29,17 @@ import dataclasses
 
 import numpy as np
 
-from sandbox.variant import KERNEL_SUPPORT, Limits
+from sandbox.variant import Limits, Unsupported
 
 from . import common
 
 PATH = common.KERNEL_DIR / "multi.cu"
 NAME = "cupy.multi"
-LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, **KERNEL_SUPPORT)
+LIMITS = Limits(block_sizes=None, max_query_len=None, head_dims=common.HEAD_DIMS, **common.SUPPORT)
 DEFAULT_PARTITION = 512
 KERNEL = "paged_attention_multi"
+# The tile kernel's threads per block, the default first (at least head_dim / 4: one float4 column each).
+TUNABLES = {"threads": (128, 64, 256)}
 
 
 def tile_rows(head_dim: int) -> int:
@@ -59,12 +61,25 @@ def static_shared_bytes(head_dim: int) -> int:
     return 4 * (rows * head_dim + 2 * chunk * (head_dim + 4) + chunk * (rows + 1) + 9 * rows)
 
 
-def kernel_name(head_dim: int, dtype, kv_dtype=None, flags: int = 0, kernel: str = KERNEL) -> str:
-    return f"{kernel}<{head_dim}, {common.type_args(dtype, kv_dtype, flags)}>"
+def kernel_name(head_dim: int, dtype, kv_dtype=None, flags: int = 0, kernel: str = KERNEL,
+                threads: int = common.NUM_THREADS) -> str:
+    return f"{kernel}<{head_dim}, {common.type_args(dtype, kv_dtype, flags, threads)}>"
 
 
-def merge_name(head_dim: int, dtype) -> str:
-    return f"paged_attention_merge<{head_dim}, {common.ctype(dtype)}>"
+def check_threads(name: str, head_dim: int, threads: int) -> None:
+    """Refuse a thread count the tile kernel's mapping cannot use: a thread per float4 column of a row
+    (head_dim / 4) and per staged token (mq::Shape<HEAD_DIM>::CHUNK)."""
+    need = max(head_dim // 4, chunk_tokens(head_dim))
+    if threads < need:
+        raise Unsupported(f"{name}: threads={threads} is below the {need} threads the tile mapping needs at "
+                          f"head_dim {head_dim} (one per float4 column and per staged token)")
+
+
+def merge_name(head_dim: int, dtype, flags: int = 0) -> str:
+    """The merge kernel (multi.cuh) for a head dim, output dtype and the problem's option bits (it takes
+    their MERGE_FLAGS: sinks, lse)."""
+    merge = int(flags) & common.MERGE_FLAGS
+    return f"paged_attention_merge<{head_dim}, {common.ctype(dtype)}{f', {merge}' if merge else ''}>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,8 +182,8 @@ def kv_token_bytes(problem) -> int:
 class MultiPrepared(common.Prepared):
     """The tile kernel, then (when a row has several partial results) the merge."""
 
-    def __init__(self, launches, out, keep, out_dtype, problem, work: WorkList):
-        super().__init__(launches, out, keep=keep, out_dtype=out_dtype)
+    def __init__(self, launches, out, keep, out_dtype, problem, work: WorkList, lse=None):
+        super().__init__(launches, out, keep=keep, out_dtype=out_dtype, lse=lse)
         self.problem = problem
         self.work = work
 
@@ -188,13 +203,15 @@ class MultiPrepared(common.Prepared):
 
 
 def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel: str = KERNEL,
-                 prepared_class=MultiPrepared, **extra) -> MultiPrepared:
-    """Compile and build the launches of `work` (a WorkList) on the tile kernel `kernel` of `path`."""
+                 prepared_class=MultiPrepared, threads: int = common.NUM_THREADS, **extra) -> MultiPrepared:
+    """Compile and build the launches of `work` (a WorkList) on the tile kernel `kernel` of `path`, with
+    `threads` threads per tile block (the merge: 128)."""
     p = problem
     layout = work.layout
     flags = common.option_flags(p)
-    expression = kernel_name(p.head_dim, p.dtype, p.kv_dtype, flags, kernel=kernel)
-    merge = merge_name(p.head_dim, p.dtype)
+    check_threads(name, p.head_dim, threads)
+    expression = kernel_name(p.head_dim, p.dtype, p.kv_dtype, flags, kernel=kernel, threads=threads)
+    merge = merge_name(p.head_dim, p.dtype, flags)
     common.check_shared(name, 0, static_shared_bytes(p.head_dim), f"a tile of {tile_rows(p.head_dim)} query rows")
     tile_kernel = common.get_function(backend, path, expression, [expression, merge])
     merge_kernel = common.get_function(backend, path, merge, [expression, merge])
@@ -208,19 +225,20 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
     tiles_d, rows_d, slots_d = (common.to_device(a, backend) for a in (tiles, rows, slots))
     out = common.output_like(p, backend)
     options = common.option_args(p, backend)
+    lse = common.lse_output(p, backend)
     args = (out, *scratch, query, key_cache, value_cache, block_tables, np.int32(p.max_blocks_per_seq), tiles_d,
             rows_d, slots_d, np.int32(layout.tile_tokens), np.int32(p.num_heads), np.int32(p.num_kv_heads),
-            np.int32(layout.head_chunk), np.int32(p.block_size.bit_length() - 1), common.kernel_scale(p),
-            np.int32(work.partition), np.int32(max_slots), *options)
+            np.int32(layout.head_chunk), np.int32(p.block_size), common.kernel_scale(p),
+            np.int32(work.partition), np.int32(max_slots), lse, *options)
     grid = (len(work.tiles), p.num_kv_heads * layout.head_chunks, work.max_parts)
-    launches = [(tile_kernel, grid, (common.NUM_THREADS,), args, 0)]
+    launches = [(tile_kernel, grid, (threads,), args, 0)]
     if max_slots > 1:
         common.check_shared(name, 4 * max_slots, 0, f"the merge of {max_slots} partial results")
-        merge_args = (out, *scratch, slots_d, np.int32(p.num_heads), np.int32(max_slots))
+        merge_args = (out, *scratch, slots_d, np.int32(p.num_heads), np.int32(max_slots), lse, *options)
         launches.append((merge_kernel, (p.query.shape[0], p.num_heads), (common.NUM_THREADS,), merge_args,
                          4 * max_slots))
     keep = (query, key_cache, value_cache, block_tables, tiles_d, rows_d, slots_d, *options, *scratch)
-    return prepared_class(launches, out, keep, p.dtype, p, work, **extra)
+    return prepared_class(launches, out, keep, p.dtype, p, work, lse=lse if p.options.return_lse else None, **extra)
 
 
 def backends_full(shape, backend):
@@ -237,18 +255,21 @@ def partition_tokens(partition_size: int | None) -> int:
     return size
 
 
-def prepare(problem, backend: str, partition_size: int | None = None) -> MultiPrepared:
+def prepare(problem, backend: str, partition_size: int | None = None, *,
+            threads: int = common.NUM_THREADS) -> MultiPrepared:
     layout = Layout.for_problem(problem)
     work = multi_work(problem, layout, partition_tokens(partition_size))
-    return prepare_work(NAME, PATH, problem, backend, work)
+    return prepare_work(NAME, PATH, problem, backend, work, threads=threads)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
-    """NVRTC -> cubin resources of the tile kernel (one instantiation for every block size: it is a runtime
-    value) and, in `kernels`, of the merge."""
-    expression = kernel_name(head_dim, dtype, kv_dtype, flags)
-    merge = merge_name(head_dim, dtype)
-    main = common.compile_report(PATH, expression, arch, common.NUM_THREADS, 0, extra_expressions=[merge])
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
+                   threads: int = common.NUM_THREADS) -> dict:
+    """NVRTC -> cubin resources of the tile kernel with `threads` threads (one instantiation for every block
+    size: it is a runtime value) and, in `kernels`, of the merge."""
+    check_threads(NAME, head_dim, threads)
+    expression = kernel_name(head_dim, dtype, kv_dtype, flags, threads=threads)
+    merge = merge_name(head_dim, dtype, flags)
+    main = common.compile_report(PATH, expression, arch, threads, 0, extra_expressions=[merge])
     second = common.compile_report(PATH, merge, arch, common.NUM_THREADS, 4 * 8, extra_expressions=[expression])
     fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
               "spill_loads", "threads_per_block", "image")

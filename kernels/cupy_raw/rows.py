@@ -7,7 +7,9 @@ table on its own (kv.row(t), an L1 hit), a fixed number of lanes shares a row (4
 and each warp issues 8 vectors per lane (4 KiB at head dim 128 in fp16) for K and for V before
 using any: the block size only changes index arithmetic. Same grid, GQA tile, split-KV partitions
 and reduce as gqa (one kernel template, gqa.cu, ROW_MAPPED = true).
-Limits: as gqa (block sizes 1..256, head dims 32..256, float32/float16/bfloat16 queries, caches of the
+Limits: as gqa but any block size 1..4096 (powers of two up to 256 compiled in, every other size a
+runtime value in one instantiation; partitions of 512 tokens whatever the block size), head dims 32..256,
+float32/float16/bfloat16 queries, caches of the
 query's dtype or fp8 e4m3fn/e5m2, every option: KERNEL_SUPPORT; any GQA ratio). fp8 keeps the mapping in
 vectors: 16 fp8 values per 16-byte load, 8 vectors per lane in flight. Template and option bitmask:
 gqa's kernel with ROW_MAPPED = true; launch_partition() as gqa.
@@ -19,22 +21,30 @@ shrink with the block size), so block size 8 within a few percent of 128. Measur
 """
 from __future__ import annotations
 
+import dataclasses
+
 from . import gqa
 
 PATH = gqa.PATH
 NAME = "cupy.rows"
-LIMITS = gqa.LIMITS
+LIMITS = dataclasses.replace(gqa.LIMITS, block_sizes=None)  # any block size: a runtime value past the powers of two
+TUNABLES = gqa.TUNABLES
 
 
-def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0) -> str:
-    return gqa.kernel_name(block_size, head_dim, tile, dtype, row_mapped=True, kv_dtype=kv_dtype, flags=flags)
+def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0,
+                threads: int = gqa.common.NUM_THREADS) -> str:
+    """Block sizes other than the powers of two up to 256 share the runtime-block-size instantiation (0)."""
+    return gqa.kernel_name(gqa.common.row_mapped_block(block_size), head_dim, tile, dtype, row_mapped=True,
+                           kv_dtype=kv_dtype, flags=flags,
+                           threads=threads)
 
 
-def prepare(problem, backend: str, partition_size: int | None = None):
-    return gqa.prepare_paged(NAME, kernel_name, problem, backend, partition_size)
+def prepare(problem, backend: str, partition_size: int | None = None, *, threads: int = gqa.common.NUM_THREADS):
+    return gqa.prepare_paged(NAME, kernel_name, problem, backend, partition_size, threads, row_mapped=True)
 
 
-def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0) -> dict:
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, flags: int = 0,
+                   threads: int = gqa.common.NUM_THREADS) -> dict:
     """As gqa.compile_report (group 4, TILE 4, partition 512), for the row-mapped instantiation."""
     return gqa.compile_report(block_size, head_dim, dtype, arch, kernel_name_for=kernel_name, kv_dtype=kv_dtype,
-                              flags=flags)
+                              flags=flags, threads=threads)

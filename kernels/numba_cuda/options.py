@@ -4,7 +4,8 @@ and what a kernel is specialised on.
 Every attention kernel takes, after (query, key_cache, value_cache, block_tables, context_lens):
     scale    float32: the softmax scale times the table's scale factors (k_scale: scale * (q . k * k_scale))
     options  OptionArgs: the table's kernel arguments (sandbox.problem.options.KERNEL_ARGS), in table order
-             (today window_left int32, soft_cap float32, alibi_slopes float32 [num_heads], v_scale float32);
+             (window_left int32, soft_cap float32, alibi_slopes float32 [num_heads], v_scale float32, sinks float32
+             [num_heads], k_scales/v_scales float32 and k_block_scales/v_block_scales uint8, flattened per slot);
              an option not in use passes a neutral value its code never reads.
 A window and v_scale are read at run time (a window only moves the first token read, v_scale multiplies
 the output once); every other option is compiled in only when a problem uses it: kernels are specialised
@@ -31,7 +32,8 @@ RUNTIME_FLAGS = OPT_WINDOW | OPT_VSCALE
 
 OptionArgs = collections.namedtuple("OptionArgs", [arg.name for arg in KERNEL_ARGS])
 # The Numba type of each C type a kernel argument of the table may have.
-NUMBA_TYPES = {"float": float32, "int": int32, "const float*": types.Array(float32, 1, "C")}
+NUMBA_TYPES = {"float": float32, "int": int32, "const float*": types.Array(float32, 1, "C"),
+               "const unsigned char*": types.Array(types.uint8, 1, "C")}
 
 
 @cuda.jit(device=True, inline="always")

@@ -19,18 +19,11 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                                       const int* __restrict__ block_tables, int max_blocks_per_seq,
                                       const int* __restrict__ tiles, const int* __restrict__ tile_rows,
                                       const int* __restrict__ row_slots, int tile_tokens, int num_heads,
-                                      int num_kv_heads, int head_chunk, int block_shift, float scale,
-                                      int partition_size, int max_slots, PA_OPTION_PARAMS) {
+                                      int num_kv_heads, int head_chunk, int block_size, float scale,
+                                      int partition_size, int max_slots, float* __restrict__ lse,
+                                      PA_OPTION_PARAMS) {
   mq::tile_attention<HEAD_DIM, T, C, OPTS, SeesNextToken>(
       out, tmp_out, max_out, sum_out, query, key_cache, value_cache, block_tables, max_blocks_per_seq, tiles,
-      tile_rows, row_slots, tile_tokens, num_heads, num_kv_heads, head_chunk, block_shift, scale, partition_size,
-      max_slots, PA_OPTION_ARGS);
-}
-
-template <int HEAD_DIM, typename T>
-__global__ void __launch_bounds__(pa::NUM_THREADS)
-    paged_attention_merge(T* __restrict__ out, const float* __restrict__ tmp_out, const float* __restrict__ max_in,
-                          const float* __restrict__ sum_in, const int* __restrict__ row_slots, int num_heads,
-                          int max_slots) {
-  mq::merge_slots<HEAD_DIM, T>(out, tmp_out, max_in, sum_in, row_slots, num_heads, max_slots);
+      tile_rows, row_slots, tile_tokens, num_heads, num_kv_heads, head_chunk, block_size, scale, partition_size,
+      max_slots, lse, PA_OPTION_ARGS);
 }

@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                                          const C* __restrict__ key_cache, const C* __restrict__ value_cache,
                                          const int* __restrict__ block_tables, const int* __restrict__ context_lens,
                                          int max_blocks_per_seq, int num_heads, int num_kv_heads, float scale,
-                                         int logits_stride, PA_OPTION_PARAMS) {
+                                         int logits_stride, float* __restrict__ lse, PA_OPTION_PARAMS) {
   extern __shared__ float smem[];
   const int seq = blockIdx.y;
   const int context_len = context_lens[seq];
@@ -31,5 +31,6 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
   const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
   pa::attend<BLOCK_SIZE, HEAD_DIM, 1>(kv, key_cache, value_cache, query + q_offset, 1, tile.kv_head, num_kv_heads,
                                       scale, opt, opt.first_token(), context_len, logits_stride, smem,
-                                      out + q_offset, HEAD_DIM, (float*)nullptr, (float*)nullptr, 0);
+                                      out + q_offset, HEAD_DIM, (float*)nullptr, (float*)nullptr, 0,
+                                      lse + (long long)seq * num_heads + tile.head0);
 }

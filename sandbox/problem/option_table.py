@@ -314,6 +314,9 @@ SINKS = Option(
     together=lambda c: dict(sinks="random"),
     tokens=(Token("sinks", None, _sinks_token, _sinks_keywords,
                   lambda value: "sinks" if value is True else f"sinks={value:g}"),),
+    flag=("OPT_SINKS", 16),
+    kernel_args=(KernelArg("sinks", "const float*",
+                           lambda o: o.sinks if o.sinks is not None else np.zeros(1, np.float32)),),
 )
 
 
@@ -340,11 +343,20 @@ LSE = Option(
     random=lambda rng, c: dict(return_lse=True),
     cases=lambda c: [Case("lse_on_extreme_logits", dict(return_lse=True, extreme_logits=True), brief=True)],
     together=lambda c: dict(return_lse=True),
+    flag=("OPT_LSE", 32),  # no argument: a kernel built with it writes lse through its own output pointer
 )
 
 
 
 # ---------------------------------------------------------------- kv_scales: fp8 scales per token and KV head
+
+def _flat(array, dtype) -> np.ndarray:
+    """A per-slot array as the kernels take it: one flat C-contiguous run of `dtype` (its bytes viewed for
+    e4m3), or a one-element neutral array when the option is off."""
+    if array is None:
+        return np.zeros(1, dtype)
+    return np.ascontiguousarray(array).view(dtype).reshape(-1)
+
 
 def slot_array(name: str, dtype: str, what: str, trailing=lambda context: ()):
     """Check of an optional array [num_blocks, block_size, num_kv_heads, *trailing] beside the cache."""
@@ -410,6 +422,10 @@ KV_SCALES = Option(
     together=lambda c: dict(per_token_scales=True),
     applies=lambda c: c.kv_format in FP8_DTYPES,
     excludes=("kv_scale",),
+    flag=("OPT_KV_SCALES", 64),
+    # flattened: scale of (slot, KV head) at (block * block_size + offset) * num_kv_heads + kv head
+    kernel_args=tuple(KernelArg(name, "const float*", lambda o, name=name: _flat(getattr(o, name), np.float32))
+                      for name in ("k_scales", "v_scales")),
 )
 
 
@@ -464,6 +480,10 @@ NVFP4_SCALES = Option(
     example=dict(kv_dtype=NVFP4),
     validate=_nvfp4_validate,
     declared_in="kv_dtypes",
+    flag=("OPT_NVFP4", 128),
+    # e4m3 bytes, flattened: block scale of (slot, KV head, group g) at (slot * num_kv_heads + kv) * G + g
+    kernel_args=tuple(KernelArg(name, "const unsigned char*", lambda o, name=name: _flat(getattr(o, name), np.uint8))
+                      for name in ("k_block_scales", "v_block_scales")),
 )
 
 

@@ -51,6 +51,8 @@ WRONG_VARIANTS = {
     "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
     "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
     "wrong.cupy.uncoalesced_k": "kernels.wrong.cupy_uncoalesced_k",
+    "wrong.cupy.lse_base2": "kernels.wrong.cupy_lse_base2",
+    "wrong.cupy.neighbour_head_scale": "kernels.wrong.cupy_neighbour_head_scale",
     "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_mla_v_from_rope",
     "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
 }
