@@ -4,6 +4,7 @@ count as it is (simulated too); a bad --config is refused, exit 2, before anythi
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -21,34 +22,42 @@ from sandbox.sweep.run import SweepConfig, run_sweep
 from sandbox.sweep.timing import TimingConfig
 from sandbox.variant import Unsupported, registry, runner
 
-TEMPLATE = Path(__file__).resolve().parent / "templates" / "numba_mine.py"
-NAME, MODULE = "numba.mine64", "numba_mine64"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 ROOT = Path(__file__).resolve().parent.parent
+FAMILIES = ("numba", "cupy")
 
 
-def _copy_with_threads(folder: Path) -> Path:
-    """The Numba template copied as a newcomer would, its default thread count changed to 64."""
-    text = TEMPLATE.read_text().replace('"numba.mine', '"numba.mine64')
+def _copy_with_threads(folder: Path, family: str) -> tuple[str, str]:
+    """The family's README template copied as a newcomer would (as {family}_mine64), its default thread count
+    changed to 64; (registry name, module name)."""
+    module = f"{family}_mine64"
+    text = (TEMPLATES / f"{family}_mine.py").read_text().replace(f'"{family}.mine', f'"{family}.mine64')
     text = text.replace('TUNABLES = {"threads": (32, 64, 128)}', 'TUNABLES = {"threads": (64, 32)}')
     text = text.replace("threads=32", "threads=64")
     assert text.count("threads=64") == 2 and '(64, 32)' in text, "the template's tunable lines moved"
-    path = folder / f"{MODULE}.py"
-    path.write_text(text)
-    return path
+    (folder / f"{module}.py").write_text(text)
+    if family == "cupy":
+        shutil.copy(TEMPLATES / "cupy_mine.cu", folder / f"{module}.cu")
+    return f"{family}.mine64", module
 
 
-@pytest.fixture
-def copied(tmp_path, monkeypatch):
-    _copy_with_threads(tmp_path)
+@pytest.fixture(params=FAMILIES)
+def copied(request, tmp_path, monkeypatch):
+    name, module = _copy_with_threads(tmp_path, request.param)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(registry.VARIANTS, NAME, MODULE)
-    yield tmp_path
-    sys.modules.pop(MODULE, None)
+    monkeypatch.setitem(registry.VARIANTS, name, module)
+    yield name
+    sys.modules.pop(module, None)
 
 
 def _small(seed=0, block_size=4, head_dim=16):
     return DecodeProblem.random(seed, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=head_dim, block_size=block_size,
                                 max_context_len=20, dtype="float32")
+
+
+def _threads(prepared) -> int:
+    """Threads per block a prepared launch will run: a Numba Launch's, or a CUDA C Prepared's first launch's."""
+    return prepared.threads if hasattr(prepared, "threads") else prepared.launches[0][2][0]
 
 
 @pytest.mark.skipif(not numba_simulated(), reason="the simulated launch sizes")
@@ -73,24 +82,28 @@ def test_numba_variants_launch_the_configured_thread_count_under_the_simulator()
 
 
 def test_copied_variant_runs_check_and_traffic_with_its_own_thread_count(copied):
-    assert sandbox.tunables(NAME) == {"threads": (64, 32)}
-    prepared, _ = runner.prepare(NAME, _small(), "cpu")
-    assert prepared.threads == 64
-    assert runner.prepare(NAME, _small(), "cpu", {"threads": 32})[0].threads == 32
+    name = copied
+    assert sandbox.tunables(name) == {"threads": (64, 32)}
+    if registry.get(name).family == "cupy" or numba_simulated():  # prepared here (Numba: in its mode)
+        assert _threads(runner.prepare(name, _small(), "cpu")[0]) == 64
+        assert _threads(runner.prepare(name, _small(), "cpu", {"threads": 32})[0]) == 32
     for seed, block_size in enumerate((1, 5)):
-        result = check_problem(NAME, _small(seed, block_size), "cpu", {"threads": 32})
+        result = check_problem(name, _small(seed, block_size), "cpu", {"threads": 32})
         assert result.ok, result.error or result.comparison.report
-    if numba_simulated():  # the Numba capture runs under the simulator
-        counted = sandbox.traffic(NAME, _small(), census=False)
-        assert counted["config"] == "threads=64"
-        assert [tuple(k["block"]) for k in counted["kernels"]] == [(64, 1, 1)]
+    if numba_simulated() or registry.get(name).family == "cupy":  # the Numba capture runs under the simulator
+        for config, threads in ((None, 64), ({"threads": 32}, 32)):
+            counted = sandbox.traffic(name, _small(), census=False, config=config)
+            assert counted["config"] == f"threads={threads}"
+            assert [tuple(k["block"]) for k in counted["kernels"]] == [(threads, 1, 1)]
 
 
-def test_copied_variant_resources_report_its_configured_threads(tmp_path):
-    """`resources NAME --config threads=32` in a real-mode process (compile_ptx), the copy registered there."""
-    _copy_with_threads(tmp_path)
-    base = ["resources", NAME, "--block-sizes", "16", "--dtype", "fp32", "--json"]
-    script = (f"from sandbox.variant import registry; registry.VARIANTS[{NAME!r}] = {MODULE!r}; from sandbox import cli; "
+@pytest.mark.parametrize("family", FAMILIES)
+def test_copied_variant_resources_report_its_configured_threads(tmp_path, family):
+    """`resources NAME [--config threads=32]` in a real-mode process (Numba's compile_ptx; NVRTC for CUDA C),
+    the copy registered there."""
+    name, module = _copy_with_threads(tmp_path, family)
+    base = ["resources", name, "--block-sizes", "16", "--dtype", "fp32", "--json"]
+    script = (f"from sandbox.variant import registry; registry.VARIANTS[{name!r}] = {module!r}; from sandbox import cli; "
               f"codes = [cli.main({base!r}), print('=' * 8), cli.main({base + ['--config', 'threads=32']!r})]; "
               "raise SystemExit(max(c for c in codes if c is not None))")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
@@ -105,16 +118,17 @@ def test_copied_variant_resources_report_its_configured_threads(tmp_path):
 
 @pytest.mark.skipif(not numba_simulated(), reason="--tune ranks by the traffic model on the CPU (Numba capture)")
 def test_copied_variant_sweep_tune_records_its_best_configuration_and_tuned_reads_it(copied, tmp_path):
+    name = copied
     fast = TimingConfig(warmup_s=0.0, budget_s=0.0, min_repeats=1, max_repeats=1)
     shape = shapes_mod.parse_shape("2x24x4/2x32xfp32")
-    base = dict(variants=[NAME], block_sizes=(4,), shapes=[shape], backend="cpu", cpu_timing=fast, torch=False,
+    base = dict(variants=[name], block_sizes=(4,), shapes=[shape], backend="cpu", cpu_timing=fast, torch=False,
                 resources=False, plots=False, progress=False, results_dir=tmp_path / "runs", dense_baseline="")
     tuned_run = run_sweep(SweepConfig(**base, tune=True))
     assert tuned_run.exit_code == 0, tuned_run.summary
     recorded = json.loads((tuned_run.run_dir / "tuned.json").read_text())
     assert recorded["objective"] == "model_time_us"
     (point,) = recorded["points"]
-    assert (point["variant"], point["shape"], point["block_size"]) == (NAME, shape.name, 4)
+    assert (point["variant"], point["shape"], point["block_size"]) == (name, shape.name, 4)
     assert [r["config"] for r in point["ranked"]] == [{"threads": 64}, {"threads": 32}]
     best = min(point["ranked"], key=lambda r: r["score"])
     assert point["config"] == best["config"]
