@@ -44,9 +44,9 @@ tests check that every K/V element is loaded exactly once per tile whose span ho
 outside one.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16, group 4, 4 query tokens per tile, chunk 32): 168 registers, no
-spills nor local memory, 35 KB dynamic shared, so 18.8% theoretical occupancy (register-limited; 181
-and 12.5% before K and V staging became one device function, stage_rows; 32-bit indices or launch
-bounds are untried). Design-level
+spills nor local memory, 35 KB dynamic shared, so 18.8% theoretical occupancy (register-limited; K and
+V staged by one device function, stage_rows: two separate stagings take 181 registers and 12.5%; 32-bit
+indices or launch bounds are untried). Design-level
 expectation, not a measurement: K/V bytes per query token drop by the tile's rows (16) against one
 block per query token and head; the causal walk stops at the tile's last position, so masking
 wastes at most the tile's own diagonal (plus, with a window, the tokens before later rows' windows).

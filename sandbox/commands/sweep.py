@@ -16,9 +16,10 @@ from . import add_config_argument, block_size_list, select_names
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--variants", metavar="LIST",
-                        help="comma-separated variant names, families (numba, cupy, wrong) or globs (numba.*); "
-                             "default: every registered variant (negative controls only when named)")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="variants to race: names, families (numba, cupy, wrong) or globs (numba.*), space or comma "
+                             "separated; default: every registered variant (negative controls only when named)")
+    parser.add_argument("--variants", metavar="LIST", help="the same as the positional names, comma-separated")
     parser.add_argument("--block-sizes", type=block_size_list, metavar="LIST",
                         help=f"comma-separated block sizes (default {','.join(map(str, shapes_mod.DEFAULT_BLOCK_SIZES))}; "
                              f"--quick on the CPU: {','.join(map(str, shapes_mod.QUICK_CPU_BLOCK_SIZES))})")
@@ -113,7 +114,8 @@ def build_config(args) -> SweepConfig:
     cpu = _replace(cpu, **{k: v for k, v in overrides.items() if k != "warmup_s"})
     if args.max_seconds is not None and args.max_seconds <= 0:
         raise ValueError(f"--max-seconds must be > 0, got {args.max_seconds}")
-    return SweepConfig(variants=select_variants(args.variants), block_sizes=tuple(block_sizes), shapes=shapes,
+    named = ",".join(list(args.names or []) + ([args.variants] if args.variants else []))
+    return SweepConfig(variants=select_variants(named or None), block_sizes=tuple(block_sizes), shapes=shapes,
                        backend=args.backend, seed=args.seed, quick=args.quick, max_seconds=args.max_seconds,
                        gpu_timing=gpu, cpu_timing=cpu, dense_baseline=args.dense, torch=not args.no_torch,
                        resources=not args.no_resources, plots=not args.no_plots, progress=not args.no_progress,

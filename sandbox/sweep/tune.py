@@ -67,7 +67,7 @@ class Tuning:
             if name not in variants:
                 continue
             config = point.get("config") or {}
-            tunables.resolve(name, registry.get(name).module, config)  # what the variant no longer declares: refused
+            tunables.resolve(name, registry.get(name).module, config)  # a value the variant does not declare: refused
             tuned[(name, point["shape"], int(point["block_size"]))] = config
         return cls("read", tuned=tuned, objective=data.get("objective", ""))
 
