@@ -88,11 +88,11 @@ def test_naive_requests_kv_once_per_query_head():
 
 def test_block_marks_the_simulator_only_reductions():
     """block_max / block_sum reduce through shared memory under the simulator: their sites (in
-    common.py) are marked, the note says what a GPU does instead, and no other site is marked."""
+    reductions.py) are marked, the note says what a GPU does instead, and no other site is marked."""
     (launch,) = capture("numba.block", small_problem())
     marked = [s for s in launch.sites if s.simulator_only]
-    assert marked and all(s.file == "kernels/numba_cuda/common.py" and s.space == "shared" for s in marked)
-    assert all(not s.file.endswith("common.py") for s in launch.sites if not s.simulator_only)
+    assert marked and all(s.file == "kernels/numba_cuda/reductions.py" and s.space == "shared" for s in marked)
+    assert all(not s.file.endswith("reductions.py") for s in launch.sites if not s.simulator_only)
     assert any("simulator-only path" in n and "shfl_xor_sync" in n for n in launch.notes)
     gpu = numba_sim.without_simulator_only(launch)
     kept = {gpu.sites[i] for i in np.unique(gpu.site_block["site"])}

@@ -16,11 +16,11 @@ from .raw import SECTOR_DTYPE, SITE_BLOCK_DTYPE, RawLaunch, Site
 from .requests import group
 
 CHECK_EVERY = 1 << 16  # records between two looks at the clock inside a block
-# Device functions that exist only under the simulator (kernels/numba_cuda/common.py binds block_max /
+# Device functions that exist only under the simulator (kernels/numba_cuda/reductions.py binds block_max /
 # block_sum to them there; a GPU runs shuffle_block_max / shuffle_block_sum), with what a GPU does instead.
 SIMULATOR_ONLY = {
-    ("kernels.numba_cuda.common", "shared_block_max", "block_max"),
-    ("kernels.numba_cuda.common", "shared_block_sum", "block_sum"),
+    ("kernels.numba_cuda.reductions", "shared_block_max", "block_max"),
+    ("kernels.numba_cuda.reductions", "shared_block_sum", "block_sum"),
 }
 GPU_REDUCTION = ("a GPU reduces with shfl_xor_sync instead: per reduction and warp, 1 shared store (lane 0 of "
                  "each warp) and 1 shared load (blockDim/32 lanes), 1 wavefront each")

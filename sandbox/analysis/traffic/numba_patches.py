@@ -25,8 +25,8 @@ def install(cap, patches: list) -> None:
     from numba.cuda.np import numpy_support
     from numba.cuda.simulator import kernel, kernelapi
 
-    try:  # kernels/numba_cuda/common.py serialises shared allocations when first imported: before our patch
-        import kernels.numba_cuda.common  # noqa: F401
+    try:  # kernels/numba_cuda/simulator.py serialises shared allocations when first imported: before our patch
+        import kernels.numba_cuda.simulator  # noqa: F401
     except ImportError:
         pass
 
