@@ -168,7 +168,7 @@ def _supported(module, block_size: int, head_dim: int, dtype: str, kv_dtype: str
 
 
 def takes_kv_dtype(function) -> bool:
-    """Whether compile_report accepts a kv_dtype keyword (the signature before fp8 caches did not)."""
+    """Whether compile_report accepts a kv_dtype keyword (a variant without fp8 caches may not take one)."""
     try:
         params = inspect.signature(function).parameters
     except (TypeError, ValueError):
@@ -209,7 +209,7 @@ def _compile_report(module, block_size: int, head_dim: int, dtype: str, arch: st
         except Unsupported as exc:
             return None, f"not supported: {exc}"
     if not takes_kv_dtype(module.compile_report):
-        return None, f"kv_dtype {kv_dtype} not supported: compile_report takes no kv_dtype (fp8 caches not reported yet)"
+        return None, f"kv_dtype {kv_dtype} not supported: compile_report takes no kv_dtype (it reports the query's dtype only)"
     try:
         return dict(module.compile_report(block_size, head_dim, dtype, arch, kv_dtype=kv_dtype, **config)), None
     except (TypeError, Unsupported) as exc:

@@ -62,7 +62,7 @@ def _collect_into(run_dir: Path, names, planned, head_dim: int, arch: str, step)
     except ModuleNotFoundError as exc:
         if exc.name != "sandbox.analysis.resources":
             return [], f"note: sandbox.analysis.resources could not be imported ({exc}); resources.csv skipped"
-        return [], "note: sandbox.analysis.resources is not available yet: static resources (resources.csv) skipped"
+        return [], "note: sandbox.analysis.resources is not available here: static resources (resources.csv) skipped"
     try:
         rows = resources.collect_many(variants=list(names), configs=planned, head_dim=head_dim, arch=arch,
                                       images=True, progress=step)
