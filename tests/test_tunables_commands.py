@@ -155,3 +155,42 @@ def test_a_bad_config_is_refused_before_anything_runs(argv, message, tmp_path, c
     assert cli.main(argv + extra.get(argv[0], [])) == 2
     assert message in capsys.readouterr().err
     assert not out_file.exists() and not (tmp_path / "runs").exists()
+
+
+def test_tune_on_a_gpu_ranks_by_gpu_time_and_disqualifies_a_wrong_output():
+    """sweep --tune's GPU ranking (sandbox/sweep/tune.py) with a stand-in variant, timer and reference: the
+    fastest correct configuration wins; a faster one with a wrong output is recorded as refused."""
+    import types
+
+    from sandbox.sweep import tune
+    from sandbox.sweep.run import Candidate
+
+    module = types.ModuleType("fake_gpu_variant")
+    module.TUNABLES = {"threads": (128, 64, 256)}
+    seconds = {128: 3e-6, 64: 1e-6, 256: 0.5e-6}
+
+    class Prepared:
+        def __init__(self, threads):
+            self.threads = threads
+
+        def launch(self):
+            pass
+
+        def result(self):
+            return self.threads
+
+    class Timer:
+        def time(self, fn):
+            return seconds[fn.__self__.threads]
+
+    data = types.SimpleNamespace(problem=lambda block_size: "problem",
+                                 verdict=lambda prepared, got, block_size: types.SimpleNamespace(
+                                     ok=got != 256, report="3 of 8 elements off\n..."))
+    env = types.SimpleNamespace(timer_for=lambda family, resolved: Timer(), flush=None)
+    candidate = Candidate("cupy.fake", "cupy", types.SimpleNamespace(check=lambda *args: None), prepare=None,
+                          prepare_with=lambda problem, backend, config: Prepared(config["threads"]))
+    fast = TimingConfig(warmup_s=0.0, budget_s=0.0, min_repeats=1, max_repeats=1)
+    best, ranked, note = tune.explore_point(candidate, module, data, 16, "gpu", env, fast)
+    assert best == {"threads": 64} and note == "tuned over 3 configurations: 1.00 us GPU"
+    assert [r.get("score") for r in ranked] == [pytest.approx(3.0), pytest.approx(1.0), None]
+    assert ranked[2]["refused"].startswith("RuntimeError: wrong output with threads=256: 3 of 8 elements off")
