@@ -97,23 +97,24 @@ def test_copied_variant_runs_check_and_traffic_with_its_own_thread_count(copied)
             assert [tuple(k["block"]) for k in counted["kernels"]] == [(threads, 1, 1)]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_copied_variant_resources_report_its_configured_threads(tmp_path, family):
-    """`resources NAME [--config threads=32]` in a real-mode process (Numba's compile_ptx; NVRTC for CUDA C),
-    the copy registered there."""
-    name, module = _copy_with_threads(tmp_path, family)
-    base = ["resources", name, "--block-sizes", "16", "--dtype", "fp32", "--json"]
-    script = (f"from sandbox.variant import registry; registry.VARIANTS[{name!r}] = {module!r}; from sandbox import cli; "
-              f"codes = [cli.main({base!r}), print('=' * 8), cli.main({base + ['--config', 'threads=32']!r})]; "
-              "raise SystemExit(max(c for c in codes if c is not None))")
+def test_copied_variants_resources_report_their_configured_threads(tmp_path):
+    """`resources NAME [--config threads=32]` for both copies in one real-mode process (Numba's compile_ptx;
+    NVRTC for CUDA C), the copies registered there."""
+    copies = dict(_copy_with_threads(tmp_path, family) for family in FAMILIES)
+    calls = [["resources", name, "--block-sizes", "16", "--dtype", "fp32", "--json"] + config
+             for name in copies for config in ([], ["--config", "threads=32"])]
+    script = (f"from sandbox.variant import registry; registry.VARIANTS.update({copies!r}); from sandbox import cli; "
+              f"codes = [(cli.main(argv), print('=' * 8))[0] for argv in {calls!r}]; "
+              "raise SystemExit(max(codes))")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    first, second = done.stdout.split("=" * 8)
-    rows = {"": json.loads(first)[0], "threads=32": json.loads(second)[0]}
-    assert rows[""]["threads_per_block"] == 64 and rows[""]["config"] == "threads=64"
-    assert rows["threads=32"]["threads_per_block"] == 32 and rows["threads=32"]["config"] == "threads=32"
-    assert rows[""]["registers"] == rows["threads=32"]["registers"] > 0  # the same code, launched differently
+    outputs = [json.loads(text)[0] for text in done.stdout.split("=" * 8)[:-1]]
+    for name, (default, configured) in zip(copies, (outputs[:2], outputs[2:])):
+        assert default["variant"] == configured["variant"] == name
+        assert default["threads_per_block"] == 64 and default["config"] == "threads=64"
+        assert configured["threads_per_block"] == 32 and configured["config"] == "threads=32"
+        assert default["registers"] == configured["registers"] > 0  # the same code, launched differently
 
 
 @pytest.mark.skipif(not numba_simulated(), reason="--tune ranks by the traffic model on the CPU (Numba capture)")
