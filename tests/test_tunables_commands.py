@@ -123,7 +123,8 @@ def test_copied_variant_sweep_tune_records_its_best_configuration_and_tuned_read
     fast = TimingConfig(warmup_s=0.0, budget_s=0.0, min_repeats=1, max_repeats=1)
     shape = shapes_mod.parse_shape("2x24x4/2x32xfp32")
     base = dict(variants=[name], block_sizes=(4,), shapes=[shape], backend="cpu", cpu_timing=fast, torch=False,
-                resources=False, plots=False, progress=False, results_dir=tmp_path / "runs", dense_baseline="")
+                quick=True, resources=False, plots=False, progress=False, results_dir=tmp_path / "runs",
+                dense_baseline="")
     tuned_run = run_sweep(SweepConfig(**base, tune=True))
     assert tuned_run.exit_code == 0, tuned_run.summary
     recorded = json.loads((tuned_run.run_dir / "tuned.json").read_text())
