@@ -83,6 +83,8 @@ def test_list_shows_each_summary_to_its_sentence_end(capsys):
     for name in registry.variants(problem=None):
         summary = registry.get(name).summary
         assert summary.endswith(".") and summary in out, name
+    numba_split = next(line for line in out.splitlines() if line.startswith("numba.split "))
+    assert "threads=auto|32|64|128|256 partition_size=auto|256|512|1024|2048" in numba_split  # the tunables column
 
 
 def test_asan_names_a_pasted_template_kernel_file(tmp_path, monkeypatch):
