@@ -265,7 +265,8 @@ def test_gpu_launch_configuration_under_the_simulator(monkeypatch, name):
 
     monkeypatch.setattr(kernelapi.FakeCUDAModule, "shfl_xor_sync", _emulated_shfl_xor_sync, raising=False)
     sizing = launch.launch_threads
-    monkeypatch.setattr(launch, "launch_threads", lambda work, simulated=None: sizing(work, simulated=False))
+    monkeypatch.setattr(launch, "launch_threads",
+                        lambda work, simulated=None, threads="auto": sizing(work, simulated=False, threads=threads))
     for module in (block, split):
         monkeypatch.setattr(module, "block_max", reductions.shuffle_block_max)
         monkeypatch.setattr(module, "block_sum", reductions.shuffle_block_sum)

@@ -547,6 +547,6 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 TestBlockManagerMachine = BlockManagerMachine.TestCase
 # With the cache, window and swap rules one stateful example costs about 20 ms on the shared 2-core VM;
-# six times the profile's example count keeps the ci run near the old 5 s and scales with `thorough`
+# six times the profile's example count keeps the ci run near 5 s and scales with `thorough`
 # (3000 examples there passed).
 TestBlockManagerMachine.settings = settings(settings.default, max_examples=6 * settings.default.max_examples)

@@ -456,7 +456,7 @@ def test_static_resources_written_when_the_module_exists(tmp_path, monkeypatch):
     fake = types.ModuleType("sandbox.analysis.resources")
     calls = []
 
-    def collect_many(variants=None, configs=(), head_dim=128, arch="sm_90", images=False):
+    def collect_many(variants=None, configs=(), head_dim=128, arch="sm_90", images=False, progress=None):
         calls.append((variants, configs, head_dim, arch, images))
         return [dict(variant=v, block_size=b, dtype=d, kv_dtype=kv or d, registers=32)
                 for sizes, d, kv in configs for v in variants for b in sizes]

@@ -398,7 +398,8 @@ def test_other_precisions_are_compiled_in_a_full_sweep_not_with_quick(tmp_path, 
     from sandbox.sweep import static_resources
     calls = []
     monkeypatch.setattr(static_resources, "collect_into",
-                        lambda run_dir, names, block_sizes, extra=None: calls.append(tuple(extra)) or ([], ""))
+                        lambda run_dir, names, block_sizes, extra=None, progress=False: calls.append(tuple(extra))
+                        or ([], ""))
     for quick in (["--quick"], []):
         ns = cli.build_parser().parse_args(["sweep", "--results-dir", str(tmp_path), "--no-progress", "--backend",
                                             "cpu", "--shapes", SMALL, "--block-sizes", "16", "--variants",

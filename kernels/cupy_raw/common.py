@@ -100,11 +100,11 @@ def load_source(path) -> str:
     seen: set = set()
     root = KERNEL_DIR.parent.parent
 
-    def shown(file: pathlib.Path) -> str:  # repo-relative in #line, so reports name the real file
+    def shown(file: pathlib.Path) -> str:  # in #line, so reports name the real file: repo-relative, else absolute
         try:
             return file.relative_to(root).as_posix()
         except ValueError:
-            return file.name
+            return file.as_posix()
 
     def expand(file: pathlib.Path) -> str:
         file = file.resolve()

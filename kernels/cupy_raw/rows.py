@@ -16,8 +16,8 @@ gqa's kernel with ROW_MAPPED = true; launch_partition() as gqa.
 Known cost: at head dim 32 one lane holds a whole K row, and ptxas keeps the whole query tile in
 registers: 249 registers at TILE 4, 255 with ~530 bytes of spills per thread at TILE 8 (gqa spills
 there too); at head dims 64-256 it uses 64-128 registers and spills at most 16 bytes.
-Design expectation: as fast as gqa at block size >= 32, faster below (bytes in flight no longer
-shrink with the block size), so block size 8 within a few percent of 128. Measured: see README.
+Design expectation: as fast as gqa at block size >= 32, faster below (its bytes in flight do not
+shrink with the block size, gqa's do), so block size 8 within a few percent of 128. Measured: see README.
 """
 from __future__ import annotations
 

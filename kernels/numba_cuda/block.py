@@ -32,6 +32,7 @@ from .options import first_token
 from .reductions import REDUCE_SCRATCH, block_max, block_sum
 
 LIMITS = device.limits()
+TUNABLES = {"threads": launch.THREADS}  # "auto" or threads per block (launch.launch_threads)
 MAX_CONTEXT_LEN = 8192
 
 
@@ -106,11 +107,11 @@ def check_context(problem) -> int:
     return longest
 
 
-def prepare(problem, backend: str) -> launch.Launch:
+def prepare(problem, backend: str, threads=launch.AUTO) -> launch.Launch:
     p = problem
     launch.check_head_dim("numba.block", p.head_dim)
     longest = check_context(p)
-    threads = launch.launch_threads(max(longest, p.head_dim))
+    threads = launch.launch_threads(max(longest, p.head_dim), threads=threads)
     grid = (p.num_seqs, p.num_heads)
     launch.check_launch("numba.block", grid, threads)
     _, kernel = kernel_for(*options.kernel_key(p))
@@ -122,8 +123,9 @@ def prepare(problem, backend: str) -> launch.Launch:
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   logit_options: bool = False) -> dict:
-    """Dynamic shared memory for REPRESENTATIVE's context of 4096 tokens (16 KB + padding).
+                   logit_options: bool = False, threads=launch.AUTO) -> dict:
+    """Dynamic shared memory for REPRESENTATIVE's context of 4096 tokens (16 KB + padding), threads as the
+    `threads` tunable launches them.
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     q, kv = reports.report_dtypes(dtype, kv_dtype)
@@ -131,6 +133,6 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     body, _ = kernel_for(q, kv, options.report_flags(logit_options))
     kernel = dict(name="block", **reports.kernel_resources(body, signature, arch))
     context = reports.REPRESENTATIVE["context_len"]
-    return reports.report([kernel], launch.launch_threads(context, simulated=False),
+    return reports.report([kernel], launch.launch_threads(context, simulated=False, threads=threads),
                          logits_bytes(context, block_size),
                          note=f"dynamic shared for context {context}; grows 4 B/token up to {MAX_CONTEXT_LEN}")

@@ -15,6 +15,7 @@ from sandbox.variant import KERNEL_SUPPORT, Limits
 SIMULATED = bool(config.ENABLE_CUDASIM)
 
 WARP = 32
+MAX_BLOCK_THREADS = 1024  # CUDA's limit per block; the simulator's block reductions keep a slot per thread
 MAX_HEAD_DIM = 512  # per-thread accumulators and the staged query are sized by it
 HEAD_DIMS = (32, 64, 80, 96, 112, 120, 128, 192, 256, 512)  # what the variants declare (any <= MAX_HEAD_DIM works)
 # The option table's features every Numba attention kernel implements: KERNEL_SUPPORT's, learned sinks,

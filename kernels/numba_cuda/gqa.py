@@ -34,6 +34,7 @@ from .device import NEG_INF, ZERO
 from .options import first_token
 
 LIMITS = device.limits()
+TUNABLES = {"threads": launch.THREADS}  # "auto" or threads per block (launch.launch_threads)
 GROUP_TILE = 8  # query heads whose dot products / accumulators one thread keeps in registers
 SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 
@@ -185,9 +186,10 @@ def shared_bytes(group: int, head_dim: int, chunk: int, threads: int) -> int:
     return 4 * (padded * head_dim + padded * chunk + slices * padded * head_dim + 3 * padded)
 
 
-def launch_shape(group: int, head_dim: int, longest: int, simulated=None) -> tuple[int, int, int]:
-    """(threads, chunk, shared bytes): chunk = threads tokens, halved until shared memory fits."""
-    threads = launch.launch_threads(max(longest, head_dim), simulated)
+def launch_shape(group: int, head_dim: int, longest: int, simulated=None, threads=launch.AUTO) -> tuple[int, int, int]:
+    """(threads, chunk, shared bytes): chunk = threads tokens, halved until shared memory fits; threads: the
+    tunable (launch.launch_threads)."""
+    threads = launch.launch_threads(max(longest, head_dim), simulated, threads)
     chunk = threads
     while shared_bytes(group, head_dim, chunk, threads) > SHARED_LIMIT and chunk > 1:
         chunk //= 2
@@ -198,11 +200,11 @@ def launch_shape(group: int, head_dim: int, longest: int, simulated=None) -> tup
     return threads, chunk, size
 
 
-def prepare(problem, backend: str) -> launch.Launch:
+def prepare(problem, backend: str, threads=launch.AUTO) -> launch.Launch:
     p = problem
     launch.check_head_dim("numba.gqa", p.head_dim)
     group = p.num_heads // p.num_kv_heads
-    threads, chunk, size = launch_shape(group, p.head_dim, int(launch.tokens_read(p).max()))
+    threads, chunk, size = launch_shape(group, p.head_dim, int(launch.tokens_read(p).max()), threads=threads)
     grid = (p.num_seqs, p.num_kv_heads)
     launch.check_launch("numba.gqa", grid, threads)
     _, kernel = kernel_for(tile_for(group), *options.kernel_key(p))
@@ -213,8 +215,9 @@ def prepare(problem, backend: str) -> launch.Launch:
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   logit_options: bool = False) -> dict:
-    """Dynamic shared memory for REPRESENTATIVE's group of 4 (32/8 heads) at context 4096.
+                   logit_options: bool = False, threads=launch.AUTO) -> dict:
+    """Dynamic shared memory for REPRESENTATIVE's group of 4 (32/8 heads) at context 4096, with the threads
+    (and so the chunk) the `threads` tunable launches.
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     from numba import types
@@ -222,7 +225,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     q, kv = reports.report_dtypes(dtype, kv_dtype)
     rep = reports.REPRESENTATIVE
     group = rep["num_heads"] // rep["num_kv_heads"]
-    threads, chunk, size = launch_shape(group, head_dim, rep["context_len"], simulated=False)
+    threads, chunk, size = launch_shape(group, head_dim, rep["context_len"], simulated=False, threads=threads)
     signature = reports.decode_signature(q, kv, types.int64, reports.out_array(q), reports.lse_array())
     body, _ = kernel_for(tile_for(group), q, kv, options.report_flags(logit_options))
     kernel = dict(name="gqa", **reports.kernel_resources(body, signature, arch))

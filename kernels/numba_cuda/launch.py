@@ -13,26 +13,44 @@ from sandbox.devices.grid import check_grid
 from sandbox.variant import Unsupported
 
 from .codecs import BITS_VIEW, device_view, host_view
-from .device import MAX_HEAD_DIM, SIMULATED, WARP
+from .device import MAX_BLOCK_THREADS, MAX_HEAD_DIM, SIMULATED, WARP
 from .simulator import simulator_switching
 
-MAX_THREADS = 128  # per block on a GPU
-# The simulator pays per thread and per thread per barrier (one Python thread each): few threads
-# there. Every loop in the kernels strides by blockDim, so any count is correct.
+MAX_THREADS = 128  # per block on a GPU, when the launcher sizes the block ("auto")
+# The simulator pays per thread and per thread per barrier (one Python thread each): "auto" launches few
+# threads there (numba.block's check problem took 3.8 s at 16 threads, 11.3 s at 128, on 2 cores).
+# Every loop in the kernels strides by blockDim, so any count is correct.
 SIM_MAX_THREADS = 16
+# The Numba variants' "threads" tunable (TUNABLES = {"threads": THREADS, ...}): "auto", the launcher's
+# sizing above, or exactly that many threads per block, on a GPU and under the simulator alike. Whole
+# warps only: the shuffle reductions need them on a GPU.
+THREADS = ("auto", 32, 64, 128, 256)
+AUTO = "auto"
 
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def launch_threads(work: int, simulated: bool | None = None) -> int:
-    """Threads per block for `work` parallel items: a power of two, a whole number of warps on a
-    GPU (the shuffle reductions need full warps), at most MAX_THREADS (SIM_MAX_THREADS simulated;
-    read at each call, so a test may raise it)."""
+def launch_threads(work: int, simulated: bool | None = None, threads=AUTO) -> int:
+    """Threads per block: `threads` itself when it is a count (block_threads checks it), else ("auto") for
+    `work` parallel items a power of two, a whole number of warps on a GPU (the shuffle reductions need
+    full warps), at most MAX_THREADS (SIM_MAX_THREADS simulated; read at each call, so a test may raise it)."""
+    if threads != AUTO:
+        return block_threads(threads)
     if SIMULATED if simulated is None else simulated:
         return min(SIM_MAX_THREADS, next_pow2(work))
     return min(MAX_THREADS, max(WARP, next_pow2(work)))
+
+
+def block_threads(threads) -> int:
+    """A configured thread count, launched as it is (simulated too): Unsupported unless it is a whole number
+    of warps in WARP..MAX_BLOCK_THREADS."""
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads % WARP \
+            or not WARP <= threads <= MAX_BLOCK_THREADS:
+        raise Unsupported(f"threads={threads!r}: a Numba variant launches whole warps, {WARP}..{MAX_BLOCK_THREADS} "
+                          f"threads per block (the shuffle reductions need full warps), or 'auto'")
+    return int(threads)
 
 
 def check_head_dim(name: str, head_dim: int) -> None:

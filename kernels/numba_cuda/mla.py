@@ -41,6 +41,7 @@ from . import codecs, device, launch, reports
 from .device import NEG_INF, ZERO
 
 LIMITS = MLALimits()
+TUNABLES = {"threads": launch.THREADS}  # "auto" (SIM_THREADS simulated) or threads per block
 NAME = "numba.mla"
 HEADS = 4          # heads per block
 CHUNK = 8          # tokens staged per step
@@ -222,11 +223,19 @@ class MLALaunch(launch.Launch):
         return self.problem.bytes_moved()
 
 
-def prepare(problem, backend: str) -> MLALaunch:
+def auto_threads(simulated: bool, threads=launch.AUTO) -> int:
+    """The launched threads per block: the tunable's count, or ("auto") SIM_THREADS simulated, else sized for
+    HEADS x CHUNK pairs."""
+    if threads == launch.AUTO and simulated:
+        return SIM_THREADS
+    return launch.launch_threads(HEADS * CHUNK * 4, simulated, threads)
+
+
+def prepare(problem, backend: str, threads=launch.AUTO) -> MLALaunch:
     p = problem
     seqs, positions = p.rows()
     tokens = np.full(len(seqs), p.topk, np.int64) if p.sparse else positions + 1
-    threads = SIM_THREADS if device.SIMULATED else launch.launch_threads(HEADS * CHUNK * 4)
+    threads = auto_threads(device.SIMULATED, threads)
     grid = (p.query.shape[0], -(-p.num_heads // HEADS))
     _, kernel = kernel_for(p.dtype.name, bool(p.fp8), bool(p.sparse))
     indices = p.indices if p.sparse else np.zeros((1, 1), np.int32)
@@ -240,7 +249,7 @@ def prepare(problem, backend: str) -> MLALaunch:
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   sparse: bool = False) -> dict:
+                   sparse: bool = False, threads=launch.AUTO) -> dict:
     """Resources of the kernel for a query dtype; kv_dtype "float8_e4m3fn" names the fp8 record (None: the
     query's dtype). head_dim and block_size are ignored (576; a runtime value)."""
     from numba import types
@@ -260,7 +269,7 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
                  reports.array(types.float32, 2))
     body, _ = kernel_for(q, record, sparse)
     kernel = dict(name="mla", **reports.kernel_resources(body, signature, arch))
-    threads = launch.launch_threads(HEADS * CHUNK * 4, simulated=False)
+    threads = auto_threads(False, threads)
     return reports.report([kernel], threads, 4 * SHARED_FLOATS,
                          note=f"{HEADS} heads per block, {CHUNK}-token chunks, "
                               f"{'fp8 record' if record else q} cache, {'sparse' if sparse else 'dense'}")

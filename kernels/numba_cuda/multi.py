@@ -47,9 +47,9 @@ tests check that every K/V element is loaded exactly once per tile whose span ho
 outside one.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16, group 4, 4 query tokens per tile, chunk 32): 168 registers, no
-spills nor local memory, 35 KB dynamic shared, so 18.8% theoretical occupancy (register-limited; 181
-and 12.5% before K and V staging became one device function, stage_rows; 32-bit indices or launch
-bounds are untried). Design-level
+spills nor local memory, 35 KB dynamic shared, so 18.8% theoretical occupancy (register-limited; K and
+V staged by one device function, stage_rows: two separate stagings take 181 registers and 12.5%; 32-bit
+indices or launch bounds are untried). Design-level
 expectation, not a measurement: K/V bytes per query token drop by the tile's rows (16) against one
 block per query token and head; the causal walk stops at the tile's last position, so masking
 wastes at most the tile's own diagonal (plus, with a window, the tokens before later rows' windows).
@@ -72,6 +72,7 @@ from . import codecs, device, launch, options, reports
 from .device import NEG_INF, ZERO
 
 LIMITS = device.limits(kv_dtypes=FP8_DTYPES + (NVFP4,), max_query_len=None)
+TUNABLES = {"threads": launch.THREADS}  # "auto" or threads per block (launch.launch_threads)
 NAME = "numba.multi"
 ROW_TILE = 8       # rows (query token, head) whose dot products / accumulators a thread keeps in registers
 TARGET_ROWS = 16   # rows per block the tile of query tokens aims at (tile_tokens = TARGET_ROWS // group)
@@ -317,12 +318,12 @@ def shared_bytes(group: int, head_dim: int, tile_tokens: int, chunk: int) -> int
 
 
 def launch_shape(group: int, head_dim: int, max_query_len: int, longest: int, simulated=None,
-                 name: str = NAME) -> tuple[int, int, int, int]:
+                 name: str = NAME, threads=launch.AUTO) -> tuple[int, int, int, int]:
     """(threads, tile_tokens, chunk, shared bytes). tile_tokens: TARGET_ROWS // group query tokens
     (at least 1, at most the longest query rounded up to a power of two); chunk: `threads` tokens.
     Over SHARED_LIMIT, the chunk halves down to MIN_CHUNK, then tile_tokens down to 1, then the
     chunk down to 1; what still does not fit is Unsupported."""
-    threads = launch.launch_threads(max(longest, head_dim), simulated)
+    threads = launch.launch_threads(max(longest, head_dim), simulated, threads)
     tile_tokens = max(1, min(TARGET_ROWS // group, launch.next_pow2(max_query_len)))
     chunk = threads
     while shared_bytes(group, head_dim, tile_tokens, chunk) > SHARED_LIMIT:
@@ -360,14 +361,15 @@ def tile_spans(problem, tile_tokens: int) -> list[tuple[int, int, int]]:
     return spans
 
 
-def prepare_with(kernels, problem, name: str = NAME, count_loads: bool = False) -> launch.Launch:
+def prepare_with(kernels, problem, name: str = NAME, count_loads: bool = False, threads=launch.AUTO) -> launch.Launch:
     """Launcher shared with the negative control; `kernels` is a kernel_factory(...) result.
     With count_loads, the kernel counts its global K/V loads into Launch.counts (see the docstring)."""
     p = problem
     launch.check_head_dim(name, p.head_dim)
     group = p.num_heads // p.num_kv_heads
     longest = int(launch.tokens_read(p).max())
-    threads, tile_tokens, chunk, size = launch_shape(group, p.head_dim, p.max_query_len, longest, name=name)
+    threads, tile_tokens, chunk, size = launch_shape(group, p.head_dim, p.max_query_len, longest, name=name,
+                                                     threads=threads)
     tiles = plan_tiles(p.query_lens, tile_tokens)
     grid = (len(tiles), p.num_kv_heads)
     launch.check_launch(name, grid, threads)
@@ -388,12 +390,12 @@ def load_counts(prepared: launch.Launch) -> np.ndarray:
     return prepared.counts_device.copy_to_host().reshape(prepared.counts_shape)
 
 
-def prepare(problem, backend: str, count_loads: bool = False) -> launch.Launch:
-    return prepare_with(kernel_for, problem, NAME, count_loads)
+def prepare(problem, backend: str, count_loads: bool = False, threads=launch.AUTO) -> launch.Launch:
+    return prepare_with(kernel_for, problem, NAME, count_loads, threads)
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   logit_options: bool = False) -> dict:
+                   logit_options: bool = False, threads=launch.AUTO) -> dict:
     """REPRESENTATIVE's group of 4 (32/8 heads) at context 4096 with 16 query tokens per sequence
     (so tiles of 4 tokens: 16 rows). dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an
     fp8 cache; logit_options: the kernel built with soft-cap and ALiBi (default: the plain one)."""
@@ -402,7 +404,8 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     q, kv = reports.report_dtypes(dtype, kv_dtype)
     rep = reports.REPRESENTATIVE
     group = rep["num_heads"] // rep["num_kv_heads"]
-    threads, tile_tokens, chunk, size = launch_shape(group, head_dim, 16, rep["context_len"], simulated=False)
+    threads, tile_tokens, chunk, size = launch_shape(group, head_dim, 16, rep["context_len"], simulated=False,
+                                                     threads=threads)
     signature = reports.decode_signature(q, kv, reports.array(types.int32, 2), types.int64, types.int64,
                                         reports.array(types.int32, 1), reports.out_array(q), reports.lse_array())
     tile = tile_for(tile_tokens * group)

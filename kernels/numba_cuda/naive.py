@@ -32,6 +32,7 @@ from .device import MAX_HEAD_DIM, NEG_INF, ZERO
 from .options import first_token
 
 LIMITS = device.limits()
+TUNABLES = {"threads": launch.THREADS}  # "auto" or threads per block (launch.launch_threads)
 
 
 @cuda.jit(device=True, inline="always")
@@ -128,12 +129,12 @@ def kernel_factory(physical_block=table_block, block_tokens=tokens_in_block):
 kernel_for = kernel_factory()
 
 
-def launch_per_head(kernels, problem, name="numba.naive") -> launch.Launch:
+def launch_per_head(kernels, problem, name="numba.naive", threads=launch.AUTO) -> launch.Launch:
     """Launcher shared with the negative controls: one thread per (sequence, head), 1-D grid.
-    `kernels` is a kernel_factory(...) result."""
+    `kernels` is a kernel_factory(...) result; threads: the tunable (launch.launch_threads)."""
     launch.check_head_dim(name, problem.head_dim)
     work = problem.num_seqs * problem.num_heads
-    threads = launch.launch_threads(work)
+    threads = launch.launch_threads(work, threads=threads)
     grid = (work + threads - 1) // threads
     launch.check_launch(name, grid, threads)
     _, kernel = kernels(*options.kernel_key(problem))
@@ -143,17 +144,19 @@ def launch_per_head(kernels, problem, name="numba.naive") -> launch.Launch:
                          lse=launch.returned_lse(problem, lse))
 
 
-def prepare(problem, backend: str) -> launch.Launch:
-    return launch_per_head(kernel_for, problem)
+def prepare(problem, backend: str, threads=launch.AUTO) -> launch.Launch:
+    return launch_per_head(kernel_for, problem, threads=threads)
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   logit_options: bool = False) -> dict:
-    """Resources of the one kernel; threads as launched for REPRESENTATIVE (num_seqs*num_heads >= 128).
+                   logit_options: bool = False, threads=launch.AUTO) -> dict:
+    """Resources of the one kernel; threads as launched for REPRESENTATIVE (num_seqs*num_heads >= 128) with
+    the `threads` tunable.
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     q, kv = reports.report_dtypes(dtype, kv_dtype)
     signature = reports.decode_signature(q, kv, reports.out_array(q), reports.lse_array())
     body, _ = kernel_for(q, kv, options.report_flags(logit_options))
     kernel = dict(name="naive", **reports.kernel_resources(body, signature, arch))
-    return reports.report([kernel], launch.launch_threads(reports.REPRESENTATIVE["num_heads"] * 8, simulated=False), 0)
+    work = reports.REPRESENTATIVE["num_heads"] * 8
+    return reports.report([kernel], launch.launch_threads(work, simulated=False, threads=threads), 0)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .device import NEG_INF, SIMULATED, WARP, ZERO
+from .device import MAX_BLOCK_THREADS, NEG_INF, SIMULATED, WARP, ZERO
 
-# Floats of shared scratch a block reduction needs: one per warp on a GPU, one per thread simulated.
-REDUCE_SCRATCH = 128 if SIMULATED else WARP
+# Floats of shared scratch a block reduction needs: one per warp on a GPU, one per thread simulated (any
+# configured thread count up to CUDA's limit).
+REDUCE_SCRATCH = MAX_BLOCK_THREADS if SIMULATED else WARP
 
 
 @cuda.jit(device=True, inline="always")

@@ -9,7 +9,9 @@ token), math in float32; the options as numba.naive (window, softcap, alibi, kv_
 kv_scales); any GQA ratio; decode only; any context length whose partitions fit CUDA's grid (grid z
 <= 65535 partitions, refused before launch as Unsupported). P (partition_size) is a positive multiple
 of the block size, at most 8192; default 512 rounded down to a multiple of the block size (the block
-size when it exceeds 512). Partitions start at each sequence's first token
+size when it exceeds 512; "auto").
+Tunables: threads (the partition kernel's threads per block; the merge's are sized by head_dim) and
+partition_size (TUNABLES; a partition that is not a multiple of the block size is refused). Partitions start at each sequence's first token
 read: token 0, or its sliding window's start (so blocks before a window are never looked up nor
 read). The grid covers the most partitions any sequence needs; a sequence's empty ones write
 max=-inf, sum=0, output 0.
@@ -39,6 +41,7 @@ from .options import first_token
 from .reductions import REDUCE_SCRATCH, block_max, block_sum
 
 LIMITS = device.limits()
+TUNABLES = {"threads": launch.THREADS, "partition_size": (launch.AUTO, 256, 512, 1024, 2048)}
 DEFAULT_PARTITION_SIZE = 512
 MAX_PARTITION_SIZE = 8192  # float32 logits of one partition in 32 KB of shared memory
 
@@ -182,9 +185,10 @@ def partitions_needed(problem, partition_size: int) -> int:
 class SplitLaunch:
     """Both kernels configured; launch() runs partitions then merge, result() downloads."""
 
-    def __init__(self, problem, partition_size: int, partition_kernels=partition_kernel_for, merge_flags=None):
+    def __init__(self, problem, partition_size: int, partition_kernels=partition_kernel_for, merge_flags=None,
+                 threads=launch.AUTO):
         """partition_kernels: a partition_factory(...) result; merge_flags: the flags the merge is built
-        with (default: the problem's)."""
+        with (default: the problem's); threads: the partition kernel's (launch.launch_threads)."""
         p = problem
         launch.check_head_dim("numba.split", p.head_dim)
         check_partition_size(partition_size, p.block_size)
@@ -192,7 +196,7 @@ class SplitLaunch:
         self.num_partitions = partitions_needed(p, partition_size)
         shape = (p.num_seqs, p.num_heads, self.num_partitions)
         longest = int(launch.tokens_read(p).max())
-        threads = launch.launch_threads(max(min(partition_size, longest), p.head_dim))
+        threads = launch.launch_threads(max(min(partition_size, longest), p.head_dim), threads=threads)
         merge_threads = launch.launch_threads(p.head_dim)
         launch.check_launch("numba.split partition", shape, threads)  # before any allocation
         launch.check_launch("numba.split merge", shape[:2], merge_threads)
@@ -225,16 +229,21 @@ class SplitLaunch:
         return (out, self.lse.copy_to_host()) if self.returns_lse else out
 
 
-def prepare(problem, backend: str, partition_size: int | None = None) -> SplitLaunch:
-    """partition_size: tokens per partition (default: default_partition_size(block_size))."""
-    if partition_size is None:
-        partition_size = default_partition_size(problem.block_size)
-    return SplitLaunch(problem, partition_size)
+def partition_for(partition_size, block_size: int) -> int:
+    """The tunable's value as tokens: "auto" (or None) is default_partition_size(block_size)."""
+    return default_partition_size(block_size) if partition_size in (None, launch.AUTO) else partition_size
+
+
+def prepare(problem, backend: str, partition_size=launch.AUTO, threads=launch.AUTO) -> SplitLaunch:
+    """partition_size: tokens per partition ("auto": default_partition_size(block_size)); threads: the
+    partition kernel's (launch.launch_threads)."""
+    return SplitLaunch(problem, partition_for(partition_size, problem.block_size), threads=threads)
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   logit_options: bool = False) -> dict:
-    """Top-level numbers are the partition kernel's (the one reading K/V); `kernels` lists both.
+                   logit_options: bool = False, threads=launch.AUTO, partition_size=launch.AUTO) -> dict:
+    """Top-level numbers are the partition kernel's (the one reading K/V); `kernels` lists both, each with
+    the threads and dynamic shared memory the configuration (threads, partition_size) launches.
     dtype "bfloat16", or "float16:float8_e4m3fn" / kv_dtype= for an fp8 cache; logit_options: the
     kernel built with soft-cap and ALiBi (default: the plain one)."""
     q, kv = reports.report_dtypes(dtype, kv_dtype)
@@ -242,8 +251,9 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     partials = (reports.array(f32, 3), reports.array(f32, 3), reports.array(f32, 4))
     partition_sig = reports.decode_signature(q, kv, types.int64, *partials)
     merge_sig = partials + (f32, reports.array(f32, 1), reports.out_array(q), reports.lse_array())
-    size = default_partition_size(block_size)
-    threads = launch.launch_threads(size, simulated=False)
+    size = partition_for(partition_size, block_size)
+    check_partition_size(size, block_size)
+    threads = launch.launch_threads(size, simulated=False, threads=threads)
     merge_threads = launch.launch_threads(head_dim, simulated=False)
     partition_body, _ = partition_kernel_for(q, kv, options.report_flags(logit_options))
     merge_body, _ = merge_kernel_for(q, options.report_flags(logit_options))

@@ -14,7 +14,8 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                                   const T* __restrict__ value_cache,
                                   const int* __restrict__ block_tables, const int* __restrict__ context_lens,
                                   int max_blocks_per_seq, int num_heads, int num_kv_heads, float scale,
-                                  int logits_stride, float* __restrict__ lse, PA_OPTION_PARAMS) {
+                                  int logits_stride, float* __restrict__ lse,
+                                  PA_OPTION_PARAMS) {  // the option table's, in its order (never read: plain decode)
   extern __shared__ float logits[];  // [context_len]
   __shared__ float q[HEAD_DIM];
   __shared__ float red[pa::NUM_THREADS];

@@ -1,7 +1,7 @@
 """Static resources of every kernel variant, compiled for a real GPU architecture without a GPU.
 
     collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
-            kv_dtype=None) -> list[dict], one row per (variant, block size)
+            kv_dtype=None, config=None) -> list[dict], one row per (variant, block size)
     collect_many(variants, [(block_sizes, dtype, kv_dtype), ...], head_dim, arch) -> the same, several
             precisions in one go (one real-mode child for them all)
 
@@ -14,6 +14,11 @@ as compile_report(..., kv_dtype=...) only when given. A module whose compile_rep
 (or refuses it: TypeError, sandbox.Unsupported) gives a `skipped` row saying so. Numba's compile_ptx
 needs numba.cuda in real mode, so a simulator process runs the collection in a real-mode child.
 
+Tunables: `config` ({"threads": 64}; sandbox.variant.tunables) is resolved against every selected variant
+(an undeclared parameter or value is refused before anything compiles) and passed to compile_report as
+keyword arguments, so a row reports what a run with that configuration launches; each row's `config`
+names it ("threads=64"; "" for a variant without tunables).
+
 Also here, for any PTX producer: `link_ptx(ptx, arch)` links with nvJitLink and parses its log.
 `collect(..., images=True)` also returns each kernel's cubin, for sandbox.analysis.sass to disassemble.
 """
@@ -23,7 +28,7 @@ import inspect
 import re
 
 from ..problem import dtypes as dtypes_mod
-from ..variant import registry
+from ..variant import registry, tunables
 from ..devices.backends import numba_simulated
 from .occupancy import occupancy
 from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
@@ -163,7 +168,7 @@ def _supported(module, block_size: int, head_dim: int, dtype: str, kv_dtype: str
 
 
 def takes_kv_dtype(function) -> bool:
-    """Whether compile_report accepts a kv_dtype keyword (the signature before fp8 caches did not)."""
+    """Whether compile_report accepts a kv_dtype keyword (a variant without fp8 caches may not take one)."""
     try:
         params = inspect.signature(function).parameters
     except (TypeError, ValueError):
@@ -171,17 +176,42 @@ def takes_kv_dtype(function) -> bool:
     return "kv_dtype" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def _compile_report(module, block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None):
-    """module.compile_report(...) with kv_dtype= only when given: (report, None) or (None, why it is skipped)."""
+def takes_keywords(function, names) -> bool:
+    """Whether `function` accepts every keyword in `names` (a **kwargs parameter accepts them all)."""
+    try:
+        params = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()) or set(names) <= set(params)
+
+
+def report_config(name: str, module, config: dict | None) -> dict:
+    """The keyword arguments compile_report gets: the resolved configuration, or {} for a variant whose
+    compile_report takes no tunables and was asked for its defaults (it reports those). ValueError
+    (Unsupported for a value) for an undeclared parameter or value, before anything compiles."""
+    resolved = tunables.resolve(name, module, config)
+    if not resolved or takes_keywords(module.compile_report, resolved):
+        return resolved
+    if not config or config == tunables.defaults(module):
+        return {}
+    raise Unsupported(f"{name}: compile_report takes no {', '.join(resolved)} argument, so it cannot report "
+                      f"{tunables.describe(resolved)}")
+
+
+def _compile_report(module, block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None,
+                    config: dict | None = None):
+    """module.compile_report(...) with kv_dtype= only when given and the configuration's keywords: (report,
+    None) or (None, why it is skipped)."""
+    config = config or {}
     if kv_dtype is None:
         try:
-            return dict(module.compile_report(block_size, head_dim, dtype, arch)), None
+            return dict(module.compile_report(block_size, head_dim, dtype, arch, **config)), None
         except Unsupported as exc:
             return None, f"not supported: {exc}"
     if not takes_kv_dtype(module.compile_report):
-        return None, f"kv_dtype {kv_dtype} not supported: compile_report takes no kv_dtype (fp8 caches not reported yet)"
+        return None, f"kv_dtype {kv_dtype} not supported: compile_report takes no kv_dtype (it reports the query's dtype only)"
     try:
-        return dict(module.compile_report(block_size, head_dim, dtype, arch, kv_dtype=kv_dtype)), None
+        return dict(module.compile_report(block_size, head_dim, dtype, arch, kv_dtype=kv_dtype, **config)), None
     except (TypeError, Unsupported) as exc:
         return None, f"kv_dtype {kv_dtype} not supported: compile_report(..., kv_dtype=) raised {type(exc).__name__}: {exc}"
 
@@ -206,16 +236,18 @@ def _take_images(report: dict) -> list:
 
 
 def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
-                  progress=None, images=False, kv_dtype=None) -> list[dict]:
+                  progress=None, images=False, kv_dtype=None, config=None) -> list[dict]:
     rows = []
     asked = head_dim
     for name, family, module in _modules(variants):
         if not hasattr(module, "compile_report"):
             continue
         head_dim = _head_dim(module, asked)
+        keywords = report_config(name, module, config)
+        label = tunables.describe(tunables.resolve(name, module, config))
         for block_size in block_sizes:
             row = dict(variant=name, family=family, block_size=block_size, head_dim=head_dim, dtype=dtype,
-                       kv_dtype=kv_dtype or dtype, arch=arch)
+                       kv_dtype=kv_dtype or dtype, arch=arch, config=label)
             if progress:
                 progress(f"{name} block_size={block_size}" + (f" {dtype}:{kv_dtype}" if kv_dtype else ""))
             reason = _supported(module, block_size, head_dim, dtype, kv_dtype)
@@ -223,7 +255,7 @@ def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dty
                 rows.append(dict(row, skipped=reason))
                 continue
             try:
-                report, reason = _compile_report(module, block_size, head_dim, dtype, arch, kv_dtype)
+                report, reason = _compile_report(module, block_size, head_dim, dtype, arch, kv_dtype, keywords)
             except Exception as exc:  # one variant failing to compile must not hide the others
                 rows.append(dict(row, error=f"{type(exc).__name__}: {exc}"))
                 continue
@@ -244,9 +276,10 @@ def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dty
     return rows
 
 
-def _collect_many_here(variants, configs, head_dim, arch, progress=None, images=False) -> list[dict]:
+def _collect_many_here(variants, configs, head_dim, arch, progress=None, images=False, config=None) -> list[dict]:
     return [row for block_sizes, dtype, kv_dtype in configs
-            for row in _collect_here(variants, block_sizes, head_dim, dtype, arch, progress, images, kv_dtype)]
+            for row in _collect_here(variants, block_sizes, head_dim, dtype, arch, progress, images, kv_dtype,
+                                     config)]
 
 
 def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
@@ -266,26 +299,54 @@ def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
 
 
 def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), head_dim: int = 128,
-                 arch: str = "sm_90", progress=None, images: bool = False) -> list[dict]:
+                 arch: str = "sm_90", progress=None, images: bool = False, config: dict | None = None) -> list[dict]:
     """collect() for each (block_sizes, dtype, kv_dtype) of configs, rows in that order, numba kernels of
-    them all compiled in one real-mode child."""
+    them all compiled in one real-mode child; config: the tunables of every selected variant."""
     parse_arch(arch)
     configs = [(tuple(int(b) for b in sizes), *precision(dtype, kv)) for sizes, dtype, kv in configs]
-    _modules(variants)  # unknown names fail here, in this process, with the valid list
-    if numba_simulated():
-        from ..devices.other_mode import call_in_numba_mode
-        return call_in_numba_mode(False, "sandbox.analysis.resources:_collect_many_here", variants, configs, head_dim, arch,
-                                  images=images)
-    return _collect_many_here(variants, configs, head_dim, arch, progress, images)
+    modules = _modules(variants)
+    for name, _, module in modules:  # unknown names and tunables fail here, in this process
+        if hasattr(module, "compile_report"):
+            report_config(name, module, config)
+    if not numba_simulated():
+        return _collect_many_here(variants, configs, head_dim, arch, progress, images, config)
+    # numba kernels compile in a real-mode child (its progress is reported when it returns); the others here
+    from ..devices.other_mode import call_in_numba_mode
+
+    names = [name for name, _, _ in modules]
+    numba = [name for name, family, _ in modules if family == "numba"]
+    rows = []
+    if numba:
+        rows = call_in_numba_mode(False, "sandbox.analysis.resources:_collect_many_here", numba, configs, head_dim,
+                                  arch, images=images, config=config)
+        for row in rows if progress else ():
+            progress(f"{row['variant']} block_size={row['block_size']} (numba, compiled in a real-mode child)")
+    others = [name for name in names if name not in numba]
+    if others:
+        rows += _collect_many_here(others, configs, head_dim, arch, progress, images, config)
+    return sorted(rows, key=_order(names, configs))
+
+
+def _order(names: list, configs: list):
+    """Sort key restoring collect_many's order: precision (configs), then variant (names), then block size."""
+    precision_at = {(dtype, kv or dtype): i for i, (_, dtype, kv) in enumerate(configs)}
+    variant_at = {name: i for i, name in enumerate(names)}
+
+    def key(row):
+        index = precision_at[(row["dtype"], row["kv_dtype"])]
+        sizes = configs[index][0]
+        return index, variant_at[row["variant"]], sizes.index(row["block_size"])
+    return key
 
 
 def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dtype: str = "float16",
-            arch: str = "sm_90", progress=None, images: bool = False, kv_dtype: str | None = None) -> list[dict]:
+            arch: str = "sm_90", progress=None, images: bool = False, kv_dtype: str | None = None,
+            config: dict | None = None) -> list[dict]:
     """One row per (variant, block size) with the COLUMNS above (plus `kernels` for multi-kernel
     variants, `note`, and `skipped` / `error` where a row has no numbers).
 
     dtype: the query's (aliases such as "bf16" accepted); kv_dtype: an fp8 cache ("e4m3", "e5m2"), or
     None for the query's dtype. images=True adds `images`: [(kernel name, cubin bytes, function name
-    or None)] per row.
+    or None)] per row. config: the selected variants' tunables (see the module docstring).
     """
-    return collect_many(variants, [(block_sizes, dtype, kv_dtype)], head_dim, arch, progress, images)
+    return collect_many(variants, [(block_sizes, dtype, kv_dtype)], head_dim, arch, progress, images, config)

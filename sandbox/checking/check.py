@@ -123,13 +123,13 @@ class CheckResult:
         return self.error is None and bool(self.comparison)
 
 
-def check_problem(name: str, problem: DecodeProblem, backend: str = "auto") -> CheckResult:
-    """Run `name` on `problem` and compare with the truth (out, and the lse when the problem asks for it,
-    held to float32's tolerance); errors are captured, not raised."""
+def check_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None) -> CheckResult:
+    """Run `name` on `problem` with the tunables in `config` (None: its defaults) and compare with the truth
+    (out, and the lse when the problem asks for it, held to float32's tolerance); errors are captured, not raised."""
     from ..variant.runner import run_problem
 
     try:
-        got = run_problem(name, problem, backend)
+        got = run_problem(name, problem, backend, config)
     except Exception as exc:  # a crash is a failed check, reported with its message
         return CheckResult(name, problem.describe(), None, f"{type(exc).__name__}: {exc}")
     expected = expected_output(problem)

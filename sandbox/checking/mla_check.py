@@ -99,12 +99,13 @@ def compare_mla(got_out, got_lse, expected_out, expected_lse, dtype) -> Comparis
     return Comparison(out.ok and lse.ok, out.max_abs_err, out.num_bad + lse.num_bad, out.total + lse.total, report)
 
 
-def check_mla_problem(name: str, problem: MLAProblem, backend: str = "auto") -> CheckResult:
-    """Run MLA variant `name` on `problem` and compare out and lse with the truth; errors are captured."""
+def check_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", config: dict | None = None) -> CheckResult:
+    """Run MLA variant `name` on `problem` with the tunables in `config` (None: its defaults) and compare out
+    and lse with the truth; errors are captured."""
     from ..variant.mla_runner import run_mla_problem
 
     try:
-        got, got_lse = run_mla_problem(name, problem, backend, return_lse=True)
+        got, got_lse = run_mla_problem(name, problem, backend, return_lse=True, config=config)
     except Exception as exc:  # a crash is a failed check, reported with its message
         return CheckResult(name, problem.describe(), None, f"{type(exc).__name__}: {exc}")
     return CheckResult(name, problem.describe(), compare_mla(got, got_lse, *expected_mla(problem), problem.dtype))

@@ -3,6 +3,7 @@ import argparse
 import fnmatch
 
 from ..problem.validate import MAX_BLOCK_SIZE
+from ..variant import tunables
 
 FAMILIES = ("numpy", "numba", "cupy", "wrong")
 
@@ -11,6 +12,31 @@ def align(lines: list[list[str]]) -> str:
     """Rows of cells as text columns, each padded to its widest cell; the last column (free text) is not padded."""
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] for line in lines)
+
+
+def add_names_argument(parser, what: str) -> None:
+    """Variant names as positional arguments (every command's convention), with --variants as an alias:
+    names, families (numpy, numba, cupy, wrong) or globs (numba.*), space or comma separated."""
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"{what}: names, families (numba, cupy, wrong) or "
+                                                                 "globs (numba.*), space or comma separated")
+    parser.add_argument("--variants", nargs="+", metavar="LIST", help="the same as the positional names")
+
+
+def names_given(args) -> list[str]:
+    """The positional names and --variants together, in order ([] when neither was given)."""
+    return list(args.names or []) + list(getattr(args, "variants", None) or [])
+
+
+def add_block_sizes_argument(parser, default: tuple[int, ...], what: str = "") -> None:
+    """--block-sizes N,N or N N (block_size_list; the one parser of every command)."""
+    parser.add_argument("--block-sizes", nargs="+", type=block_size_list, default=[default], metavar="N",
+                        help=f"block sizes, comma or space separated, each in 1..{MAX_BLOCK_SIZE} "
+                             f"(default {','.join(map(str, default))}{what})")
+
+
+def block_sizes_given(args) -> tuple[int, ...]:
+    """--block-sizes flattened: sorted, unique."""
+    return tuple(sorted({b for group in args.block_sizes for b in group}))
 
 
 def block_size_list(text: str) -> tuple[int, ...]:
@@ -23,6 +49,34 @@ def block_size_list(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1 or max(values) > MAX_BLOCK_SIZE:
         raise argparse.ArgumentTypeError(f"block sizes must be integers in 1..{MAX_BLOCK_SIZE}, got {text!r}")
     return tuple(sorted(set(values)))
+
+
+def add_config_argument(parser) -> None:
+    """--config NAME=VALUE,...: the tunables of every variant the command runs (sandbox.tunables(name))."""
+    parser.add_argument("--config", type=config_text, default={}, metavar="NAME=VALUE,...",
+                        help="tunables for every named variant, e.g. threads=64,partition_size=256 "
+                             "(python -m sandbox list shows each variant's; default: each variant's defaults)")
+
+
+def config_text(text: str) -> dict:
+    """argparse type of --config: tunables.parse, its ValueError as a usage error."""
+    try:
+        return tunables.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def resolve_configs(names, config: dict) -> dict:
+    """{name: resolved configuration} for each variant, defaults filled in; a parameter a variant does not
+    declare, or a value it does not allow, is a ValueError naming the variant, the parameter and what it
+    allows, before anything runs or is written."""
+    from ..variant import registry
+
+    out = {}
+    for name in names:
+        entry = registry.get_cache_writer(name) if name in registry.CACHE_WRITERS else registry.get(name)
+        out[name] = tunables.resolve(name, entry.module, config)
+    return out
 
 
 def select_names(text, known: list, by_family) -> list:

@@ -11,22 +11,31 @@ on Ctrl-C. A failing problem is printed as the call that rebuilds it (`DecodePro
 variants (they set SANDBOX_CPUCUDA_ASAN=1, SANDBOX_CPUCUDA_ORDER=reverse, SANDBOX_CPUCUDA_RACECHECK=1,
 SANDBOX_CPUCUDA_POISON=finite for this process and its children); the CUDA C variants then run on the
 CPU executor whatever --backend says (auto), and the output names each mode that ran.
+
+--config NAME=VALUE,... runs every named variant with those tunables (sandbox.tunables(name); a parameter or
+value a variant does not declare is refused, exit 2, before anything runs); the PASS/FAIL line names the
+configuration. A progress bar per variant counts its problems on stderr (--no-progress: none). A problem
+estimated to take long on the CPU is announced with its estimate before it starts, and refused past the hard bound
+unless --force (sandbox/devices/cost.py).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import numpy as np
 
-from ..devices import backends
-from ..variant import registry
+from .. import progress
+from ..devices import backends, cost
+from ..variant import registry, tunables
 from ..variant.limits import ANY_BLOCK_SIZES
 from ..checking.check import check_problem, edge_block_sizes, edge_case_problems, option_edge_cases
 from ..checking import mla_check
 from ..problem.option_schema import Context
 from ..problem.options import OPTIONS
 from ..problem.decode import DecodeProblem
+from . import add_config_argument, resolve_configs
 
 # flag -> (environment variable, value, what the output calls it)
 MODES = {
@@ -53,6 +62,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--random", type=non_negative_int, default=4, metavar="N",
                         help="random problems per variant (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random problems (default 0)")
+    add_config_argument(parser)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--force", action="store_true",
+                        help="run problems estimated past the hard bound too (sandbox/devices/cost.py)")
     modes = parser.add_argument_group("CPU-executor modes (CUDA C variants; see sandbox/cpucuda/README.md)")
     modes.add_argument("--asan", action="store_true", help="run every launch under AddressSanitizer")
     modes.add_argument("--reverse", action="store_true", help="run each block's threads in reverse order")
@@ -131,12 +144,11 @@ def backend_for(name: str, family: str, backend: str, modes: list[str]) -> str:
 
 
 def main(args) -> int:
-    if args.backend == "gpu" and not backends.gpu_present():
-        raise ValueError("--backend gpu: no NVIDIA GPU was found here (the CUDA driver reports none); "
-                         "use --backend cpu or auto")
+    backends.require_gpu_if_asked(args.backend)
     explicit = bool(args.names)
     names = args.names or registry.variants(problem=None)
     variants = {name: registry.get(name) for name in names}  # unknown name: ValueError listing the valid ones
+    configs = resolve_configs(names, args.config)  # a bad --config: ValueError before anything runs
     modes = selected_modes(args)
     plan = {}
     for name, variant in variants.items():
@@ -155,12 +167,8 @@ def main(args) -> int:
         if isinstance(backend, ValueError):
             print(f"SKIP  {name:<28} {backend}")
             continue
-        if variant.problem == "mla":  # per format: bfloat16, float16, bfloat16:fp8_record, ...
-            results = [(label, p, mla_check.check_mla_problem(name, p, backend)) for label, p in
-                       mla_check.mla_check_problems(variant.limits, args.seed, args.random, variant.family == "numba")]
-        else:
-            results = [(label, p, check_problem(name, p, backend))
-                       for label, p in problems_for(variant, args.seed, args.random)]
+        config = configs[name] if args.config else None
+        results = run_checks(name, variant, backend, args, config)
         bad = [(label, p, r) for label, p, r in results if not r.ok]
         worst: dict[str, float] = {}
         for _, p, r in results:
@@ -170,10 +178,31 @@ def main(args) -> int:
         status = "PASS" if not bad else "FAIL"
         ran = f" [{', '.join(m for m in modes)}]" if modes and variant.family == "cupy" else ""
         per_dtype = ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items())) or "none"
+        shown = f" [{tunables.describe(configs[name])}]" if args.config else ""
         print(f"{status}  {name:<28} {len(results) - len(bad)}/{len(results)} problems; worst max abs err: "
-              f"{per_dtype}{ran}")
+              f"{per_dtype}{ran}{shown}", flush=True)
         for label, problem, r in bad[:5]:
             print(f"      {label}: problem={problem!r}")
             print("      " + (r.error or r.comparison.report).replace("\n", "\n      "))
         failures += bool(bad)
     return 1 if failures else 0
+
+
+def run_checks(name: str, variant, backend: str, args, config: dict | None) -> list:
+    """[(label, problem, CheckResult)] of the variant's problems, a progress bar counting them."""
+    if variant.problem == "mla":  # per format: bfloat16, float16, bfloat16:fp8_record, ...
+        problems = mla_check.mla_check_problems(variant.limits, args.seed, args.random, variant.family == "numba")
+        check = mla_check.check_mla_problem
+    else:
+        problems = problems_for(variant, args.seed, args.random)
+        check = check_problem
+    problems = list(problems)
+    results = []
+    with progress.bar(len(problems), name, enabled=not args.no_progress) as bar:
+        for label, problem in problems:
+            bar.set_postfix_str(label, refresh=False)
+            cost.guard(f"{name} {label}", problem.multiply_adds(), variant.family, backend, args.force,
+                       warn=lambda line: bar.write(line, file=sys.stderr))
+            results.append((label, problem, check(name, problem, backend, config)))
+            bar.update()
+    return results

@@ -1,6 +1,7 @@
 """python -m sandbox resources: registers, shared/local memory, spills and occupancy of each variant,
 compiled for sm_80/sm_90 without a GPU (numba: compile_ptx -> nvJitLink; CUDA C: NVRTC -> cubin), for a
-query dtype (--dtype fp32|fp16|bf16) and an fp8 cache (--kv-dtype e4m3|e5m2)."""
+query dtype (--dtype fp32|fp16|bf16) and an fp8 cache (--kv-dtype e4m3|e5m2); --config NAME=VALUE,... reports the
+named variants' kernels as those tunables launch them (the `config` column)."""
 from __future__ import annotations
 
 import json
@@ -8,16 +9,13 @@ import sys
 
 from ..variant import registry
 from ..analysis import resources
-from . import align, select_names
+from . import (add_block_sizes_argument, add_config_argument, add_names_argument, align, block_sizes_given,
+               names_given, select_names)
 from ..variant.limits import POW2_BLOCK_SIZES
 
 
-def _split(values):
-    return [v for value in values for v in str(value).split(",") if v]
-
-
 def select(values) -> list[str] | None:
-    """--variants as the sweep takes it (comma-separated names, families, globs), over variants, negative
+    """Variant names as the sweep takes them (comma-separated names, families, globs), over variants, negative
     controls and cache writers; None (everything registered) when not given."""
     if not values:
         return None
@@ -36,13 +34,11 @@ def without_report_line(names) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--variants", nargs="+", metavar="LIST",
-                        help="comma-separated variant or cache-writer names, families (numba, cupy, wrong) or globs "
-                             "(numba.*), as the sweep takes them; default: every registered one with compile_report")
-    parser.add_argument("--block-sizes", nargs="+", metavar="N", default=[",".join(map(str, POW2_BLOCK_SIZES))],
-                        help="block sizes, space or comma separated (default: 1..256, powers of two)")
+    add_names_argument(parser, "variants or cache writers (default: every registered one with compile_report)")
+    add_block_sizes_argument(parser, POW2_BLOCK_SIZES, ": 1..256, powers of two")
     parser.add_argument("--head-dim", type=int, default=128, help="decode variants' head dim (MLA variants: 576)")
     add_precision_arguments(parser)
+    add_config_argument(parser)
     parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of a table")
 
@@ -88,13 +84,15 @@ def _fmt_row(row: dict, name: str) -> list[str]:
             row["limiter"], row.get("path", "")]
 
 
-def table(rows) -> str:
+def table(rows, show_config: bool = False) -> str:
+    """The rows as text; show_config: each variant's name followed by its configuration (threads=64)."""
     header = ["variant", "bs", "regs", "static smem", "dyn smem", "local", "spill st", "spill ld", "threads",
               "occupancy", "limiter", "path"]
     lines = [header]
     for row in rows:
         kernels = row.get("kernels", [])
-        lines.append(_fmt_row(row, row["variant"] + (f" [{kernels[0]['name']}]" if len(kernels) > 1 else "")))
+        name = row["variant"] + (f" ({row['config']})" if show_config and row.get("config") else "")
+        lines.append(_fmt_row(row, name + (f" [{kernels[0]['name']}]" if len(kernels) > 1 else "")))
         for kernel in kernels[1:]:
             lines.append(_fmt_row(dict(kernel, block_size=row["block_size"], path=row.get("path", "")),
                                   f"  + [{kernel['name']}]"))
@@ -102,21 +100,25 @@ def table(rows) -> str:
 
 
 def main(args) -> int:
-    block_sizes = [int(b) for b in _split(args.block_sizes)]
+    block_sizes = block_sizes_given(args)
     dtype, kv_dtype = precision(args)
-    variants = select(args.variants)
+    variants = select(names_given(args))
+    if args.config and variants is None:
+        raise ValueError("--config: name the variants it is for (tunables differ per variant; "
+                         "python -m sandbox list shows them)")
     label = precision_label(dtype, kv_dtype)
     print(f"compiling for {args.arch} ({label}, head_dim {args.head_dim}, block sizes "
           f"{','.join(map(str, block_sizes))}); numba kernels compile in a real-mode child process ...",
           file=sys.stderr, flush=True)
     rows = resources.collect(variants, block_sizes, args.head_dim, dtype, args.arch,
-                             progress=lambda what: print(f"  {what}", file=sys.stderr, flush=True), kv_dtype=kv_dtype)
+                             progress=lambda what: print(f"  {what}", file=sys.stderr, flush=True), kv_dtype=kv_dtype,
+                             config=args.config or None)
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
         print(f"{args.arch}, {label}, head_dim {args.head_dim}; shared memory in bytes per block, local in "
               "bytes per thread; occupancy = resident warps / 64 per SM (sandbox.analysis.occupancy)")
-        print(table(rows))
+        print(table(rows, show_config=bool(args.config)))
         notes = {row["variant"]: row["note"] for row in rows if row.get("note")}
         for name, note in notes.items():
             print(f"note {name}: {note}")

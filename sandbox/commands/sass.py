@@ -7,20 +7,16 @@ import json
 import sys
 
 from ..analysis import resources, sass
-from . import align
-from .resources import (_split, add_precision_arguments, not_supported_line, precision, precision_label, select,
-                        without_report_line)
+from . import add_block_sizes_argument, add_names_argument, align, block_sizes_given, names_given
+from .resources import add_precision_arguments, not_supported_line, precision, precision_label, select, without_report_line
 
 HEADER = ("variant", "bs", "instrs", "global loads (width:count)", "16B loads", "global stores", "local", "generic",
           "shared ld/st", "bar", "shfl", "call", "fp64")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--variants", nargs="+", metavar="LIST",
-                        help="comma-separated variant or cache-writer names, families (numba, cupy, wrong) or globs "
-                             "(numba.*), as the sweep takes them; default: every registered one with compile_report")
-    parser.add_argument("--block-sizes", nargs="+", metavar="N", default=["16"],
-                        help="block sizes, space or comma separated (default: 16)")
+    add_names_argument(parser, "variants or cache writers (default: every registered one with compile_report)")
+    add_block_sizes_argument(parser, (16,))
     parser.add_argument("--head-dim", type=int, default=128)
     add_precision_arguments(parser)
     parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
@@ -45,9 +41,9 @@ def table(rows) -> str:
 
 
 def main(args) -> int:
-    block_sizes = [int(b) for b in _split(args.block_sizes)]
+    block_sizes = block_sizes_given(args)
     dtype, kv_dtype = precision(args)
-    variants = select(args.variants)
+    variants = select(names_given(args))
     label = precision_label(dtype, kv_dtype)
     print(f"compiling for {args.arch} ({label}, head_dim {args.head_dim}, block sizes "
           f"{','.join(map(str, block_sizes))}) and disassembling with nvdisasm ...", file=sys.stderr, flush=True)

@@ -12,13 +12,14 @@ from ..problem.option_tokens import known_tokens, parse_option_tokens
 from ..variant import registry
 from ..sweep import shapes as shapes_mod, timing, traffic_columns
 from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
-from . import block_size_list, select_names
+from . import add_config_argument, block_size_list, select_names
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--variants", metavar="LIST",
-                        help="comma-separated variant names, families (numba, cupy, wrong) or globs (numba.*); "
-                             "default: every registered variant (negative controls only when named)")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="variants to race: names, families (numba, cupy, wrong) or globs (numba.*), space or comma "
+                             "separated; default: every registered variant (negative controls only when named)")
+    parser.add_argument("--variants", metavar="LIST", help="the same as the positional names, comma-separated")
     parser.add_argument("--block-sizes", type=block_size_list, metavar="LIST",
                         help=f"comma-separated block sizes (default {','.join(map(str, shapes_mod.DEFAULT_BLOCK_SIZES))}; "
                              f"--quick on the CPU: {','.join(map(str, shapes_mod.QUICK_CPU_BLOCK_SIZES))})")
@@ -71,6 +72,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--list-shapes", action="store_true", help="print the shape presets and exit")
+    tuning = parser.add_argument_group("tunables (sandbox/sweep/tune.py; one of these)")
+    tuning.add_argument("--tune", action="store_true",
+                        help="try each variant's grid of tunables at every point (ranked by GPU time on a GPU, by the "
+                             "traffic model's time on the CPU); the best per (shape, block size) runs and goes to "
+                             "tuned.json")
+    tuning.add_argument("--tuned", type=Path, metavar="RUN",
+                        help="run each point with the configuration a --tune run recorded (RUN/tuned.json)")
+    add_config_argument(tuning)
+    parser.add_argument("--force", action="store_true",
+                        help="run shapes estimated past the hard bound on the CPU too (sandbox/devices/cost.py)")
 
 
 def select_variants(text: str | None) -> list[str]:
@@ -109,11 +120,13 @@ def build_config(args) -> SweepConfig:
     cpu = _replace(cpu, **{k: v for k, v in overrides.items() if k != "warmup_s"})
     if args.max_seconds is not None and args.max_seconds <= 0:
         raise ValueError(f"--max-seconds must be > 0, got {args.max_seconds}")
-    return SweepConfig(variants=select_variants(args.variants), block_sizes=tuple(block_sizes), shapes=shapes,
+    named = ",".join(list(args.names or []) + ([args.variants] if args.variants else []))
+    return SweepConfig(variants=select_variants(named or None), block_sizes=tuple(block_sizes), shapes=shapes,
                        backend=args.backend, seed=args.seed, quick=args.quick, max_seconds=args.max_seconds,
                        gpu_timing=gpu, cpu_timing=cpu, dense_baseline=args.dense, torch=not args.no_torch,
                        resources=not args.no_resources, plots=not args.no_plots, progress=not args.no_progress,
-                       results_dir=args.results_dir, traffic=args.traffic, model_device=args.model_device)
+                       results_dir=args.results_dir, traffic=args.traffic, model_device=args.model_device,
+                       tune=args.tune, tuned=args.tuned, config=args.config, force=args.force)
 
 
 def query_len_list(text: str | None) -> tuple[int, ...]:

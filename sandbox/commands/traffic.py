@@ -4,8 +4,11 @@ modelled time on a GPU, per variant and block size.
 For each point: the totals against the ideal bytes, the per-site table (the uncoalesced load, the
 conflicting store), the model's time, fraction of DRAM bandwidth and binding level; then one summary
 table. --csv writes one row per kernel whose columns are the metric names (diff it against
-`ncu --csv --metrics ...`), --json every result in full. Exit 0; 2 for a refused request (nothing
-written); 1 when a point failed to run, or when no point was counted (every one outside its variant's limits).
+`ncu --csv --metrics ...`), --json every result in full. --config NAME=VALUE,... counts every named variant with
+those tunables (sandbox.tunables(name)). Exit 0; 2 for a refused request (a bad --config included: nothing runs,
+nothing is written); 1 when a point failed to run, or when no point was counted (every one outside its variant's
+limits). A count estimated to take long is announced before it starts, and refused past the hard bound unless
+--force (sandbox/devices/cost.py).
 """
 from __future__ import annotations
 
@@ -18,13 +21,15 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis import gpus
+from ..devices import cost
 from ..analysis.traffic import metrics as M
 from ..analysis.traffic import variant as V
 from ..problem import dtypes
 from ..sweep import mla_shapes, shapes as shapes_mod
 from ..variant import registry
+from ..variant import tunables
 from ..variant.limits import Unsupported
-from . import align, block_size_list, select_names
+from . import add_config_argument, align, block_size_list, resolve_configs, select_names
 
 DEFAULT_SHAPE = shapes_mod.GOAL_SHAPE
 DEFAULT_BLOCK_SIZES = (16,)
@@ -48,6 +53,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write one row per kernel, metric names as columns")
+    add_config_argument(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="count problems estimated past the hard bound too (sandbox/devices/cost.py)")
 
 
 def _names(values, kind: str = "decode") -> list[str]:
@@ -81,6 +89,16 @@ def problem_for(shape, block_size: int, seed: int):
     return shapes_mod.paged_problem(tokens, block_size)
 
 
+def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
+    """The multiply-adds a count simulates: the CPU executor's sampled sequences (V.sample), the Numba capture's
+    represented blocks (numba_sample.estimate_seconds)."""
+    if registry.get(name).family == "numba":
+        from ..analysis.traffic import numba_sample
+        return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
+    counted, _, _ = V.sample(problem, sample)
+    return counted.multiply_adds()
+
+
 def _site_lines(kernel: dict, limit: int) -> list[str]:
     def cost(s):
         return s.get("sectors", 0) + s.get("wavefronts", 0)
@@ -101,7 +119,8 @@ def _site_lines(kernel: dict, limit: int) -> list[str]:
 def report(result: dict, sites: int) -> str:
     """One point as text: totals against the ideal, the sites, the model."""
     m, s, model = result["metrics"], V.summary(result), result["model"]
-    out = [f"== {result['variant']}  {result['problem']}  ({result['device']})"]
+    config = f" [{result['config']}]" if result.get("config") else ""
+    out = [f"== {result['variant']}{config}  {result['problem']}  ({result['device']})"]
     out += [f"  note: {n}" for n in result["notes"]]
     out.append(f"  DRAM read {m[M.DRAM_READ]:,} B + write {m[M.DRAM_WRITE]:,} B = {s['dram_bytes']:,} B; ideal "
                f"{s['ideal_bytes']:,} B: {s['bytes_over_ideal']:.3f}x")
@@ -142,6 +161,7 @@ def summary_table(points: list) -> str:
 def main(args) -> int:
     shape = shapes_mod.parse_any(args.shape)
     names = _names(args.variants, "mla" if isinstance(shape, mla_shapes.MLAShape) else "decode")
+    configs = resolve_configs(names, args.config)  # a bad --config: ValueError before anything runs
     try:
         gpus.get(args.device)
     except ValueError as exc:
@@ -158,7 +178,12 @@ def main(args) -> int:
             start = time.perf_counter()
             try:
                 problem = problem if problem is not None else problem_for(shape, block_size, args.seed)
-                result = V.traffic(name, problem, args.device, sample)
+                cost.guard(f"traffic {name} at {shape.name} block size {block_size}",
+                           counted_multiply_adds(name, problem, sample), registry.get(name).family, "cpu",
+                           args.force, traffic=True)
+                result = V.traffic(name, problem, args.device, sample, config=configs[name])
+            except cost.TooLong:
+                raise
             except Unsupported as exc:
                 print(f"== {name} block size {block_size}: skipped ({exc})")
                 continue

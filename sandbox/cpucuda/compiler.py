@@ -30,6 +30,7 @@ from .errors import CpuCompileError
 from .modes import build_mode
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # g++ runs here (see _compile)
 CACHE_VERSION = "cpucuda-3"
 # How messages name the cached copy of a source given as a string (`code`).
 CODE_LABEL = "<code>"
@@ -350,7 +351,9 @@ def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names
         steps = [cmd]
     try:
         for step in steps:
-            proc = subprocess.run(step, capture_output=True, text=True)
+            # from the repository's root: a repo-relative `#line` name (kernels/cupy_raw/load_source) then resolves to
+            # the real file in the debug info ASan and the traffic sites read, whatever the caller's folder
+            proc = subprocess.run(step, capture_output=True, text=True, cwd=SOURCE_ROOT)
             if proc.returncode != 0:
                 raise CpuCompileError(_explain(proc.stderr, src, names) + "\ncommand: " + shlex.join(step))
         os.replace(tmp, so_path)

@@ -60,6 +60,16 @@ def cupy_usable() -> bool:
     return True
 
 
+NO_GPU = ("--backend gpu: no NVIDIA GPU was found here (the CUDA driver reports none); use --backend cpu or auto")
+
+
+def require_gpu_if_asked(backend: str) -> None:
+    """Every command's one no-GPU guard: --backend gpu on a machine without a GPU is a ValueError (exit 2)
+    saying so, before anything runs or is written."""
+    if backend == "gpu" and not gpu_present():
+        raise ValueError(NO_GPU)
+
+
 def resolve(backend: str, family: str) -> str:
     """Map "auto" to "gpu" or "cpu" for a variant family; refuse what cannot run here, clearly."""
     if backend not in BACKENDS:

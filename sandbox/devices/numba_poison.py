@@ -55,7 +55,7 @@ class _PoisonedAllocations(dict):
     """FakeCUDAShared._allocations that poisons each static shared array as it is stored.
 
     Hooking the store rather than ``FakeCUDAShared.array`` keeps the poison
-    when something else replaces ``array`` (kernels/numba_cuda/common.py
+    when something else replaces ``array`` (kernels/numba_cuda/simulator.py
     serialises it under a lock): every version stores its new array here.
     """
 

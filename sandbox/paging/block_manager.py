@@ -88,6 +88,10 @@ class BlockManager(SwapMixin):
         return self._entry(seq_id)[0]
 
     def ref_count(self, block: int) -> int:
+        """Users of physical block `block` (0 for a free one); ValueError unless it is in 0..num_blocks-1."""
+        block = _int_at_least("block", block, -(2**63))  # an integer; its range below
+        if not 0 <= block < self.num_blocks:
+            raise ValueError(f"block must be a physical block index in 0..{self.num_blocks - 1}, got {block}")
         return self._ref[block]
 
     def blocks_needed(self, tokens) -> int:

@@ -9,6 +9,7 @@ import numpy as np
 from . import dtypes
 from .option_schema import Context
 from .options import FIELDS, OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
+from .random_args import check_random_arguments
 from .validate import check_block_size, first_read_tokens, validate_decode_inputs
 
 # Extreme logits: q is scaled so that scale * q.k has a standard deviation of about 40,
@@ -209,15 +210,13 @@ class DecodeProblem:
         """
         _check_option_keywords("random", options)
         block_size = check_block_size(block_size)
+        check_random_arguments(seed, num_seqs, num_heads, num_kv_heads, head_dim, block_size, context_lens,
+                               max_context_len, spare_blocks)  # before anything is drawn or allocated
         rng = np.random.default_rng(seed)
         dtype = dtypes.dtype(dtype)
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
         _check_nvfp4_head_dim(kv_dt, head_dim)
-        if num_heads % num_kv_heads:
-            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
         if context_lens is None:
-            if max_context_len < 1:
-                raise ValueError(f"max_context_len must be >= 1, got {max_context_len}")
             lens = rng.integers(1, max_context_len + 1, size=num_seqs)
             if full_capacity:
                 capacity = -(-max_context_len // block_size) * block_size

@@ -111,6 +111,13 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
         _require(cache_head_dim == head_dim, f"key_cache head_dim {cache_head_dim} must equal query head_dim {head_dim}")
     _require(num_heads % num_kv_heads == 0,
              f"num_heads ({num_heads}, from query) must be a multiple of num_kv_heads ({num_kv_heads}, from key_cache)")
+    tables = block_tables.shape[0]
+    if query_start is None and total_q == tables != num_seqs:  # query and block_tables agree: context_lens is off
+        raise ValueError(f"context_lens has {num_seqs} entries, expected num_seqs = {tables} (the rows of query "
+                         "and of block_tables)")
+    if query_start is not None and tables != num_seqs and np.ndim(query_start) == 1 and tables == len(query_start) - 1:
+        raise ValueError(f"context_lens has {num_seqs} entries, expected num_seqs = {tables} (the rows of "
+                         "block_tables, and query_start's entries - 1)")
     if query_start is None:
         _require(total_q == num_seqs, f"query has {total_q} rows, expected num_seqs = {num_seqs} (from context_lens); "
                                       "pass query_start for several query tokens per sequence")

@@ -38,6 +38,7 @@ from ..problem.validate import MAX_BLOCK_SIZE
 from ..variant.limits import Unsupported
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
 from . import traffic_columns
+from . import tune as tune_mod
 
 DENSE_BASELINE = "cupy.dense"
 
@@ -45,7 +46,7 @@ COLUMNS = [
     "variant", "family", "problem", "backend", "timing", "shape", "num_seqs", "context_len", "num_heads", "num_kv_heads",
     "head_dim", "dtype", "kv_dtype", "options", "query_len", "prefix_len", "group_size", "block_size", "status", "correct", "max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us",
     "min_us", "repeats", "bytes", "flops", "gbps", "fraction_of_copy_bw", "fraction_of_read_bw", "paging_overhead",
-    "dense_time_us", "partition_us", "parts_us", *traffic_columns.COLUMNS, "point_s", "note",
+    "dense_time_us", "partition_us", "parts_us", *traffic_columns.COLUMNS, "point_s", "note", "config",
 ]
 # ok: correct and timed | wrong: output differs from the reference (never timed) | error: raised while
 # preparing or running (anything but sandbox.Unsupported) | unsupported: outside the variant's limits, a
@@ -80,13 +81,19 @@ class Candidate:
     per_shape: bool = False  # no block table: measured once per shape
     note: Callable[[], str] = lambda: ""
     problem: str = "decode"  # the kind of problem it solves: it runs at the shapes of that kind only
+    config: str = ""  # the tunables it runs with ("threads=64"; sweep/tune.py), "" for the defaults
+    prepare_with: Callable | None = None  # (problem, resolved_backend, config) -> prepared: a registry variant's
 
     @classmethod
     def from_registry(cls, name: str) -> "Candidate":
         v = registry.get(name)
         prepare = mla_runner.prepare_mla if v.problem == "mla" else runner.prepare
-        return cls(name, v.family, v.limits, lambda problem, backend: prepare(name, problem, backend)[0],
-                   problem=v.problem)
+
+        def prepare_with(problem, backend, config=None):
+            return prepare(name, problem, backend, config)[0]
+
+        return cls(name, v.family, v.limits, lambda problem, backend: prepare_with(problem, backend),
+                   problem=v.problem, prepare_with=prepare_with)
 
     @classmethod
     def from_peer(cls, peer) -> "Candidate":
@@ -112,11 +119,16 @@ class SweepConfig:
     results_dir: Path | None = None
     traffic: str = "auto"          # traffic_columns.MODES: which points get the traffic columns
     model_device: str = "h200"     # the GPU the traffic columns model
+    tune: bool = False            # --tune: explore each variant's tunables per point (sweep/tune.py)
+    tuned: Path | None = None     # --tuned RUN: the configurations a --tune run recorded
+    config: dict = dataclasses.field(default_factory=dict)  # --config: one configuration for every variant
+    force: bool = False           # --force: run points estimated past the hard bound (sandbox/devices/cost.py)
 
     def describe(self) -> dict:
         d = dataclasses.asdict(self)
         d["shapes"] = [s.name for s in self.shapes]
         d["results_dir"] = str(self.results_dir) if self.results_dir else None
+        d["tuned"] = str(self.tuned) if self.tuned else None
         return d
 
 
@@ -380,9 +392,28 @@ def validate(config: "SweepConfig") -> None:
                          f"1..{MAX_BLOCK_SIZE} (got {','.join(map(str, config.block_sizes))})")
     if not config.block_sizes:
         raise ValueError("--block-sizes: no block size given")
-    if config.backend == "gpu" and not backends.gpu_present():
-        raise ValueError("--backend gpu: no NVIDIA GPU was found here (the CUDA driver reports none); "
-                         "use --backend cpu or auto")
+    backends.require_gpu_if_asked(config.backend)
+
+
+def estimate_points(config: "SweepConfig") -> None:
+    """Each shape's cost per CPU family (sandbox/devices/cost.py), before anything is created: announced past
+    the warning bound, refused (ValueError) past the hard one unless config.force."""
+    from ..devices import cost
+
+    families = {}
+    for name in config.variants:
+        variant = registry.get(name)
+        families.setdefault((variant.family, variant.problem), name)
+    for shape in config.shapes:
+        for (family, kind), name in families.items():
+            if kind != shape_kind(shape):
+                continue
+            try:
+                backend = backends.resolve(config.backend, family)
+            except ValueError:
+                continue  # not runnable here: the point says so
+            cost.guard(f"sweep shape {shape.name} ({family} variants, per block size)", cost.shape_multiply_adds(shape),
+                       family, backend, config.force, warn=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _progress(total: int, enabled: bool):
@@ -407,6 +438,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     ValueError (before any folder is created) for a request that cannot run: see validate().
     """
     validate(config)
+    tuning = tune_mod.prepare(config)  # a bad --config / --tuned: ValueError before any folder exists
+    estimate_points(config)  # a point estimated past the hard bound: ValueError, unless --force
     on_gpu = config.backend != "cpu" and backends.gpu_present()
     try:
         run_dir = new_run_dir("sweep", root=config.results_dir)
@@ -427,6 +460,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     log(f"sweep: {len(candidates)} variants x {len(config.block_sizes)} block sizes x {len(config.shapes)} shapes "
         f"on {'the GPU' if on_gpu else 'the CPU (emulation: times are not GPU performance)'} -> {run_dir}")
     env = Environment.create(on_gpu, config.quick, log)
+    if config.tune:
+        tuning = tune_mod.Tuning.explore(run_dir, on_gpu)
     meta["copy_bandwidth"] = env.copy.as_dict() if env.copy else None
     meta["read_bandwidth"] = env.read.as_dict() if env.read else None
     meta["l2_flush_bytes"] = getattr(env.flush, "nbytes", None)
@@ -468,13 +503,18 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
                                          backend_label(c.family, "cpu"), on_gpu)
                         row.update(status="unsupported", note=why_not)
                     else:
+                        timing_config = config.gpu_timing if backend == "gpu" else config.cpu_timing
                         counted = traffic_columns.wanted(config.traffic, c.family, shape is config.shapes[0], on_gpu,
                                                          block_size)
-                        row = run_point(c, backend, data, block_size, env,
-                                        config.gpu_timing if backend == "gpu" else config.cpu_timing,
+                        point = (tuning.candidate(c, data, block_size, backend, env, timing_config)
+                                 if tuning is not None else c)
+                        row = run_point(point, backend, data, block_size, env, timing_config,
                                         config.model_device if counted else None)
+                        row["config"] = point.config
                         if not counted and row["status"] == "ok" and not c.per_shape:
                             row["traffic_note"] = traffic_columns.skipped_note(config.traffic, c.name, c.family)
+                        if tuning is not None:
+                            tuning.record(row)
                         add_paging_overhead(row, dense_times, config.dense_baseline)
                     csv.write(row)
                     rows.append(row)
@@ -508,7 +548,7 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
         # --quick: float16 only (each other precision is one more compilation and census of every kernel)
         resource_rows, note = static_resources.collect_into(
             run_dir, config.variants, config.block_sizes,
-            extra=() if config.quick else static_resources.EXTRA_PRECISIONS)
+            extra=() if config.quick else static_resources.EXTRA_PRECISIONS, progress=config.progress)
         meta["resources"] = note
         if note:
             log(note)

@@ -40,18 +40,32 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dtype: str = DTYPE,
-                 arch: str = ARCH, extra=EXTRA_PRECISIONS) -> tuple[list[dict], str]:
+                 arch: str = ARCH, extra=EXTRA_PRECISIONS, progress: bool = False) -> tuple[list[dict], str]:
     """(rows, note): rows (every precision of configs(); `dtype` and `kv_dtype` columns) also written to
-    run_dir/resources.csv, their SASS census to run_dir/sass.csv; note says why either is missing, if so."""
+    run_dir/resources.csv, their SASS census to run_dir/sass.csv; note says why either is missing, if so.
+    progress: a bar on stderr counting the compiles and the census (the sweep's static phase)."""
+    from sandbox import progress as progress_mod
+
+    planned = configs(block_sizes, dtype, extra)
+    steps = sum(len(sizes) for sizes, _, _ in planned) * len(list(names)) + 1  # each (variant, size, precision), census
+    with progress_mod.bar(steps, "static resources", enabled=progress, unit="compile") as bar:
+        def step(what: str) -> None:
+            bar.set_postfix_str(what, refresh=False)
+            bar.update()
+
+        return _collect_into(run_dir, names, planned, head_dim, arch, step)
+
+
+def _collect_into(run_dir: Path, names, planned, head_dim: int, arch: str, step) -> tuple[list[dict], str]:
     try:
         resources = importlib.import_module("sandbox.analysis.resources")
     except ModuleNotFoundError as exc:
         if exc.name != "sandbox.analysis.resources":
             return [], f"note: sandbox.analysis.resources could not be imported ({exc}); resources.csv skipped"
-        return [], "note: sandbox.analysis.resources is not available yet: static resources (resources.csv) skipped"
+        return [], "note: sandbox.analysis.resources is not available here: static resources (resources.csv) skipped"
     try:
-        rows = resources.collect_many(variants=list(names), configs=configs(block_sizes, dtype, extra),
-                                      head_dim=head_dim, arch=arch, images=True)
+        rows = resources.collect_many(variants=list(names), configs=planned, head_dim=head_dim, arch=arch,
+                                      images=True, progress=step)
     except Exception as exc:  # a compiler missing or failing must not lose the measured sweep
         return [], f"note: static resources failed ({type(exc).__name__}: {exc}); resources.csv skipped"
     compiled = [dict(r) for r in rows]
@@ -59,6 +73,7 @@ def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dt
     if not rows:
         return [], "note: sandbox.analysis.resources reported nothing for these variants"
     write_csv(Path(run_dir) / "resources.csv", rows)
+    step("SASS census (nvdisasm)")
     return rows, _write_census(Path(run_dir) / "sass.csv", [r for r in compiled if "images" in r])
 
 

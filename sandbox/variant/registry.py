@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import types
 
 from . import tunables
@@ -90,8 +91,8 @@ class Variant:
 
     @property
     def summary(self) -> str:
-        doc = (self.module.__doc__ or "").strip()
-        return doc.splitlines()[0] if doc else ""
+        """The docstring's first sentence, whole (it may wrap over several lines), for `python -m sandbox list`."""
+        return first_sentence(self.module.__doc__ or "")
 
     @property
     def tunables(self) -> dict[str, tuple]:
@@ -105,6 +106,15 @@ class Variant:
     def prepare(self, problem, backend: str, config: dict | None = None):
         """The module's prepare, given the configuration's parameters as keyword arguments."""
         return self.module.prepare(problem, backend, **self.configuration(config))
+
+
+def first_sentence(doc: str) -> str:
+    """The first paragraph's text up to its first sentence end (". " before a capital, or the paragraph's end)."""
+    paragraph = " ".join(doc.strip().split("\n\n", 1)[0].split())
+    return _SENTENCE_END.split(paragraph, 1)[0]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"])")
 
 
 def variants(family: str | None = None, problem: str | None = "decode") -> list[str]:

@@ -5,6 +5,7 @@ the table, keeps a running max and sum and its head's output row in a local arra
 Limits: any block size (a runtime value); head dims up to MAX_HEAD_DIM = 256 (the local array's size);
 float32 and float16 queries with a cache of the query's dtype; per-tensor k/v scales (read from the
 option table's arguments, OptionArgs); decode only.
+Tunable: threads per block (TUNABLES, the default first; `check --config threads=128` picks another).
 Verdict: not measured; num_seqs * num_heads threads each reading whole K/V rows alone: far too few
 threads to fill a GPU, and uncoalesced loads.
 """
@@ -12,13 +13,13 @@ import math
 
 from numba import cuda, float32
 
-from kernels.numba_cuda import launch, options
+from kernels.numba_cuda import launch, options, reports
 from sandbox import Unsupported
 from sandbox.variant import Limits
 
 LIMITS = Limits(block_sizes=None, head_dims=None, dtypes=("float32", "float16"), options=("kv_scale",))
+TUNABLES = {"threads": (32, 64, 128)}
 MAX_HEAD_DIM = 256
-THREADS = 32
 
 
 @cuda.jit
@@ -51,11 +52,18 @@ def _kernel(query, key_cache, value_cache, block_tables, context_lens, scale, op
         out[s, h, d] = acc[d] / denom * opts.v_scale
 
 
-def prepare(problem, backend):             # untimed: upload, compile (on a GPU)
+def prepare(problem, backend, threads=32):  # untimed: upload, compile (on a GPU)
     p = problem
     if p.head_dim > MAX_HEAD_DIM:
         raise Unsupported(f"numba.mine supports head_dim <= {MAX_HEAD_DIM}, got {p.head_dim}")
     out = launch.output_array(p)
     args = options.decode_args(p) + (out,)  # (query ... context_lens, scale, OptionArgs): the family's one order
-    blocks = (p.num_seqs * p.num_heads + THREADS - 1) // THREADS
-    return launch.Launch(_kernel, blocks, THREADS, 0, args, out, name="numba.mine", out_dtype=p.dtype)
+    blocks = (p.num_seqs * p.num_heads + threads - 1) // threads
+    return launch.Launch(_kernel, blocks, threads, 0, args, out, name="numba.mine", out_dtype=p.dtype)
+
+
+def compile_report(block_size, head_dim, dtype, arch, kv_dtype=None, threads=32):  # `python -m sandbox resources`
+    q, kv = reports.report_dtypes(dtype, kv_dtype)
+    signature = reports.decode_signature(q, kv, reports.out_array(q))
+    kernel = dict(name="mine", **reports.kernel_resources(_kernel.py_func, signature, arch))
+    return reports.report([kernel], threads, 0)

@@ -80,9 +80,10 @@ def capture(represent=None, max_seconds: float | None = None):
 
 @contextlib.contextmanager
 def gpu_thread_counts():
-    """Let the Numba variants size their blocks as on a GPU (up to MAX_THREADS, 128) while the
-    simulator runs them; prepare() the variant inside. By default the simulator's launches are
-    capped at SIM_MAX_THREADS (16) threads per block, so their warps are partial."""
+    """Let the Numba variants size their "auto" blocks as on a GPU (up to MAX_THREADS, 128) while the
+    simulator runs them; prepare() the variant inside. By default the simulator's "auto" launches are
+    capped at SIM_MAX_THREADS (16) threads per block, so their warps are partial (a configured thread
+    count is launched as it is either way)."""
     from kernels.numba_cuda import launch
 
     previous = launch.SIM_MAX_THREADS

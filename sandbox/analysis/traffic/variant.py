@@ -172,8 +172,19 @@ def _capture_numba(name, problem, counted, census: bool, config, device):
     represent = _numba_representatives(problem, gpus.get(device).l2_bytes)
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
-    res = _numba_census(name, problem) if census else dict(census_error="not asked for (census=False)")
-    return launches, [tuple(r.grid) for r in launches], [res] * len(launches)
+    res = _numba_census(name, problem, config) if census else dict(census_error="not asked for (census=False)")
+    return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block) for r in launches]
+
+
+def _launched(census: dict, block) -> dict:
+    """The census with the threads per block this launch ran (and the occupancy they give)."""
+    threads = int(np.prod(_dims(block)))
+    if "registers" not in census or census.get("threads_per_block") == threads:
+        return census
+    occ = occupancy(census["registers"], census["static_shared_bytes"] + census["dynamic_shared_bytes"], threads,
+                    "sm_90")
+    return dict(census, threads_per_block=threads, occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm,
+                limiter=occ.limiter)
 
 
 def _numba_representatives(problem, l2_bytes: int):
@@ -221,11 +232,12 @@ def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
                 occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter)
 
 
-def _numba_census(name, problem) -> dict:
+def _numba_census(name, problem, config=None) -> dict:
     from sandbox.analysis import resources
     try:
         (row,) = resources.collect([name], [problem.block_size], problem.head_dim, problem.dtype.name,
-                                   kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
+                                   kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name,
+                                   config=config)
     except Exception as exc:
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300])
     keys = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "threads_per_block",
@@ -251,7 +263,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     config: the variant's tunables (sandbox.tunables(name); None: its defaults). census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
     takes occupancy as unknown.
     """
-    from sandbox.variant import registry
+    from sandbox.variant import registry, tunables
 
     gpu = gpus.get(device)
     variant = registry.get(name)
@@ -292,7 +304,8 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
                                           res.get("blocks_per_sm"), loads, share, declared is not None))
     notes = ([note] if note else []) + call.notes + [f"{k['name']}: compile census unavailable ({k['census_error']})"
                                                      for k in kernels if "census_error" in k]
-    return dict(variant=name, device=gpu.name, problem=problem.describe(), metrics=_scaled(call.metrics, scale),
+    return dict(variant=name, config=tunables.describe(variant.configuration(config)), device=gpu.name,
+                problem=problem.describe(), metrics=_scaled(call.metrics, scale),
                 kernels=kernels, ideal_bytes=int(problem.bytes_moved()), model=_model.predict(model_inputs, gpu),
                 scale=scale, notes=notes)
 
