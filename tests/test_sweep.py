@@ -546,10 +546,18 @@ NEGATIVE_CONTROL_POINTS = {
     "wrong.cupy.causal_off_by_one": ("2x40x4/2x64xfp32 q=4",),
     "wrong.numba.causal_off_by_one": ("2x40x4/2x64xfp32 q=4",),
     "wrong.cupy.cascade_partial_block": ("4x40x4/2x64xfp32 shared=2",),  # 40 = 2 full blocks of 16 + 8 tokens
+    "wrong.numba.split_sink_per_partition": ("2x600x4/2x64xfp32", "--options", "sinks"),  # 2 partitions of 512
+}
+# Controls whose flaw lies in what the sweep does not draw: its truth is one contiguous-token output per shape
+# (no lse, no per-slot scales). tests/test_variants.py rejects them on the property tests' problems.
+SWEEP_CANNOT_REACH = {
+    "wrong.cupy.lse_base2": "the sweep checks the output, not the log-sum-exp",
+    "wrong.cupy.neighbour_head_scale": "the sweep has no per-token scales (they belong to slots, not tokens)",
 }
 
 
-@pytest.mark.parametrize("name", registry.variants("wrong"))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.skip(reason=SWEEP_CANNOT_REACH[n]))
+                                  if n in SWEEP_CANNOT_REACH else n for n in registry.variants("wrong")])
 def test_registered_negative_controls_are_recorded_wrong(tmp_path, name):
     shape, *extra = NEGATIVE_CONTROL_POINTS.get(name, ("2x40x4/2x64xfp32",))
     outcome, rows = sweep(tmp_path, "--backend", "auto", "--shapes", shape, *extra, "--block-sizes", "16",
