@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sweep test bench check clean-venv
+.PHONY: setup sweep test test-deep bench check clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ bench: $(STAMP)
 JOBS ?= auto
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist worksteal $(ARGS)
+
+# Every test, the deep tier included, with hypothesis's thorough profile (20x the examples): hours, not minutes.
+test-deep: $(STAMP)
+	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -n $(JOBS) --dist worksteal $(ARGS)
 
 check: $(STAMP)
 	$(PY) -m sandbox check

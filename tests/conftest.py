@@ -3,7 +3,13 @@
 Profiles: `ci` (default; fast enough for a 2-core machine without a GPU) and `thorough`
 (HYPOTHESIS_PROFILE=thorough, for deep runs). Every random input is seeded: hypothesis prints the
 drawn seed in the falsifying example, and derandomize keeps CI reproducible.
+
+The deep tier (DEEP below) repeats what the ci tier already covers for one more variant, architecture or
+kernel file: the same checks on a near twin. It runs with HYPOTHESIS_PROFILE=thorough or
+SANDBOX_DEEP_TESTS=1 (`make test-deep`), and is skipped with that reason otherwise, so `make test` stays
+within its minutes on two cores.
 """
+import fnmatch
 import os
 
 import pytest
@@ -19,7 +25,31 @@ settings.register_profile("thorough", max_examples=300, deadline=None, print_blo
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# Node ids (fnmatch patterns) of the deep tier, each beside the ci test that covers the same ground.
+DEEP = (
+    "tests/test_numba_family.py::test_every_numba_kernel_compiles_for_real_gpus[[]sm_80-*",   # sm_90 in ci
+    "tests/test_numba_family.py::test_numba_nvfp4_and_per_token_writer_kernels_compile_at_sm_90",  # bf16/e4m3 in ci
+    "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.naive]",     # split, gqa, multi
+    "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.block]",
+    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.gqa-asan]",  # rows, v1, multi
+    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.dense-asan]",
+    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.v2-asan]",
+    "tests/test_cpucuda_racecheck.py::test_every_removed_barrier_is_reported[[]tc.cu#*",  # the other files' in ci
+    "tests/test_cpucuda_racecheck.py::test_every_removed_barrier_is_reported[[]mla_tc.cu#*",
+)
+
+
+def deep_tests_enabled() -> bool:
+    return os.environ.get("HYPOTHESIS_PROFILE") == "thorough" or os.environ.get("SANDBOX_DEEP_TESTS") == "1"
+
+
 def pytest_collection_modifyitems(config, items):
+    if not deep_tests_enabled():
+        deep = pytest.mark.skip(reason="deep tier: runs with HYPOTHESIS_PROFILE=thorough or SANDBOX_DEEP_TESTS=1 "
+                                       "(make test-deep)")
+        for item in items:
+            if any(fnmatch.fnmatchcase(item.nodeid, pattern) for pattern in DEEP):
+                item.add_marker(deep)
     if gpu_present():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none found)")

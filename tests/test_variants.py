@@ -32,7 +32,7 @@ FAMILY_SHAPES = {
 }
 # Examples per family under the "ci" profile (None: the profile's own); other profiles scale them
 # (HYPOTHESIS_PROFILE=thorough draws 20x as many).
-FAMILY_EXAMPLES = {"numpy": None, "numba": 8, "cupy": 12}
+FAMILY_EXAMPLES = {"numpy": None, "numba": 5, "cupy": 8}
 # The simulator pays for every problem: there the fixed edge cases run in the first declared dtype.
 # The executor compiles each option instantiation alone (g++, ~2 s cold): both families run the brief
 # set of option cases (the property test draws every dtype and option).
