@@ -99,39 +99,24 @@ class MLAPrepared(common.Prepared):
         return int(p.tokens_per_row().sum()) * tiles * p.latent_cache.shape[2] * p.latent_cache.dtype.itemsize
 
 
+def row_work(problem, partition: int):
+    """(row_seq, tokens, parts): per query row its sequence, the tokens (dense: p + 1) or index entries (sparse)
+    it walks, and its partitions."""
+    seqs, positions = problem.rows()
+    tokens = np.full(len(seqs), problem.topk, np.int64) if problem.sparse else positions + 1
+    return seqs, tokens, -(-tokens // partition)
+
+
 def prepare_mla(name: str, problem, backend: str, flaw: int = 0, partition_size: int | None = None) -> MLAPrepared:
     """Compile and build the launches of cupy.mla (or, with `flaw`, of a negative control) on `problem`."""
     p = problem
     partition = partition_tokens(partition_size)
-    seqs, positions = p.rows()
-    tokens = np.full(len(seqs), p.topk, np.int64) if p.sparse else positions + 1
-    parts = -(-tokens // partition)
-    max_parts = int(parts.max())
+    seqs, tokens, parts = row_work(p, partition)
     expression = kernel_name(p.dtype, p.fp8, p.sparse, flaw)
     names = batch()
     kernel = common.get_function(backend, PATH, expression, names)
     merge = common.get_function(backend, PATH, merge_name(p.dtype), names)
-
-    up = lambda a: common.to_device(np.ascontiguousarray(a), backend)  # noqa: E731
-    rows = p.query.shape[0]
-    out = up(np.zeros((rows, p.num_heads, rec.VALUE_DIMS), p.dtype))
-    lse = up(np.full((rows, p.num_heads), np.nan, np.float32))
-    stats = (rows, p.num_heads, max_parts) if max_parts > 1 else (1,)
-    scratch = [up(np.full(shape, np.nan, np.float32))  # a slot the merge reads unwritten poisons the output
-               for shape in (stats + ((rec.VALUE_DIMS,) if max_parts > 1 else ()), stats, stats)]
-    indices = p.indices if p.sparse else np.full((1, 1), -1, np.int32)
-    arrays = [up(a) for a in (p.query, p.latent_cache.view(np.uint8), p.block_tables, indices,
-                              seqs.astype(np.int32), tokens.astype(np.int32), parts.astype(np.int32))]
-    query, cache, tables, indices_d, row_seq, row_tokens, row_parts = arrays
-    args = (out, lse, *scratch, query, cache, tables, np.int32(p.max_blocks_per_seq), np.int32(p.block_size),
-            indices_d, np.int32(max(p.topk, 1)), row_seq, row_tokens, row_parts, np.int32(p.num_heads),
-            np.float32(p.softmax_scale), np.int32(partition), np.int32(max_parts))
-    grid = (rows, -(-p.num_heads // HEADS_PER_TILE), max_parts)
-    launches = [(kernel, grid, (common.NUM_THREADS,), args, 0)]
-    if max_parts > 1:
-        merge_args = (out, lse, *scratch, row_parts, np.int32(p.num_heads), np.int32(max_parts))
-        launches.append((merge, (rows, p.num_heads), (common.NUM_THREADS,), merge_args, 0))
-    return MLAPrepared(launches, out, lse, keep=(*arrays, *scratch), problem=p)
+    return launches_for(p, backend, kernel, merge, partition, seqs, tokens, parts, HEADS_PER_TILE)
 
 
 def prepare(problem, backend: str, *, partition_size: int = DEFAULT_PARTITION) -> MLAPrepared:
@@ -159,3 +144,30 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=No
                     f"{'fp8 record' if record else name} cache, {'sparse' if sparse else 'dense'}; block size is a "
                     "runtime value")
     return main
+
+
+def launches_for(p, backend: str, kernel, merge, partition: int, seqs, tokens, parts, heads_per_tile: int):
+    """The MLAPrepared of an MLA kernel with this file's argument order (cupy.mla, cupy.mla_tc): one block per
+    (query row, tile of heads_per_tile heads, partition), then the merge where a row has several partitions.
+    seqs, tokens, parts: per query row, its sequence, the tokens (or index entries) it reads, its partitions."""
+    max_parts = int(parts.max())
+    up = lambda a: common.to_device(np.ascontiguousarray(a), backend)  # noqa: E731
+    rows = p.query.shape[0]
+    out = up(np.zeros((rows, p.num_heads, rec.VALUE_DIMS), p.dtype))
+    lse = up(np.full((rows, p.num_heads), np.nan, np.float32))
+    stats = (rows, p.num_heads, max_parts) if max_parts > 1 else (1,)
+    scratch = [up(np.full(shape, np.nan, np.float32))  # a slot the merge reads unwritten poisons the output
+               for shape in (stats + ((rec.VALUE_DIMS,) if max_parts > 1 else ()), stats, stats)]
+    indices = p.indices if p.sparse else np.full((1, 1), -1, np.int32)
+    arrays = [up(a) for a in (p.query, p.latent_cache.view(np.uint8), p.block_tables, indices,
+                              seqs.astype(np.int32), tokens.astype(np.int32), parts.astype(np.int32))]
+    query, cache, tables, indices_d, row_seq, row_tokens, row_parts = arrays
+    args = (out, lse, *scratch, query, cache, tables, np.int32(p.max_blocks_per_seq), np.int32(p.block_size),
+            indices_d, np.int32(max(p.topk, 1)), row_seq, row_tokens, row_parts, np.int32(p.num_heads),
+            np.float32(p.softmax_scale), np.int32(partition), np.int32(max_parts))
+    grid = (rows, -(-p.num_heads // heads_per_tile), max_parts)
+    launches = [(kernel, grid, (common.NUM_THREADS,), args, 0)]
+    if max_parts > 1:
+        merge_args = (out, lse, *scratch, row_parts, np.int32(p.num_heads), np.int32(max_parts))
+        launches.append((merge, (rows, p.num_heads), (common.NUM_THREADS,), merge_args, 0))
+    return MLAPrepared(launches, out, lse, keep=(*arrays, *scratch), problem=p)

@@ -54,18 +54,10 @@ def partition_tokens(partition_size: int | None) -> int:
     return size
 
 
-def row_work(problem, partition: int):
-    """(row_seq, tokens, parts): per query row its sequence, the tokens (dense: p + 1) or index entries (sparse)
-    it walks, and its partitions."""
-    seqs, positions = problem.rows()
-    tokens = np.full(len(seqs), problem.topk, np.int64) if problem.sparse else positions + 1
-    return seqs, tokens, -(-tokens // partition)
-
-
 def mma_count(problem, partition_size: int | None = None) -> int:
     """m16n16k16 MMAs the attention kernel issues: per block (query row, head tile, partition) and chunk of 16
     tokens, each of 4 warps does 8 + 1 for Q.K^T and 8 x 2 (P_hi, P_lo) for P.V."""
-    _, tokens, _ = row_work(problem, partition_tokens(partition_size))
+    _, tokens, _ = mla.row_work(problem, partition_tokens(partition_size))
     partition = partition_tokens(partition_size)
     chunks = 0
     for n in tokens.tolist():
@@ -78,32 +70,11 @@ def prepare(problem, backend: str, *, partition_size: int = DEFAULT_PARTITION) -
     p = problem
     partition = partition_tokens(partition_size)
     common.check_shared(NAME, 0, STATIC_SHARED_BYTES, f"a tile of {HEADS_PER_TILE} heads, {CHUNK}-token chunks")
-    seqs, tokens, parts = row_work(p, partition)
-    max_parts = int(parts.max())
+    seqs, tokens, parts = mla.row_work(p, partition)
     names = batch()
     kernel = common.get_function(backend, PATH, kernel_name(p.dtype, p.fp8, p.sparse), names)
     merge = common.get_function(backend, PATH, mla.merge_name(p.dtype), names)
-
-    up = lambda a: common.to_device(np.ascontiguousarray(a), backend)  # noqa: E731
-    rows = p.query.shape[0]
-    out = up(np.zeros((rows, p.num_heads, rec.VALUE_DIMS), p.dtype))
-    lse = up(np.full((rows, p.num_heads), np.nan, np.float32))
-    stats = (rows, p.num_heads, max_parts) if max_parts > 1 else (1,)
-    scratch = [up(np.full(shape, np.nan, np.float32))  # a slot the merge reads unwritten poisons the output
-               for shape in (stats + ((rec.VALUE_DIMS,) if max_parts > 1 else ()), stats, stats)]
-    indices = p.indices if p.sparse else np.full((1, 1), -1, np.int32)
-    arrays = [up(a) for a in (p.query, p.latent_cache.view(np.uint8), p.block_tables, indices,
-                              seqs.astype(np.int32), tokens.astype(np.int32), parts.astype(np.int32))]
-    query, cache, tables, indices_d, row_seq, row_tokens, row_parts = arrays
-    args = (out, lse, *scratch, query, cache, tables, np.int32(p.max_blocks_per_seq), np.int32(p.block_size),
-            indices_d, np.int32(max(p.topk, 1)), row_seq, row_tokens, row_parts, np.int32(p.num_heads),
-            np.float32(p.softmax_scale), np.int32(partition), np.int32(max_parts))
-    grid = (rows, -(-p.num_heads // HEADS_PER_TILE), max_parts)
-    launches = [(kernel, grid, (common.NUM_THREADS,), args, 0)]
-    if max_parts > 1:
-        merge_args = (out, lse, *scratch, row_parts, np.int32(p.num_heads), np.int32(max_parts))
-        launches.append((merge, (rows, p.num_heads), (common.NUM_THREADS,), merge_args, 0))
-    return mla.MLAPrepared(launches, out, lse, keep=(*arrays, *scratch), problem=p)
+    return mla.launches_for(p, backend, kernel, merge, partition, seqs, tokens, parts, HEADS_PER_TILE)
 
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, sparse: bool = False) -> dict:
