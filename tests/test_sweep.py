@@ -546,7 +546,7 @@ NEGATIVE_CONTROL_POINTS = {
     "wrong.cupy.causal_off_by_one": ("2x40x4/2x64xfp32 q=4",),
     "wrong.numba.causal_off_by_one": ("2x40x4/2x64xfp32 q=4",),
     "wrong.cupy.cascade_partial_block": ("4x40x4/2x64xfp32 shared=2",),  # 40 = 2 full blocks of 16 + 8 tokens
-    "wrong.numba.split_sink_per_partition": ("2x600x4/2x64xfp32", "--options", "sinks"),  # 2 partitions of 512
+    "wrong.numba.split_sink_per_partition": ("1x520x2/1x32xfp32", "--options", "sinks"),  # 2 partitions of 512
 }
 # Controls whose flaw lies in what the sweep does not draw: its truth is one contiguous-token output per shape
 # (no lse, no per-slot scales). tests/test_variants.py rejects them on the property tests' problems.
