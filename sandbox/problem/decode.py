@@ -295,7 +295,7 @@ class DecodeProblem:
         are shared (prefix caching). Physical blocks are then relabelled in a seeded order. The rest
         (dtypes, options, NaN in unread slots, query_lens) is as in random().
         """
-        from ..paging import BlockManager
+        from .mla_paging import grouped_allocation
 
         _check_option_keywords("shared", options)
         block_size = check_block_size(block_size)
@@ -316,23 +316,7 @@ class DecodeProblem:
             raise ValueError(f"suffix_lens must give num_groups * group_size = {num_seqs} lengths >= 0, got {suffix.tolist()}")
         lens = prefix_len + suffix
         blocks_per_seq = -(-lens // block_size)
-        manager = BlockManager(int(blocks_per_seq.sum()) + num_seqs + 2, block_size)
-        copies = []  # copy-on-write orders (src, dst), in the order an engine runs them
-        for g in range(num_groups):
-            seqs = range(g * group_size, (g + 1) * group_size)
-            prompt = [int(x) for x in rng.integers(0, 50_000, size=prefix_len)]
-            for s in seqs:
-                if how == "prefix":
-                    manager.allocate(s, prompt + [int(x) for x in rng.integers(0, 50_000, size=int(suffix[s]))])
-                elif s == seqs[0]:
-                    manager.allocate(s, prompt)
-                else:
-                    manager.fork(seqs[0], s)
-            for s in seqs if how == "fork" else ():
-                for _ in range(int(suffix[s])):
-                    _, copy = manager.append_slot(s)
-                    if copy is not None:
-                        copies.append(copy)
+        manager, copies = grouped_allocation(rng, lens, block_size, prefix_len, group_size, how)
         num_blocks = manager.num_blocks
         relabel = shuffled_blocks(rng, num_blocks, num_blocks)  # physical block b becomes relabel[b]
         tables = np.full((num_seqs, int(blocks_per_seq.max())), -1, dtype=np.int32)

@@ -40,17 +40,18 @@ def private_tables(rng, lens, blocks_per_seq, block_size: int, share_prefix: boo
     return tables, physical, num_blocks
 
 
-def allocator_tables(rng, lens, block_size: int, prefix_len: int, group_size: int, how: str):
-    """Tables from sandbox.paging.BlockManager, blocks relabelled in a seeded order: (tables, num_blocks,
-    copy-on-write orders (src, dst) in relabelled blocks)."""
+def grouped_allocation(rng, lens, block_size: int, prefix_len: int, group_size: int, how: str):
+    """Groups of group_size sequences sharing a prefix_len-token prompt, allocated on a real BlockManager:
+    "prefix" (prefix caching: each allocates prompt + its own tokens) or "fork" (the first allocates the
+    prompt, the others fork it, then each appends its own tokens, copy-on-write as an engine runs it).
+    Returns (manager, copy-on-write orders (src, dst) in the manager's blocks, in the order they ran)."""
     from ..paging import BlockManager
 
-    num_seqs = len(lens)
     suffix = lens - prefix_len
     blocks_per_seq = -(-lens // block_size)
-    manager = BlockManager(int(blocks_per_seq.sum()) + num_seqs + 2, block_size)
+    manager = BlockManager(int(blocks_per_seq.sum()) + len(lens) + 2, block_size)
     copies = []
-    for g in range(num_seqs // group_size):
+    for g in range(len(lens) // group_size):
         seqs = range(g * group_size, (g + 1) * group_size)
         prompt = [int(x) for x in rng.integers(0, 50_000, size=prefix_len)]
         for s in seqs:
@@ -65,6 +66,15 @@ def allocator_tables(rng, lens, block_size: int, prefix_len: int, group_size: in
                 _, copy = manager.append_slot(s)
                 if copy is not None:
                     copies.append(copy)
+    return manager, copies
+
+
+def allocator_tables(rng, lens, block_size: int, prefix_len: int, group_size: int, how: str):
+    """Tables from sandbox.paging.BlockManager, blocks relabelled in a seeded order: (tables, num_blocks,
+    copy-on-write orders (src, dst) in relabelled blocks)."""
+    num_seqs = len(lens)
+    blocks_per_seq = -(-lens // block_size)
+    manager, copies = grouped_allocation(rng, lens, block_size, prefix_len, group_size, how)
     relabel = shuffled_blocks(rng, manager.num_blocks, manager.num_blocks)
     tables = np.full((num_seqs, int(blocks_per_seq.max())), -1, dtype=np.int32)
     for s in range(num_seqs):
