@@ -127,24 +127,34 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=No
     """NVRTC -> cubin resources of the attention kernel and, in `kernels`, the merge. head_dim and block_size
     are ignored (MLA's head dim is 576; the block size is a runtime value); kv_dtype "float8_e4m3fn" names the
     fp8 record (its codes are e4m3), None the query's dtype; sparse: the top-k instantiation."""
+    name, record = report_format(NAME, dtype, kv_dtype)
+    return report_with_merge(PATH, kernel_name(name, record, sparse), merge_name(name), arch,
+                             f"{HEADS_PER_TILE} heads per tile, {CHUNK}-token chunks, "
+                             f"{'fp8 record' if record else name} cache, {'sparse' if sparse else 'dense'}; "
+                             "block size is a runtime value")
+
+
+def report_format(variant: str, dtype, kv_dtype) -> tuple[str, bool]:
+    """(query dtype name, whether the cache is the fp8 record) of an MLA compile report's arguments; what an
+    MLA kernel does not take is Unsupported."""
     name = np.dtype(dtype).name
     if name not in CTYPES:
-        raise Unsupported(f"{NAME} takes bfloat16 or float16 queries, not {name}")
+        raise Unsupported(f"{variant} takes bfloat16 or float16 queries, not {name}")
     if kv_dtype not in (None, name, "float8_e4m3fn"):
-        raise Unsupported(f"{NAME}: kv_dtype {kv_dtype} is not the fp8 record's e4m3")
-    record = kv_dtype == "float8_e4m3fn"
-    expression, merge = kernel_name(name, record, sparse), merge_name(name)
-    main = common.compile_report(PATH, expression, arch, common.NUM_THREADS, 0, extra_expressions=[merge])
-    second = common.compile_report(PATH, merge, arch, common.NUM_THREADS, 0, extra_expressions=[expression])
+        raise Unsupported(f"{variant}: kv_dtype {kv_dtype} is not the fp8 record's e4m3")
+    return name, kv_dtype == "float8_e4m3fn"
+
+
+def report_with_merge(path, expression: str, merge: str, arch: str, note: str) -> dict:
+    """NVRTC -> cubin resources of an MLA attention kernel, with it and its merge in `kernels`."""
+    main = common.compile_report(path, expression, arch, common.NUM_THREADS, 0, extra_expressions=[merge])
+    second = common.compile_report(path, merge, arch, common.NUM_THREADS, 0, extra_expressions=[expression])
     fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
               "spill_loads", "threads_per_block", "image")
     main["kernels"] = [dict(name="partition", **{f: main[f] for f in fields}),
                        dict(name="merge", **{f: second[f] for f in fields})]
-    main["note"] = (f"{HEADS_PER_TILE} heads per tile, {CHUNK}-token chunks, "
-                    f"{'fp8 record' if record else name} cache, {'sparse' if sparse else 'dense'}; block size is a "
-                    "runtime value")
+    main["note"] = note
     return main
-
 
 def launches_for(p, backend: str, kernel, merge, partition: int, seqs, tokens, parts, heads_per_tile: int):
     """The MLAPrepared of an MLA kernel with this file's argument order (cupy.mla, cupy.mla_tc): one block per

@@ -80,23 +80,11 @@ def prepare(problem, backend: str, *, partition_size: int = DEFAULT_PARTITION) -
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=None, sparse: bool = False) -> dict:
     """NVRTC -> cubin resources of the attention kernel and, in `kernels`, the merge (arguments as cupy.mla's:
     head_dim and block_size ignored, kv_dtype "float8_e4m3fn" names the fp8 record)."""
-    name = np.dtype(dtype).name
-    if name not in CTYPES:
-        raise Unsupported(f"{NAME} takes bfloat16 or float16 queries, not {name}")
-    if kv_dtype not in (None, name, "float8_e4m3fn"):
-        raise Unsupported(f"{NAME}: kv_dtype {kv_dtype} is not the fp8 record's e4m3")
-    record = kv_dtype == "float8_e4m3fn"
-    expression, merge = kernel_name(name, record, sparse), mla.merge_name(name)
-    main = common.compile_report(PATH, expression, arch, common.NUM_THREADS, 0, extra_expressions=[merge])
-    second = common.compile_report(PATH, merge, arch, common.NUM_THREADS, 0, extra_expressions=[expression])
-    fields = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores",
-              "spill_loads", "threads_per_block", "image")
-    main["kernels"] = [dict(name="partition", **{f: main[f] for f in fields}),
-                       dict(name="merge", **{f: second[f] for f in fields})]
-    main["note"] = (f"{HEADS_PER_TILE} heads per tile on m16n16k16 MMAs, {CHUNK}-token chunks, "
-                    f"{'fp8 record' if record else name} cache, {'sparse' if sparse else 'dense'}; block size is a "
-                    "runtime value")
-    return main
+    name, record = mla.report_format(NAME, dtype, kv_dtype)
+    return mla.report_with_merge(PATH, kernel_name(name, record, sparse), mla.merge_name(name), arch,
+                                 f"{HEADS_PER_TILE} heads per tile on m16n16k16 MMAs, {CHUNK}-token chunks, "
+                                 f"{'fp8 record' if record else name} cache, {'sparse' if sparse else 'dense'}; "
+                                 "block size is a runtime value")
 
 
 def LOADS_IN_FLIGHT(problem) -> int:
