@@ -20,6 +20,7 @@ import re
 import shlex
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -349,6 +350,7 @@ def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names
         steps = build_steps(cmd, tmp)
     else:
         steps = [cmd]
+    started = time.perf_counter()
     try:
         for step in steps:
             # from the repository's root: a repo-relative `#line` name (kernels/cupy_raw/load_source) then resolves to
@@ -360,6 +362,18 @@ def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names
     finally:
         Path(tmp).unlink(missing_ok=True)
         Path(tmp + ".o").unlink(missing_ok=True)
+    _log_compile(so_path, mode, names, time.perf_counter() - started)
+
+
+def _log_compile(so_path: Path, mode: str, names, seconds: float) -> None:
+    """One JSON line per g++ build to ``$SANDBOX_CPUCUDA_COMPILE_LOG``, when set: where a cold cache's time goes."""
+    log = os.environ.get("SANDBOX_CPUCUDA_COMPILE_LOG")
+    if not log:
+        return
+    line = json.dumps({"seconds": round(seconds, 3), "mode": mode, "object": so_path.name, "kernels": list(names)[:4],
+                       "test": os.environ.get("PYTEST_CURRENT_TEST", "")})
+    with open(log, "a") as f:  # one short write per line: appends from parallel processes stay whole
+        f.write(line + "\n")
 
 
 _REFUSAL = re.compile(r"^(.*?):(\d+):\d+: error: static assertion failed: " + re.escape(_ptx.REFUSAL) + r" (.*)$")
