@@ -8,12 +8,16 @@ from __future__ import annotations
 import functools
 import re
 
+import numba
 from numba import cuda, float32, int32, types
+
+from sandbox.analysis import compile_cache
 
 from sandbox.problem.dtypes import FP8_DTYPES, NVFP4
 
 from .codecs import dtype_name
 from .device import SIMULATED
+from .fingerprint import fingerprint
 from .options import option_types
 
 # The configuration compile_report() sizes its dynamic shared memory and threads for: a Llama-3-8B
@@ -69,18 +73,37 @@ def kernel_resources(pyfunc, signature: tuple, arch: str) -> dict:
     """Registers, static shared, local bytes and spills of one kernel, via compile_ptx + nvJitLink.
 
     Needs numba.cuda in real mode (no GPU needed). The code does not depend on block size or head
-    dim (both are runtime values), so one compile per (kernel, signature, arch) serves every row.
+    dim (both are runtime values), so one compile per (kernel, signature, arch) serves every row; it is
+    cached on disk (sandbox/analysis/compile_cache.py) under the function's content (fingerprint.py).
     """
     from sandbox.analysis.resources import link_ptx, parse_arch
 
     if SIMULATED:
         raise RuntimeError("compile_ptx is unavailable under the simulator: call through sandbox.analysis.resources")
     cc = parse_arch(arch)
-    ptx, _ = cuda.compile_ptx(pyfunc, signature, cc=cc)
-    info = link_ptx(ptx, arch)
-    info["fp64_instructions"] = len(re.findall(r"\.f64\b", ptx))  # float64 math would be a typing slip
-    info["shuffles"] = ptx.count("shfl.sync")  # > 0 where the GPU reduction path is compiled in
-    return info
+
+    def build() -> dict:
+        ptx, _ = cuda.compile_ptx(pyfunc, signature, cc=cc)
+        info = link_ptx(ptx, arch)
+        info["fp64_instructions"] = len(re.findall(r"\.f64\b", ptx))  # float64 math would be a typing slip
+        info["shuffles"] = ptx.count("shfl.sync")  # > 0 where the GPU reduction path is compiled in
+        return info
+
+    print_ = fingerprint(pyfunc)
+    if print_ is None:  # something it reaches has no stable content: compile every time
+        return build()
+    parts = ["numba", numba.__version__, _jitlink_version(), print_, str(signature), arch]
+    return compile_cache.cached("numba-ptx", parts, build)
+
+
+@functools.lru_cache(maxsize=None)
+def _jitlink_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cuda-bindings")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def report(kernels, threads_per_block: int, dynamic_shared_bytes: int, note: str = "") -> dict:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
+
+from . import compile_cache
 
 ARCHS = ("sm_80", "sm_90")
 # What CuPy 13/14 hands NVRTC for cupy.RawModule(code=..., options=user_options), read from its
@@ -153,16 +156,42 @@ def parse_ptxas_log(log: str) -> dict:
 def compile_cubin(code: str, name_expressions=(), arch: str = "sm_90", options=(), name: str = "kernel.cu") -> Compiled:
     """Compile `code` to a cubin for `arch` (e.g. "sm_80", "sm_90"); instantiate each name expression.
 
-    Raises NvrtcError with the program log on failure.
+    Raises NvrtcError with the program log on failure. A compile is cached on disk (compile_cache.py: keyed
+    by the source, expressions, options and NVRTC's version); failures are not.
     """
+    opts = (list(cupy_options(options)) + [f"-arch={arch}"] + [f"-I{d}" for d in include_dirs()]
+            + ["--ptxas-options=-v"])
+    parts = ["nvrtc", nvrtc_version(), _headers_fingerprint(), code, list(name_expressions), opts, name]
+    return compile_cache.cached("nvrtc", parts, lambda: _compile_cubin(code, tuple(name_expressions), arch, opts, name))
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+
+    major, minor = _check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+    return f"{major}.{minor}"
+
+
+@functools.lru_cache(maxsize=None)
+def _headers_fingerprint() -> list:
+    """The CUDA header folders' files (name, size, mtime): a reinstalled wheel is a new cache key."""
+    out = []
+    for folder in include_dirs():
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.is_file():
+                st = entry.stat()
+                out.append([folder, entry.name, st.st_size, int(st.st_mtime)])
+    return out
+
+
+def _compile_cubin(code: str, name_expressions: tuple, arch: str, opts: list, name: str) -> Compiled:
     from cuda.bindings import nvrtc
 
     program = _check(nvrtc.nvrtcCreateProgram(code.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         for expr in name_expressions:
             _check(nvrtc.nvrtcAddNameExpression(program, expr.encode()), f"nvrtcAddNameExpression({expr!r})", program)
-        opts = (list(cupy_options(options)) + [f"-arch={arch}"] + [f"-I{d}" for d in include_dirs()]
-                + ["--ptxas-options=-v"])
         (err,) = nvrtc.nvrtcCompileProgram(program, len(opts), [o.encode() for o in opts])
         log = _log(program)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
