@@ -21,6 +21,9 @@ from hypothesis import HealthCheck, settings
 # results, not speed (`make sweep` and `make bench` keep -O2; ASan, racecheck and traffic builds have their
 # own flags). A value the caller set wins.
 os.environ.setdefault("SANDBOX_CPUCUDA_OPT", "-O0")
+# One instantiation per module: the launchers' batch of every block size serves a sweep, not tests that draw a
+# new shape per example (kernels/cupy_raw/common.py cpu_batch).
+os.environ.setdefault("SANDBOX_CPUCUDA_BATCH", "0")
 
 import sandbox  # noqa: E402,F401  (chooses the Numba simulator before anything imports numba.cuda)
 from sandbox.devices.backends import gpu_present  # noqa: E402
