@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup sweep test test-deep bench check clean-venv
 
+# --no-compile: Python byte-compiles what it imports on first use; pip byte-compiling every installed file
+# took 16 of the 46 s of a fresh set-up.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --no-compile -e .
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -21,9 +21,6 @@ from hypothesis import HealthCheck, settings
 # results, not speed (`make sweep` and `make bench` keep -O2; ASan, racecheck and traffic builds have their
 # own flags). A value the caller set wins.
 os.environ.setdefault("SANDBOX_CPUCUDA_OPT", "-O0")
-# One instantiation per module: the launchers' batch of every block size serves a sweep, not tests that draw a
-# new shape per example (kernels/cupy_raw/common.py cpu_batch).
-os.environ.setdefault("SANDBOX_CPUCUDA_BATCH", "0")
 
 import sandbox  # noqa: E402,F401  (chooses the Numba simulator before anything imports numba.cuda)
 from sandbox.devices.backends import gpu_present  # noqa: E402
@@ -42,6 +39,13 @@ DEEP = (
     "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.naive]",     # split, multi
     "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.block]",
     "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.gqa]",
+    # The Numba family walks: split and multi in every one, the three simpler variants in turns (each in two
+    # or more of them in ci), the rest here.
+    "tests/test_numba_family.py::test_every_block_size_with_context_traps[[]numba.block]",
+    "tests/test_numba_family.py::test_every_block_size_with_context_traps[[]numba.gqa]",
+    "tests/test_numba_options.py::test_block_sizes_that_are_not_powers_of_two[[]numba.naive]",
+    "tests/test_numba_options.py::test_block_sizes_that_are_not_powers_of_two[[]numba.gqa]",
+    "tests/test_numba_options.py::test_head_dim_512[[]numba.block]",
     # split and multi: their option edge cases (tests/test_variants.py) and property tests in ci
     "tests/test_numba_family.py::test_each_option_matches_the_reference[[]*-numba.split]",
     "tests/test_numba_family.py::test_each_option_matches_the_reference[[]*-numba.multi]",

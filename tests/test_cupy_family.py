@@ -153,15 +153,6 @@ def test_cpu_options_reach_the_executor():
     assert common.get_function("cpu", v1.PATH, name, batch) is not kernel
 
 
-def test_a_plain_kernel_asks_for_every_block_size_unless_batching_is_off(monkeypatch):
-    names = [v1.kernel_name(b, 64, "float16") for b in common.POW2_BLOCK_SIZES]
-    monkeypatch.setenv("SANDBOX_CPUCUDA_BATCH", "1")
-    assert common.cpu_batch(names, names[4], plain=True) == names
-    assert common.cpu_batch(names, names[4], plain=False) == [names[4]]
-    monkeypatch.setenv("SANDBOX_CPUCUDA_BATCH", "0")  # the test suite's setting (tests/conftest.py)
-    assert common.cpu_batch(names, names[4], plain=True) == [names[4]]
-
-
 def test_registry_walk_covers_the_family():
     assert set(ATTENTION) <= set(CUDA_C) and set(WRONG) <= set(CUDA_C)
     assert "cupy.write_cache" in CUDA_C_WRITERS

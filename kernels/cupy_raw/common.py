@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import os
 import pathlib
 import re
 
@@ -216,12 +215,8 @@ def tokens_read(problem) -> np.ndarray:
 def cpu_batch(names, expression: str, plain: bool):
     """The batch a launcher asks for: `names` (e.g. every block size) for a plain kernel, else the
     requested instantiation alone: with a dtype pair and option bits in the template, a batch of
-    option kernels would rarely be used again. ``SANDBOX_CPUCUDA_BATCH=0`` asks for the instantiation
-    alone always (the test suite, whose every example draws a new shape: a batch of ten block sizes
-    costs twice one instantiation's g++ time and is rarely used again)."""
-    if not plain or os.environ.get("SANDBOX_CPUCUDA_BATCH", "1") == "0":
-        return [expression]
-    return list(names)
+    option kernels would rarely be used again."""
+    return list(names) if plain else [expression]
 
 
 def vec_elems(dtype) -> int:

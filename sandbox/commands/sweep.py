@@ -15,6 +15,10 @@ from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
 from . import add_config_argument, block_size_list, select_names
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:g}"
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="variants to race: names, families (numba, cupy, wrong) or globs (numba.*), space or comma "
@@ -55,12 +59,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dense", default=DENSE_BASELINE, metavar="NAME",
                         help=f"no-paging baseline for paging_overhead (default {DENSE_BASELINE}; empty if not registered)")
     parser.add_argument("--warmup-ms", type=float, metavar="MS",
-                        help="GPU warm-up per point, by time (default 25; --quick 10)")
+                        help=f"GPU warm-up per point, by time (default {_ms(timing.GPU_TIMING.warmup_s)}; "
+                             f"--quick {_ms(timing.GPU_QUICK_TIMING.warmup_s)})")
     parser.add_argument("--budget-ms", type=float, metavar="MS",
-                        help="repeat timed calls until they add up to MS (default GPU 100, CPU 1000; "
-                             "--quick 30 / 200)")
+                        help=f"repeat timed calls until they add up to MS (default GPU {_ms(timing.GPU_TIMING.budget_s)}, "
+                             f"CPU {_ms(timing.CPU_TIMING.budget_s)}; --quick {_ms(timing.GPU_QUICK_TIMING.budget_s)} / "
+                             f"{_ms(timing.CPU_QUICK_TIMING.budget_s)})")
     parser.add_argument("--max-repeats", type=int, metavar="N",
-                        help="most timed calls per point (default GPU 500, CPU 5; --quick 100 / 3)")
+                        help=f"most timed calls per point (default GPU {timing.GPU_TIMING.max_repeats}, CPU "
+                             f"{timing.CPU_TIMING.max_repeats}; --quick {timing.GPU_QUICK_TIMING.max_repeats} / "
+                             f"{timing.CPU_QUICK_TIMING.max_repeats})")
     parser.add_argument("--traffic", default="auto", choices=traffic_columns.MODES,
                         help="which points get the traffic columns (counted on the CPU, modelled on --model-device): "
                              "auto = the CUDA C variants' points of the first shape (on a GPU at block size 16); all = every "
