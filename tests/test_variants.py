@@ -20,7 +20,7 @@ from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import problems_for
 from sandbox.variant import Unsupported
 
-# Shapes per family: the Numba simulator (~270 us per thread-barrier) and the CPU executor are
+# Shapes per family: the Numba simulator (a Python thread per CUDA thread) and the CPU executor are
 # slow, so their problems stay small; the strategy still reaches every edge case within them.
 # max_query_tokens bounds the query rows of multi-token draws; max_multiply_adds rejects the simulated draws
 # (about 1 in 4; the median draw has 40k) whose work alone would take most of the test's time.

@@ -47,7 +47,7 @@ HEADS = 4          # heads per block
 CHUNK = 8          # tokens staged per step
 DIMS, VALUE_DIMS = rec.LATENT_DIMS, rec.VALUE_DIMS
 STRIDE = DIMS + 1  # floats between staged rows
-# Threads per block under the simulator: each is a Python thread that the simulator polls at every barrier;
+# Threads per block under the simulator: each is a Python thread that must run before every barrier opens;
 # 8 ran the suites' MLA problems ~20% faster than 16 (every loop strides by blockDim: any count is correct).
 SIM_THREADS = 8
 SHARED_FLOATS = HEADS * DIMS + HEADS * VALUE_DIMS + CHUNK * STRIDE + HEADS * CHUNK + 4 * CHUNK + CHUNK + 3 * HEADS

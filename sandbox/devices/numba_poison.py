@@ -16,10 +16,11 @@ such reads loud:
 
 It wraps two methods, ``FakeCUDAShared.__init__`` (its allocation table
 poisons each array stored in it) and ``BlockManager.run`` (poisons before
-the block). One more patch rides on the same hook because it is about the
-same simulator and is what makes the poisoned kernels affordable: a device
+the block). Two more patches ride on the same hook because they are about the
+same simulator and are what makes the poisoned kernels affordable: a device
 function whose code never reaches ``numba.cuda`` is called directly (see
-``_direct_device_calls``). ``install()`` is idempotent; ``sandbox.devices.backends.configure_numba``
+``_direct_device_calls``), and the block scheduler waits on a barrier instead
+of polling (numba_scheduler.py). ``install()`` is idempotent; ``sandbox.devices.backends.configure_numba``
 calls it when it chooses the simulator. numba.cuda is not imported early:
 the patch is applied when the simulator's kernel module is first imported
 (an import hook), or at once if it already is.
@@ -68,6 +69,9 @@ class _PoisonedAllocations(dict):
 def _apply() -> None:
     from numba.cuda.simulator import kernel, kernelapi
 
+    from . import numba_scheduler
+
+    numba_scheduler.apply(kernel)  # first: the poison's run wraps the scheduler's
     shared_cls = kernelapi.FakeCUDAShared
     if getattr(shared_cls, _PATCHED, False):
         return

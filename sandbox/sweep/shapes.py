@@ -201,7 +201,7 @@ GPU_SHAPES = ("64x4096x32/8x128xfp16", "64x4096x32/8x128xbf16", "64x4096x32/8x12
               "4x16384x32/8x128xfp16", "mla:128x4096x128xbf16")
 GPU_QUICK_SHAPES = ("64x4096x32/8x128xfp16", "64x4096x32/8x128xfp16:e4m3", "64x2048x32/8x128xfp16 shared=8",
                     "32x1024x32/8x128xfp16")
-# On the CPU everything runs in the Numba simulator (~270 us per thread-barrier) or the CUDA C
+# On the CPU everything runs in the Numba simulator (a Python thread per CUDA thread) or the CUDA C
 # executor: keep the shapes tiny; they check correctness and give emulation times, nothing more.
 # 300 = one full 256-block + a partial one, GQA 4; then bfloat16 queries over an e4m3 cache (GQA 4 over 2
 # KV heads; in place of 2x64x8/2x64xfp32, with one sequence instead of two to pay for the next two), 4 query
