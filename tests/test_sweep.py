@@ -93,6 +93,21 @@ def test_measure_without_warmup_repeats_until_the_budget_and_no_flush_when_disab
     assert timing.measure(lambda: None, timer, config).repeats == 50
 
 
+def test_prior_samples_count_toward_the_budget_and_the_repeats():
+    timer = FakeTimer([0.1])
+    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING, prior=(2.0,))
+    assert stats.repeats == 1 and stats.median == 2.0 and timer.calls == 0  # the correctness launch spent it
+    stats = timing.measure(lambda: None, timer, timing.CPU_TIMING, prior=(0.1,))
+    assert stats.repeats == 3 and timer.calls == 2  # 0.1 s prior: two more calls reach the 3-call cap
+    assert timing.measure(lambda: None, timer, timing.CPU_TIMING, prior=(1.0,) * 9).repeats == 3  # capped too
+
+
+def test_only_launches_that_compile_nothing_are_their_own_first_sample():
+    assert run.first_launch_is_a_sample("numba", "cpu") and run.first_launch_is_a_sample("numpy", "cpu")
+    assert not run.first_launch_is_a_sample("cupy", "cpu")  # the executor builds the kernel at its first launch
+    assert not run.first_launch_is_a_sample("numba", "gpu") and not run.first_launch_is_a_sample("cupy", "gpu")
+
+
 def test_wall_clock_timer_synchronizes_inside_the_timed_region():
     ticks = iter([10.0, 10.5])
     order = []

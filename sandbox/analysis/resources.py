@@ -24,6 +24,8 @@ Also here, for any PTX producer: `link_ptx(ptx, arch)` links with nvJitLink and 
 """
 from __future__ import annotations
 
+import concurrent.futures
+
 import inspect
 import re
 
@@ -315,16 +317,16 @@ def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), 
 
     names = [name for name, _, _ in modules]
     numba = [name for name, family, _ in modules if family == "numba"]
-    rows = []
-    if numba:
-        rows = call_in_numba_mode(False, "sandbox.analysis.resources:_collect_many_here", numba, configs, head_dim,
-                                  arch, images=images, config=config)
-        for row in rows if progress else ():
-            progress(f"{row['variant']} block_size={row['block_size']} (numba, compiled in a real-mode child)")
     others = [name for name in names if name not in numba]
-    if others:
-        rows += _collect_many_here(others, configs, head_dim, arch, progress, images, config)
-    return sorted(rows, key=_order(names, configs))
+    # The child compiles the Numba kernels while this process compiles the others with NVRTC: two cores busy.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        child = pool.submit(call_in_numba_mode, False, "sandbox.analysis.resources:_collect_many_here", numba,
+                            configs, head_dim, arch, images=images, config=config) if numba else None
+        rows = _collect_many_here(others, configs, head_dim, arch, progress, images, config) if others else []
+        numba_rows = child.result() if child is not None else []
+    for row in numba_rows if progress else ():
+        progress(f"{row['variant']} block_size={row['block_size']} (numba, compiled in a real-mode child)")
+    return sorted(rows + numba_rows, key=_order(names, configs))
 
 
 def _order(names: list, configs: list):

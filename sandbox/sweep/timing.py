@@ -58,7 +58,8 @@ class TimingConfig:
 GPU_TIMING = TimingConfig(warmup_s=0.025, budget_s=0.1, min_repeats=10, max_repeats=500)
 GPU_QUICK_TIMING = TimingConfig(warmup_s=0.01, budget_s=0.03, min_repeats=5, max_repeats=100)
 # CPU: the correctness run already warmed up; emulation times rank nothing (the model does: summary.py), so a
-# few wall-clock repeats within a short budget (one when a call takes longer) keep the sweep's time for counting.
+# few wall-clock repeats within a short budget (one when a call takes longer) keep the sweep's time for counting;
+# where nothing compiles in a launch (the Numba simulator, NumPy) the correctness launch is the first of them.
 CPU_TIMING = TimingConfig(warmup_s=0.0, budget_s=0.3, min_repeats=1, max_repeats=3, flush=False)
 CPU_QUICK_TIMING = TimingConfig(warmup_s=0.0, budget_s=0.2, min_repeats=1, max_repeats=3, flush=False)
 
@@ -68,12 +69,14 @@ class Timer(Protocol):
 
 
 def measure(fn: Callable[[], None], timer: Timer, config: TimingConfig, flush: Callable[[], None] | None = None,
-            clock: Callable[[], float] = time.perf_counter) -> Stats:
+            clock: Callable[[], float] = time.perf_counter, prior: tuple[float, ...] = ()) -> Stats:
     """Warm up for config.warmup_s, then time calls of `fn` (flushing the L2 before each) until the
     timed calls add up to config.budget_s, within [min_repeats, max_repeats].
 
     Repeating until the budget is spent (rather than for a count fixed in advance) keeps a slow first
-    call (a compile, a cold cache) from deciding how many samples a fast kernel gets.
+    call (a compile, a cold cache) from deciding how many samples a fast kernel gets. `prior`: samples
+    already taken of the same call (the sweep's correctness launch where nothing compiles in it), counted
+    first toward the budget and the repeats.
     """
     flush = flush if (flush is not None and config.flush) else (lambda: None)
     if config.warmup_s > 0:
@@ -83,7 +86,7 @@ def measure(fn: Callable[[], None], timer: Timer, config: TimingConfig, flush: C
             flush()
             timer.time(fn)
             calls += 1
-    samples: list[float] = []
+    samples: list[float] = list(prior)[:config.max_repeats]
     while len(samples) < config.min_repeats or (sum(samples) < config.budget_s and len(samples) < config.max_repeats):
         flush()
         samples.append(timer.time(fn))
