@@ -348,10 +348,11 @@ def test_resources_cli_json_and_table():
                                                                ("numba.split", 1), ("numba.split", 16)]
     for row in rows:
         assert set(resources.COLUMNS) <= set(row) and row["arch"] == "sm_80" and row["dtype"] == "float32"
-    proc = subprocess.run(args[:-4] + ["--block-sizes", "16"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    assert "numba.split [partition]" in proc.stdout and "+ [merge]" in proc.stdout
-    assert "registers" in proc.stdout and "compiling for" in proc.stderr
+    assert "compiling for" in proc.stderr
+    # the table the command prints without --json, from the same rows (one more child process would recompile)
+    from sandbox.commands import resources as resources_command
+    text = resources_command.table(rows)
+    assert "numba.split [partition]" in text and "+ [merge]" in text and text.startswith("variant")
 
 
 def test_resources_refuses_unknown_names_and_archs():

@@ -47,6 +47,10 @@ def test_traffic_modes_and_refusals():
     assert not traffic_columns.wanted("auto", "cupy", first_shape=False)
     assert not traffic_columns.wanted("auto", "numba", first_shape=True)
     assert traffic_columns.wanted("all", "numba", first_shape=False)
+    assert traffic_columns.wanted("auto", "cupy", True, block_size=16) and traffic_columns.wanted("auto", "cupy", True,
+                                                                                               block_size=128)
+    assert not traffic_columns.wanted("auto", "cupy", True, block_size=8)  # the CPU counts 1, 16 and 128
+    assert traffic_columns.wanted("all", "cupy", True, block_size=8)
     assert traffic_columns.wanted("auto", "cupy", True, on_gpu=True, block_size=16)
     assert not traffic_columns.wanted("auto", "cupy", True, on_gpu=True, block_size=8)
     assert not traffic_columns.wanted("none", "cupy", first_shape=True)

@@ -13,10 +13,10 @@ sampled sequences behind the counts, a simulator-only path).
 Counted at correct points of decode variants with a kernel. cupy.* runs on the CPU executor in traffic
 mode, in a GPU sweep too (the counts do not depend on where a point was timed): about 2.3 CPU seconds a
 point at the CPU shapes with a cold executor cache, most of it g++ building the instrumented
-instantiation. So --traffic auto counts the sweep's first shape only (the CPU preset's 2x300 decode
-shape: 49 points, 112 CPU seconds cold); on a GPU, whose sweep has seconds per point, the first shape's
-(the presets' goal shape) block size 16 only: the goal's point, its measured time beside the modelled
-one. numba.* runs under the Numba simulator's capture at a GPU's thread count: 5-30 CPU seconds a point
+instantiation. So --traffic auto counts the sweep's first shape only, at block sizes 1, 16 and 128 on
+the CPU (CPU_BLOCK_SIZES: the smallest, the goals' and a large one, as the README's traffic table; the
+CPU preset's 1x300 decode shape) and at block size 16 only on a GPU, whose sweep has seconds per point
+(the presets' goal shape): the goal's point, its measured time beside the modelled one. numba.* runs under the Numba simulator's capture at a GPU's thread count: 5-30 CPU seconds a point
 at the CPU shapes, so only under --traffic all, and only where numba.cuda is the simulator (a CPU sweep).
 Large problems count the blocks of SAMPLE_SEQS sequences (whole sharing groups) and scale, as
 `sandbox traffic` does. A count that fails is a note, never a failed point: the point's correctness and
@@ -39,16 +39,18 @@ MODES = ("auto", "all", "none")
 # them (there 1.008x the ideal bytes counting 1 sequence, 1.012x counting 8).
 SAMPLE_SEQS = 2
 GPU_BLOCK_SIZE = 16  # the goals' block size: the one a GPU sweep's --traffic auto counts
+CPU_BLOCK_SIZES = (1, 16, 128)  # what a CPU sweep's --traffic auto counts at its first shape
 
 
 def wanted(mode: str, family: str, first_shape: bool, on_gpu: bool = False, block_size: int | None = None) -> bool:
-    """--traffic auto: the CUDA C variants' points at the sweep's first shape (on a GPU at block size 16
-    only); all: every variant's points; none: no point."""
+    """--traffic auto: the CUDA C variants' points at the sweep's first shape, at CPU_BLOCK_SIZES (on a GPU
+    at block size 16 only; block_size None: any); all: every variant's points; none: no point."""
     if mode not in MODES:
         raise ValueError(f"--traffic must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "none":
         return False
-    return mode == "all" or (family == "cupy" and first_shape and (not on_gpu or block_size == GPU_BLOCK_SIZE))
+    sizes = (GPU_BLOCK_SIZE,) if on_gpu else CPU_BLOCK_SIZES
+    return mode == "all" or (family == "cupy" and first_shape and (block_size is None or block_size in sizes))
 
 
 def skipped_note(mode: str, name: str, family: str) -> str:
@@ -60,8 +62,8 @@ def skipped_note(mode: str, name: str, family: str) -> str:
         return "not counted (--traffic none)"
     if family == "numba" and mode == "auto":
         return "not counted: the simulator's capture costs 5-30 s per point (--traffic all counts it)"
-    return ("not counted outside the sweep's first shape (on a GPU: its block size 16; --traffic all counts every "
-            "point)")
+    return (f"not counted outside the sweep's first shape and its block sizes {', '.join(map(str, CPU_BLOCK_SIZES))} "
+            f"(on a GPU: {GPU_BLOCK_SIZE}; --traffic all counts every point)")
 
 
 def why_not(name: str) -> str | None:
