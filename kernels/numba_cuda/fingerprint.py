@@ -58,6 +58,7 @@ def _feed(value, h, seen: set) -> None:
         for cell in value.__closure__ or ():
             _feed(cell.cell_contents, h, seen)
         _feed(value.__defaults__, h, seen)
+        _feed(tuple(sorted((value.__kwdefaults__ or {}).items())), h, seen)
     elif isinstance(value, types.BuiltinFunctionType):
         h.update(f"builtin:{getattr(value, '__module__', '')}.{value.__qualname__};".encode())
     elif type(value).__module__.startswith("numba"):  # Numba types and typing objects: their str is their value
