@@ -25,7 +25,6 @@ Also here, for any PTX producer: `link_ptx(ptx, arch)` links with nvJitLink and 
 from __future__ import annotations
 
 import concurrent.futures
-
 import inspect
 import re
 
