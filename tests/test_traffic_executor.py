@@ -213,3 +213,19 @@ def test_traffic_refuses_to_share_a_launch_with_a_sanitizer():
         with pytest.raises(ValueError, match="traffic mode cannot share a launch with "
                                              f"{'asan' if 'asan' in extra else 'racecheck'}"):
             k((1,), (1,), (np.zeros(1, np.float32),))
+
+
+def test_parameter_names_come_from_the_signature_or_not_at_all():
+    """Sites and arrays are named after the kernel's parameters; a parameter list written by a macro (the
+    negative controls' WRONG_V1_PARAMS) cannot be read without the preprocessor, so its arrays are
+    "argument i" rather than misnamed."""
+    from sandbox.cpucuda.traffic import param_names
+
+    code = """
+    template <int B> __global__ void __launch_bounds__(128) k(float* __restrict__ out, const int* table, int n) {}
+    #define PARAMS(w) float* out, int w
+    __global__ void m(PARAMS(width)) {}
+    """
+    assert param_names(code, "k<16>") == ["out", "table", "n"]
+    assert param_names(code, "m") == []
+    assert param_names(code, "absent") == []

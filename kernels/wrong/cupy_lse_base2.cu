@@ -1,7 +1,7 @@
 // wrong.cupy.lse_base2 (negative control): cupy.v1 with one bug: the log-sum-exp it returns is in base 2
 // (log2 sum_t exp(s_t), as FlashInfer and FlashMLA return it) where the contract asks for the natural log
 // that vLLM's merge takes. The output is cupy.v1's. Precisions and options as cupy.v1.
-#include "../cupy_raw/common.cuh"
+#include "v1_body.cuh"
 
 template <int FLAGS>
 struct Base2Lse : pa::Options<FLAGS> {
@@ -13,20 +13,7 @@ struct Base2Lse : pa::Options<FLAGS> {
 
 template <int BLOCK_SIZE, int HEAD_DIM, typename T, typename C = T, int OPTS = 0>
 __global__ void __launch_bounds__(pa::NUM_THREADS)
-    paged_attention_lse_base2(T* __restrict__ out, const T* __restrict__ query, const C* __restrict__ key_cache,
-                              const C* __restrict__ value_cache, const int* __restrict__ block_tables,
-                              const int* __restrict__ context_lens, int max_blocks_per_seq, int num_heads,
-                              int num_kv_heads, float scale, int logits_stride, float* __restrict__ lse,
-                              PA_OPTION_PARAMS) {
+    paged_attention_lse_base2(WRONG_V1_PARAMS(max_blocks_per_seq)) {
   extern __shared__ float smem[];
-  const int seq = blockIdx.y;
-  const int context_len = context_lens[seq];
-  const pa::HeadTile<1> tile(blockIdx.x, num_heads, num_kv_heads);
-  const Base2Lse<OPTS> opt(PA_OPTION_ARGS, tile.head0, context_len);
-  const pa::PagedKV<BLOCK_SIZE> kv{block_tables + (long long)seq * max_blocks_per_seq};
-  const long long q_offset = ((long long)seq * num_heads + tile.head0) * HEAD_DIM;
-  pa::attend<BLOCK_SIZE, HEAD_DIM, 1>(kv, key_cache, value_cache, query + q_offset, 1, tile.kv_head, num_kv_heads,
-                                      scale, opt, opt.first_token(), context_len, logits_stride, smem,
-                                      out + q_offset, HEAD_DIM, (float*)nullptr, (float*)nullptr, 0,
-                                      lse + (long long)seq * num_heads + tile.head0);
+  wrong::v1_body<BLOCK_SIZE, HEAD_DIM, Base2Lse<OPTS>>(smem, WRONG_V1_ARGS(max_blocks_per_seq));
 }

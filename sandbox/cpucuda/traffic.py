@@ -262,6 +262,8 @@ def param_names(code: str, kernel: str) -> list[str]:
                 current = []
                 continue
             current.append(t)
+        if any(t.text == "(" for p in params for t in p):
+            return []  # a macro's parameter list (`k(PARAMS(x))`): unreadable without the preprocessor
         return [next((t.text for t in reversed(p) if t.kind == "word"), f"argument {k}")
                 for k, p in enumerate(params)]
     return []
