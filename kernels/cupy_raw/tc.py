@@ -19,7 +19,7 @@ Verdict: not measured on a GPU; modelled figures at the goal shapes are in docs/
 from __future__ import annotations
 
 from sandbox.problem.dtypes import FP8_DTYPES
-from sandbox.variant import KERNEL_SUPPORT, Limits
+from sandbox.variant import Limits
 
 from . import common, multi
 
@@ -29,7 +29,7 @@ KERNEL = "paged_attention_tc"
 ROWS = 16  # query rows per tile (tc::ROWS: the MMA's M)
 MMA_SHAPE = (16, 16, 16)
 LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, dtypes=("float16", "bfloat16"),
-                kv_dtypes=FP8_DTYPES, options=KERNEL_SUPPORT["options"])
+                kv_dtypes=FP8_DTYPES, options=common.SUPPORT["options"])
 assert all(d % 16 == 0 for d in LIMITS.head_dims), "head dims must be multiples of the MMA's K"
 
 
@@ -41,13 +41,15 @@ def chunk_tokens(head_dim: int) -> int:
     return chunk
 
 
-def static_shared_bytes(head_dim: int) -> int:
+def static_shared_bytes(head_dim: int, flags: int = 0) -> int:
     """tc::tile_attention's static shared memory: q, K, V, P_hi and P_lo (16-bit), the warps' O scratch and S
-    (float), row state."""
+    (float), row state; with per-token scales (OPT_KV_SCALES in flags) the chunk's K and V scales and the
+    warps' max V scale (float)."""
     chunk = chunk_tokens(head_dim)
     ks = head_dim + 8
+    scales = 4 * (2 * chunk + common.NUM_WARPS) if int(flags) & common.OPT["OPT_KV_SCALES"] else 0
     return 2 * (ROWS * ks + 2 * chunk * ks + 2 * ROWS * (chunk + 8)) + 4 * (4 * 16 * 16 + ROWS * (chunk + 4)) \
-        + 4 * 10 * ROWS
+        + 4 * 10 * ROWS + scales
 
 
 def layout_for(problem) -> multi.Layout:
@@ -80,7 +82,7 @@ def kernel_name(head_dim: int, dtype, kv_dtype=None, flags: int = 0) -> str:
 
 
 def prepare(problem, backend: str, partition_size: int | None = None) -> multi.MultiPrepared:
-    shared = (static_shared_bytes(problem.head_dim), f"a tile of {ROWS} query rows, {chunk_tokens(problem.head_dim)}"
+    shared = (static_shared_bytes(problem.head_dim, common.option_flags(problem)), f"a tile of {ROWS} query rows, {chunk_tokens(problem.head_dim)}"
               "-token chunks")
     return multi.prepare_work(NAME, PATH, problem, backend, work_for(problem, partition_size), kernel=KERNEL,
                               static_shared=shared)
