@@ -21,7 +21,7 @@ from hypothesis import given, settings, strategies as st
 
 import reference
 import sandbox
-from kernels.cupy_raw import mla_tc, tc
+from kernels.cupy_raw import common, mla_tc, tc
 from sandbox.analysis.traffic import metrics as M
 from sandbox.checking.check import expected_output
 from sandbox.checking.compare import assert_close, compare
@@ -57,6 +57,9 @@ def test_tc_is_registered_where_the_suites_walk():
     assert set(tc.LIMITS.dtypes) == {"float16", "bfloat16"} and tc.LIMITS.max_query_len is None
     with pytest.raises(Unsupported, match="dtype=float32"):
         tc.LIMITS.check("cupy.tc", DecodeProblem.random(1, num_seqs=1, context_lens=[3], dtype="float32"))
+    assert tc.LIMITS.options == common.SUPPORT["options"]  # every option of the other CUDA C variants
+    with pytest.raises(Unsupported, match="head_dim=512"):  # a chunk of 8 tokens: under the MMA's 16
+        tc.LIMITS.check("cupy.tc", DecodeProblem.random(1, num_seqs=1, context_lens=[3], head_dim=512, dtype="float16"))
 
 
 @settings(max_examples=4, deadline=None)

@@ -14,18 +14,25 @@
 //   1. stage: the chunk's K and V rows (16-byte loads) into shared memory as T, zeros past `end`;
 //   2. S = Q.K^T: warp w computes the 16 x 16 block of tokens 16w .. 16w + 15 (HEAD_DIM / 16 MMAs, the
 //      query's fragments held in registers for the whole partition); blocks wholly past `end` are skipped;
-//   3. online softmax in float (scale, soft-cap, ALiBi, causal and window masks on S); P split into two
+//   3. online softmax in float (scale, soft-cap, ALiBi, causal and window masks on S; per-token K scales
+//      multiply S, per-token V scales P, see below); P split into two
 //      16-bit parts, P = P_hi + P_lo (P_hi = P rounded to T, P_lo = the rest rounded): P rounded once to
 //      T would cost 2^-11 (fp16) or 2^-8 (bf16) of |V| (beyond compare.py's tolerances where one token
 //      dominates a row and |V| is large); the pair keeps about 22 (fp16) or 16 (bf16) bits;
 //   4. O += P_hi.V + P_lo.V: warp w owns column blocks w, w + 4, ... of O in accumulator fragments (2 MMAs
 //      per 16-token block); when a row's max grew (alpha != 1) each block is first rescaled through the
 //      warp's 16 x 16 float scratch (store, scale rows, load: the element mapping is not specified).
-// Output as multi.cuh (through the scratch): O / l (times v_scale) to `out` for a row with one partial
-// result, else to its slot with the max logit and sum. paged_attention_merge is mq::merge_slots.
+// Output as multi.cuh (through the scratch; mq::row_factor, mq::store_row_statistics): a row with one partial
+// result is finished here (the sink in its denominator, its lse) and written to `out`, else O / l goes to its
+// slot with the max logit and sum, and paged_attention_merge (mq::merge_slots) finishes the row once.
+// Per-token fp8 scales (OPT_KV_SCALES): the staged K and V stay exact (scaled, they would be rounded to 16
+// bits); K's scale multiplies S in float, V's the probability before its split, relative to v_unit, the
+// partition's largest V scale (P * v_scale / v_unit <= 1: e5m2's scales, ~1e-5, would put P * v_scale below
+// fp16's normal range), and v_unit multiplies the output.
 //
 // Shared memory (static, < 48 KiB): q [16][D + 8] T, K and V [CHUNK][D + 8] T, a [16][16] float scratch per
-// warp, S [16][CHUNK + 4] float, P_hi and P_lo [16][CHUNK + 8] T, per-row state. CHUNK * HEAD_DIM <= 4096 (at most 64).
+// warp, S [16][CHUNK + 4] float, P_hi and P_lo [16][CHUNK + 8] T, per-row state (with OPT_KV_SCALES the chunk's
+// K and V scales and the warps' max V scale, floats). CHUNK * HEAD_DIM <= 4096 (at most 64).
 // Padded row strides keep every fragment pointer 32-byte aligned and ldm a multiple of 16 bytes.
 #include <mma.h>
 #include "multi.cuh"

@@ -6,10 +6,16 @@ tokens. K and V rows of a chunk of tokens are staged in shared memory in the que
 caches dequantized there: every e4m3/e5m2 value is exact in fp16 and bf16); S = Q.K^T and O += P.V are
 m16n16k16 MMAs with float accumulators; the online softmax (scale, soft-cap, ALiBi, causal and window
 masks) runs in float on S in shared memory and splits P into two 16-bit parts (P_hi + P_lo, one MMA each). Work list, split-KV
-partitions (512 tokens) and the exact log-sum-exp merge are cupy.multi's (multi.py, multi.cuh).
+partitions (512 tokens) and the exact log-sum-exp merge are cupy.multi's (multi.py, multi.cuh), and so is the
+finish of a row (mq::row_factor): a sink joins the denominator once, in the tile kernel for a row with one
+partial result, else in the merge, which also gives the lse. Per-token fp8 scales leave the staged K and V
+exact: K's multiplies S, V's the probability (relative to the partition's largest V scale, which multiplies
+the output).
 Limits: block sizes 1..256 (powers of two), head dims 32..256 (multiples of 16), float16/bfloat16
 queries (float32 has no 16-bit MMA input: not declared), caches of the query's dtype or fp8
-e4m3fn/e5m2, options window, softcap, alibi, kv_scale (KERNEL_SUPPORT's), any query length.
+e4m3fn/e5m2 (per tensor or per token and KV head), options window, softcap, alibi, kv_scale, sinks, lse,
+kv_scales (common.SUPPORT's: every option of the other CUDA C variants; NVFP4 caches are not declared), any
+query length.
 Template: paged_attention_tc<HEAD_DIM, T, C = T, OPTS = 0> in tc.cu; merge paged_attention_merge.
 Accuracy: Q, K and V are exact in the MMA's inputs and S, O accumulate in float; P = P_hi + P_lo keeps ~22
 (fp16) or 16 (bf16) bits. P rounded once to 16 bits put 48 of 6144 outputs of tests/test_tc_variants.py's
@@ -28,10 +34,9 @@ NAME = "cupy.tc"
 KERNEL = "paged_attention_tc"
 ROWS = 16  # query rows per tile (tc::ROWS: the MMA's M)
 MMA_SHAPE = (16, 16, 16)
-LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, dtypes=("float16", "bfloat16"),
-                kv_dtypes=FP8_DTYPES, options=common.SUPPORT["options"])
-assert all(d % 16 == 0 for d in LIMITS.head_dims), "head dims must be multiples of the MMA's K"
-
+# Head dims up to 256: at 512 a chunk would hold 8 tokens (CHUNK * head_dim <= 4096), under the MMA's 16.
+LIMITS = Limits(max_query_len=None, head_dims=tuple(d for d in common.HEAD_DIMS if d <= 256),
+                dtypes=("float16", "bfloat16"), kv_dtypes=FP8_DTYPES, options=common.SUPPORT["options"])
 
 def chunk_tokens(head_dim: int) -> int:
     """Tokens staged per step: tc::Shape<HEAD_DIM>::CHUNK (CHUNK * head_dim <= 4096, at most 64)."""
@@ -39,6 +44,10 @@ def chunk_tokens(head_dim: int) -> int:
     while chunk * head_dim > 4096:
         chunk //= 2
     return chunk
+
+
+assert all(d % 16 == 0 and chunk_tokens(d) % 16 == 0 for d in LIMITS.head_dims), \
+    "head dims must be multiples of the MMA's K, and a chunk a whole number of 16-token blocks"
 
 
 def static_shared_bytes(head_dim: int, flags: int = 0) -> int:
