@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import reference
 import sandbox
-from kernels.cupy_raw import mla_tc, tc
+from kernels.cupy_raw import common, mla_tc, tc
 from sandbox.analysis.traffic import metrics as M
 from sandbox.checking.check import expected_output
-from sandbox.checking.compare import assert_close
+from sandbox.checking.compare import assert_close, compare
 from sandbox.checking.mla_check import check_mla_problem
 from sandbox.problem import mla_record as rec
 from sandbox.problem.mla import MLAProblem
@@ -41,9 +42,13 @@ def _run(module, problem, **kwargs):
 
 
 def _assert_right(module, problem, **kwargs):
-    got = _run(module, problem, **kwargs)
+    got, want = _run(module, problem, **kwargs), expected_output(problem)
+    if problem.options.return_lse:  # (out, lse): the lse is float32 whatever the query's dtype
+        (got, lse), (want, want_lse) = got, want
+        assert lse.shape == problem.query.shape[:2] and lse.dtype == np.float32
+        assert_close(lse, want_lse, "float32", f"{module.NAME} {kwargs} lse on {problem!r}")
     assert got.shape == problem.query.shape and got.dtype == problem.dtype
-    assert_close(got, expected_output(problem), problem.dtype, f"{module.NAME} {kwargs} on {problem!r}")
+    assert_close(got, want, problem.dtype, f"{module.NAME} {kwargs} on {problem!r}")
 
 
 def test_tc_is_registered_where_the_suites_walk():
@@ -52,6 +57,9 @@ def test_tc_is_registered_where_the_suites_walk():
     assert set(tc.LIMITS.dtypes) == {"float16", "bfloat16"} and tc.LIMITS.max_query_len is None
     with pytest.raises(Unsupported, match="dtype=float32"):
         tc.LIMITS.check("cupy.tc", DecodeProblem.random(1, num_seqs=1, context_lens=[3], dtype="float32"))
+    assert tc.LIMITS.options == common.SUPPORT["options"]  # every option of the other CUDA C variants
+    with pytest.raises(Unsupported, match="head_dim=512"):  # a chunk of 8 tokens: under the MMA's 16
+        tc.LIMITS.check("cupy.tc", DecodeProblem.random(1, num_seqs=1, context_lens=[3], head_dim=512, dtype="float16"))
 
 
 @settings(max_examples=4, deadline=None)
@@ -84,6 +92,26 @@ def test_tc_every_option_at_once_with_several_query_tokens():
     _assert_right(tc, problem, partition_size=24)
 
 
+def test_tc_sinks_lse_and_per_token_scales_over_partitions_and_head_chunks():
+    """Sinks, the log-sum-exp and per-token fp8 scales together, over a GQA group of 32 (two 16-head chunks
+    per KV head) and 16-token partitions (up to 5 partial results a row, merged): a sink joins the merged
+    denominator once, the lse is the merged tokens' (the sink not in it). e5m2's per-token scales (about
+    1e-5) would leave fp16's normal range as weights of V: the kernel weighs V by its scale relative to the
+    partition's largest. Against the float64 loop (reference.paged_attention), compare.py's tolerances:
+    the lse is held to float32's."""
+    problem = DecodeProblem.random(15, num_seqs=2, num_heads=32, num_kv_heads=1, head_dim=32, block_size=8,
+                                   context_lens=[70, 9], dtype="float16", kv_dtype="float8_e5m2",
+                                   query_lens=[2, 1], sinks="random", return_lse=True, per_token_scales=True)
+    work = tc.work_for(problem, 16)
+    assert work.layout.head_chunks == 2 and work.max_slots == 5
+    out, lse = _run(tc, problem, partition_size=16)
+    truth, truth_lse = reference.paged_attention(*problem.arrays(), **problem.kwargs())
+    assert lse.shape == (problem.query.shape[0], problem.num_heads) and lse.dtype == np.float32
+    for name, got, want, dtype in (("out", out, truth, problem.dtype), ("lse", lse, truth_lse, "float32")):
+        comparison = compare(got, want, dtype)
+        assert comparison.ok, f"cupy.tc {name} on {problem!r}:\n{comparison.report}"
+
+
 @pytest.mark.parametrize("window_left", [0, 1])
 def test_tc_windows_that_leave_a_partition_empty_for_some_rows(window_left):
     """16 query tokens in one tile whose range spans several partitions: with a window of 0 or 1 tokens
@@ -98,12 +126,13 @@ def test_tc_windows_that_leave_a_partition_empty_for_some_rows(window_left):
     (128, "float16", None, 0),
     (256, "bfloat16", "float8_e4m3fn", 0),
     (64, "bfloat16", None, 15),  # window, soft-cap, ALiBi and v_scale compiled in
+    (128, "float16", "float8_e5m2", 112),  # sinks, lse and per-token scales (their shared arrays)
 ])
 def test_tc_compiles_for_sm90_without_local_memory(head_dim, dtype, kv_dtype, flags):
     report = tc.compile_report(16, head_dim, dtype, "sm_90", kv_dtype=kv_dtype, flags=flags)
     for kernel in report["kernels"]:
         assert kernel["local_bytes"] == 0 and kernel["spill_stores"] == 0 and kernel["spill_loads"] == 0, kernel
-    assert report["static_shared_bytes"] == tc.static_shared_bytes(head_dim)
+    assert report["static_shared_bytes"] == tc.static_shared_bytes(head_dim, flags)
 
 
 def test_tc_traffic_counts_the_mmas_the_kernel_must_issue():

@@ -109,6 +109,31 @@ struct Causal {
   __device__ __forceinline__ static bool visible(int t, int position, int lo) { return t <= position && t >= lo; }
 };
 
+// Finishing a query row's partial result over one partition (m, l: its max logit and its sum of
+// exp(logit - m)). `direct`: the row's only partial result (row_slots[qrow] == 1), written to `out` and
+// finished here (the sink in its denominator, its lse); else one of several, normalized by its own sum and
+// written to its slot with m and l, which merge_slots finishes (sink, lse) once over all of them.
+// row_factor: what the row's accumulated P.V is multiplied by (times v_scale with OPT_VSCALE).
+template <int OPTS>
+__device__ __forceinline__ float row_factor(const pa::Options<OPTS>& opt, bool direct, float m, float l, int head) {
+  float inv = direct ? opt.inv_denominator(m, l, head) : (l > 0.f ? 1.f / l : 0.f);
+  if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
+  return inv;
+}
+
+// The row's statistics (one thread per row): lse[qh] when direct (with OPT_LSE), else its slot's m and l.
+template <int OPTS>
+__device__ __forceinline__ void store_row_statistics(const pa::Options<OPTS>& opt, bool direct, long long qh,
+                                                     long long slot, float m, float l, float* __restrict__ lse,
+                                                     float* __restrict__ max_out, float* __restrict__ sum_out) {
+  if (direct) {
+    if constexpr ((OPTS & pa::OPT_LSE) != 0) lse[qh] = opt.lse(m, l);
+  } else {
+    max_out[slot] = m;
+    sum_out[slot] = l;
+  }
+}
+
 // tiles [num_tiles][4]: table_seq, rows (query tokens), kv_start, kv_end.
 // tile_rows [num_tiles][tile_tokens][3]: query row (index into query/out), position, slot0.
 // row_slots [total_q]: partial results of the row over all tiles and partitions (1: written directly).
@@ -351,23 +376,17 @@ __device__ __forceinline__ void tile_attention(
         const float l = l_s[r];
         const long long qh = (long long)row_qrow[r] * num_heads + row_head[r];
         if (row_slots[row_qrow[r]] == 1) {  // the row's only partial result: finished here (sink, lse)
-          float inv = opt.inv_denominator(m_s[r], l, row_head[r]);
-          if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
+          const float inv = row_factor(opt, true, m_s[r], l, row_head[r]);
           T* o = out + qh * HEAD_DIM + 4 * pv_c;
 #pragma unroll
           for (int e = 0; e < 4; ++e) pa::store(o + e, acc[k][e] * inv);
-          if constexpr ((OPTS & pa::OPT_LSE) != 0)
-            if (pv_c == 0) lse[qh] = opt.lse(m_s[r], l);
+          if (pv_c == 0) store_row_statistics(opt, true, qh, 0, m_s[r], l, lse, max_out, sum_out);
         } else {  // one of several: normalized by its own sum, merged (sink, lse) by merge_slots
-          float inv = l > 0.f ? 1.f / l : 0.f;
-          if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
+          const float inv = row_factor(opt, false, m_s[r], l, row_head[r]);
           const long long slot = qh * max_slots + row_slot[r];
           reinterpret_cast<float4*>(tmp_out + slot * HEAD_DIM)[pv_c] =
               make_float4(acc[k][0] * inv, acc[k][1] * inv, acc[k][2] * inv, acc[k][3] * inv);
-          if (pv_c == 0) {
-            max_out[slot] = m_s[r];
-            sum_out[slot] = l;
-          }
+          if (pv_c == 0) store_row_statistics(opt, false, qh, slot, m_s[r], l, lse, max_out, sum_out);
         }
       }
     }

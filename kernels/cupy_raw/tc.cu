@@ -14,18 +14,25 @@
 //   1. stage: the chunk's K and V rows (16-byte loads) into shared memory as T, zeros past `end`;
 //   2. S = Q.K^T: warp w computes the 16 x 16 block of tokens 16w .. 16w + 15 (HEAD_DIM / 16 MMAs, the
 //      query's fragments held in registers for the whole partition); blocks wholly past `end` are skipped;
-//   3. online softmax in float (scale, soft-cap, ALiBi, causal and window masks on S); P split into two
+//   3. online softmax in float (scale, soft-cap, ALiBi, causal and window masks on S; per-token K scales
+//      multiply S, per-token V scales P, see below); P split into two
 //      16-bit parts, P = P_hi + P_lo (P_hi = P rounded to T, P_lo = the rest rounded): P rounded once to
 //      T would cost 2^-11 (fp16) or 2^-8 (bf16) of |V| (beyond compare.py's tolerances where one token
 //      dominates a row and |V| is large); the pair keeps about 22 (fp16) or 16 (bf16) bits;
 //   4. O += P_hi.V + P_lo.V: warp w owns column blocks w, w + 4, ... of O in accumulator fragments (2 MMAs
 //      per 16-token block); when a row's max grew (alpha != 1) each block is first rescaled through the
 //      warp's 16 x 16 float scratch (store, scale rows, load: the element mapping is not specified).
-// Output as multi.cuh (through the scratch): O / l (times v_scale) to `out` for a row with one partial
-// result, else to its slot with the max logit and sum. paged_attention_merge is mq::merge_slots.
+// Output as multi.cuh (through the scratch; mq::row_factor, mq::store_row_statistics): a row with one partial
+// result is finished here (the sink in its denominator, its lse) and written to `out`, else O / l goes to its
+// slot with the max logit and sum, and paged_attention_merge (mq::merge_slots) finishes the row once.
+// Per-token fp8 scales (OPT_KV_SCALES): the staged K and V stay exact (scaled, they would be rounded to 16
+// bits); K's scale multiplies S in float, V's the probability before its split, relative to v_unit, the
+// partition's largest V scale (P * v_scale / v_unit <= 1: e5m2's scales, ~1e-5, would put P * v_scale below
+// fp16's normal range), and v_unit multiplies the output.
 //
 // Shared memory (static, < 48 KiB): q [16][D + 8] T, K and V [CHUNK][D + 8] T, a [16][16] float scratch per
-// warp, S [16][CHUNK + 4] float, P_hi and P_lo [16][CHUNK + 8] T, per-row state. CHUNK * HEAD_DIM <= 4096 (at most 64).
+// warp, S [16][CHUNK + 4] float, P_hi and P_lo [16][CHUNK + 8] T, per-row state (with OPT_KV_SCALES the chunk's
+// K and V scales and the warps' max V scale, floats). CHUNK * HEAD_DIM <= 4096 (at most 64).
 // Padded row strides keep every fragment pointer 32-byte aligned and ldm a multiple of 16 bytes.
 #include <mma.h>
 #include "multi.cuh"
@@ -86,7 +93,7 @@ __device__ __forceinline__ void tile_attention(
     const int* __restrict__ block_tables, int max_blocks_per_seq, const int* __restrict__ tiles,
     const int* __restrict__ tile_rows, const int* __restrict__ row_slots, int tile_tokens, int num_heads,
     int num_kv_heads, int head_chunk, int block_size, float scale, int partition_size, int max_slots,
-    const pa::OptionArgs& options) {
+    float* __restrict__ lse, const pa::OptionArgs& options) {
   using S = Shape<HEAD_DIM>;
   constexpr int CHUNK = S::CHUNK, KS = S::KS, SS = S::SS, PS = S::PS;
   constexpr int VEC = 16 / sizeof(C);                 // cache values per 16-byte vector
@@ -96,6 +103,7 @@ __device__ __forceinline__ void tile_attention(
   constexpr int DK = HEAD_DIM / 16;                   // k-steps of Q.K^T, column blocks of O
   constexpr int FPW = (DK + NUM_WARPS - 1) / NUM_WARPS;  // O's column blocks per warp: f = warp + 4j < DK
   static_assert(CHUNK % 16 == 0 && CHUNK / 16 <= NUM_WARPS && CHUNK <= 2 * WARP, "thread mapping");
+  constexpr bool KV_SCALED = (OPTS & pa::OPT_KV_SCALES) != 0;  // per-token scales (fp8 caches)
 
   // 16-bit arrays as raw bits: the CPU executor's static __half storage gets a C++ guard variable
   // (a race under racecheck); on a GPU the two declarations are the same memory.
@@ -115,6 +123,9 @@ __device__ __forceinline__ void tile_attention(
   __shared__ int row_pos[ROWS], row_lo[ROWS], row_qrow[ROWS], row_head[ROWS], row_slot[ROWS];
   __shared__ float row_slope[ROWS], m_s[ROWS], l_s[ROWS], alpha_s[ROWS];
   __shared__ int rescale_s[ROWS];  // the row's max grew in this chunk (alpha != 1): O needs rescaling
+  // OPT_KV_SCALES: the chunk's K scales and V scales / v_unit, and each warp's max V scale of the partition
+  // (one element each without: never referenced, so not allocated)
+  __shared__ float tok_k[KV_SCALED ? CHUNK : 1], tok_v[KV_SCALED ? CHUNK : 1], warp_vmax[KV_SCALED ? NUM_WARPS : 1];
 
   const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
   const int tile = blockIdx.x, part = blockIdx.z;
@@ -131,6 +142,20 @@ __device__ __forceinline__ void tile_attention(
   const int heads_here = pa::imin(head_chunk, group - chunk_index * head_chunk);
   const int rows_here = ntok * heads_here;
   const pa::Options<OPTS> opt(options, 0, 1);
+  const int* table = block_tables + (long long)table_seq * max_blocks_per_seq;
+
+  // Per-token scales: K's multiplies S (in float: the staged fp8 values stay exact in T), V's the
+  // probabilities before their split into P_hi + P_lo, relative to v_unit, the partition's largest V scale
+  // (so P * v_scale / v_unit <= 1 keeps its bits in fp16, whose range ends near 6e-5 where e5m2's scales
+  // lie); v_unit multiplies the output. The max rides on the first barrier below.
+  if constexpr (KV_SCALED) {
+    float vmax = 0.f;
+    for (int t = start + tid; t < end; t += NUM_THREADS)
+      vmax = fmaxf(vmax, opt.v_token((long long)table[t / block_size] * block_size + t % block_size, kv_head,
+                                     num_kv_heads));
+    vmax = pa::warp_max(vmax);
+    if (lane == 0) warp_vmax[warp] = vmax;
+  }
 
   for (int r = tid; r < ROWS; r += NUM_THREADS) {
     if (r < rows_here) {
@@ -147,6 +172,13 @@ __device__ __forceinline__ void tile_attention(
     l_s[r] = 0.f;
   }
   __syncthreads();
+  float v_unit = 1.f;
+  if constexpr (KV_SCALED) {
+    v_unit = warp_vmax[0];
+#pragma unroll
+    for (int w = 1; w < NUM_WARPS; ++w) v_unit = fmaxf(v_unit, warp_vmax[w]);
+    if (!(v_unit > 0.f)) v_unit = 1.f;  // every V scale 0: any unit
+  }
   for (int i = tid; i < ROWS * HEAD_DIM; i += NUM_THREADS) {
     const int r = i / HEAD_DIM, d = i % HEAD_DIM;
     q_s[r * KS + d] = r < rows_here ? query[((long long)row_qrow[r] * num_heads + row_head[r]) * HEAD_DIM + d]
@@ -165,7 +197,6 @@ __device__ __forceinline__ void tile_attention(
   for (int j = 0; j < FPW; ++j) wmma::fill_fragment(o[j], 0.f);
   float* const my_scratch = scratch + warp * 16 * 16;
 
-  const int* table = block_tables + (long long)table_seq * max_blocks_per_seq;
   const long long kv_stride = (long long)num_kv_heads * HEAD_DIM;  // between token rows
   const C* k_head = key_cache + (long long)kv_head * HEAD_DIM;
   const C* v_head = value_cache + (long long)kv_head * HEAD_DIM;
@@ -183,6 +214,14 @@ __device__ __forceinline__ void tile_attention(
         const long long offset = row * kv_stride + (i % NV) * VEC;
         kp[j] = *reinterpret_cast<const pa::Pack16<C>*>(k_head + offset);
         vp[j] = *reinterpret_cast<const pa::Pack16<C>*>(v_head + offset);
+      }
+    }
+    if constexpr (KV_SCALED) {
+      if (tid < CHUNK) {
+        const int t = c0 + tid;
+        const long long row = t < end ? (long long)table[t / block_size] * block_size + t % block_size : 0;
+        tok_k[tid] = t < end ? opt.k_token(row, kv_head, num_kv_heads) : 0.f;
+        tok_v[tid] = t < end ? opt.v_token(row, kv_head, num_kv_heads) / v_unit : 0.f;
       }
     }
 #pragma unroll
@@ -226,7 +265,9 @@ __device__ __forceinline__ void tile_attention(
         if (r < rows_here && lt < n && mq::Causal::visible(t, row_pos[r], row_lo[r])) {
           pa::Options<OPTS> o = opt;
           o.position = row_pos[r];
-          x[h] = o.logit(s_s[r * SS + lt], scale, row_slope[r], t);
+          float dot = s_s[r * SS + lt];
+          if constexpr (KV_SCALED) dot *= tok_k[lt];
+          x[h] = o.logit(dot, scale, row_slope[r], t);
         }
       }
       const float m_old = m_s[r];
@@ -238,9 +279,11 @@ __device__ __forceinline__ void tile_attention(
         const int lt = lane + h * WARP;
         const float p = m_new == pa::neg_inf() ? 0.f : __expf(x[h] - m_new);
         if (lt < CHUNK) {
-          const T hi = to_mma<T>(p);
+          float pv = p;  // the weight of V's staged row
+          if constexpr (KV_SCALED) pv *= tok_v[lt];
+          const T hi = to_mma<T>(pv);
           p_s[r * PS + lt] = hi;
-          p_lo_s[r * PS + lt] = to_mma<T>(p - from_mma(hi));
+          p_lo_s[r * PS + lt] = to_mma<T>(pv - from_mma(hi));
           sum += p;
         }
       }
@@ -285,7 +328,9 @@ __device__ __forceinline__ void tile_attention(
     __syncthreads();  // the next chunk overwrites k_s, v_s, s_s, p_s and the row statistics
   }
 
-  // ---- output: normalized partial (times v_scale) to `out`, or to the row's slot with its statistics
+  // ---- output (mq::row_factor, mq::store_row_statistics): the row's only partial result finished (sink, lse)
+  // to `out`, or one of several, normalized by its own sum, to its slot with its statistics (times v_scale, and
+  // v_unit with per-token scales)
 #pragma unroll
   for (int j = 0; j < FPW; ++j) {
     const int f = warp + j * NUM_WARPS;
@@ -295,11 +340,10 @@ __device__ __forceinline__ void tile_attention(
     for (int e = lane; e < 16 * 16; e += WARP) {
       const int r = e / 16, d = f * 16 + e % 16;
       if (r < rows_here) {
-        const float l = l_s[r];
-        float inv = l > 0.f ? 1.f / l : 0.f;
-        if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
+        const bool direct = row_slots[row_qrow[r]] == 1;
+        const float inv = mq::row_factor(opt, direct, m_s[r], l_s[r], row_head[r]) * v_unit;
         const long long qh = (long long)row_qrow[r] * num_heads + row_head[r];
-        if (row_slots[row_qrow[r]] == 1)
+        if (direct)
           pa::store(out + qh * HEAD_DIM + d, my_scratch[e] * inv);
         else
           tmp_out[(qh * max_slots + row_slot[r]) * HEAD_DIM + d] = my_scratch[e] * inv;
@@ -308,11 +352,9 @@ __device__ __forceinline__ void tile_attention(
     __syncwarp();
   }
   for (int r = tid; r < rows_here; r += NUM_THREADS) {
-    if (row_slots[row_qrow[r]] != 1) {
-      const long long slot = ((long long)row_qrow[r] * num_heads + row_head[r]) * max_slots + row_slot[r];
-      max_out[slot] = m_s[r];
-      sum_out[slot] = l_s[r];
-    }
+    const long long qh = (long long)row_qrow[r] * num_heads + row_head[r];
+    mq::store_row_statistics(opt, row_slots[row_qrow[r]] == 1, qh, qh * max_slots + row_slot[r], m_s[r], l_s[r], lse,
+                             max_out, sum_out);
   }
 }
 
@@ -331,10 +373,10 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
                        const int* __restrict__ tiles, const int* __restrict__ tile_rows,
                        const int* __restrict__ row_slots, int tile_tokens, int num_heads, int num_kv_heads,
                        int head_chunk, int block_size, float scale, int partition_size, int max_slots,
-                       float* __restrict__ lse,  // [total_q, num_heads]: this kernel declares no lse (unwritten)
+                       float* __restrict__ lse,  // [total_q, num_heads], written with OPT_LSE
                        PA_OPTION_PARAMS) {
   tc::tile_attention<HEAD_DIM, T, C, OPTS>(
       out, tmp_out, max_out, sum_out, query, key_cache, value_cache, block_tables, max_blocks_per_seq, tiles,
       tile_rows, row_slots, tile_tokens, num_heads, num_kv_heads, head_chunk, block_size, scale, partition_size,
-      max_slots, PA_OPTION_ARGS);
+      max_slots, lse, PA_OPTION_ARGS);
 }

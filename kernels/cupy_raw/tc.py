@@ -6,10 +6,16 @@ tokens. K and V rows of a chunk of tokens are staged in shared memory in the que
 caches dequantized there: every e4m3/e5m2 value is exact in fp16 and bf16); S = Q.K^T and O += P.V are
 m16n16k16 MMAs with float accumulators; the online softmax (scale, soft-cap, ALiBi, causal and window
 masks) runs in float on S in shared memory and splits P into two 16-bit parts (P_hi + P_lo, one MMA each). Work list, split-KV
-partitions (512 tokens) and the exact log-sum-exp merge are cupy.multi's (multi.py, multi.cuh).
+partitions (512 tokens) and the exact log-sum-exp merge are cupy.multi's (multi.py, multi.cuh), and so is the
+finish of a row (mq::row_factor): a sink joins the denominator once, in the tile kernel for a row with one
+partial result, else in the merge, which also gives the lse. Per-token fp8 scales leave the staged K and V
+exact: K's multiplies S, V's the probability (relative to the partition's largest V scale, which multiplies
+the output).
 Limits: block sizes 1..256 (powers of two), head dims 32..256 (multiples of 16), float16/bfloat16
 queries (float32 has no 16-bit MMA input: not declared), caches of the query's dtype or fp8
-e4m3fn/e5m2, options window, softcap, alibi, kv_scale (KERNEL_SUPPORT's), any query length.
+e4m3fn/e5m2 (per tensor or per token and KV head), options window, softcap, alibi, kv_scale, sinks, lse,
+kv_scales (common.SUPPORT's: every option of the other CUDA C variants; NVFP4 caches are not declared), any
+query length.
 Template: paged_attention_tc<HEAD_DIM, T, C = T, OPTS = 0> in tc.cu; merge paged_attention_merge.
 Accuracy: Q, K and V are exact in the MMA's inputs and S, O accumulate in float; P = P_hi + P_lo keeps ~22
 (fp16) or 16 (bf16) bits. P rounded once to 16 bits put 48 of 6144 outputs of tests/test_tc_variants.py's
@@ -19,7 +25,7 @@ Verdict: not measured on a GPU; modelled figures at the goal shapes are in docs/
 from __future__ import annotations
 
 from sandbox.problem.dtypes import FP8_DTYPES
-from sandbox.variant import KERNEL_SUPPORT, Limits
+from sandbox.variant import Limits
 
 from . import common, multi
 
@@ -28,10 +34,9 @@ NAME = "cupy.tc"
 KERNEL = "paged_attention_tc"
 ROWS = 16  # query rows per tile (tc::ROWS: the MMA's M)
 MMA_SHAPE = (16, 16, 16)
-LIMITS = Limits(max_query_len=None, head_dims=common.HEAD_DIMS, dtypes=("float16", "bfloat16"),
-                kv_dtypes=FP8_DTYPES, options=KERNEL_SUPPORT["options"])
-assert all(d % 16 == 0 for d in LIMITS.head_dims), "head dims must be multiples of the MMA's K"
-
+# Head dims up to 256: at 512 a chunk would hold 8 tokens (CHUNK * head_dim <= 4096), under the MMA's 16.
+LIMITS = Limits(max_query_len=None, head_dims=tuple(d for d in common.HEAD_DIMS if d <= 256),
+                dtypes=("float16", "bfloat16"), kv_dtypes=FP8_DTYPES, options=common.SUPPORT["options"])
 
 def chunk_tokens(head_dim: int) -> int:
     """Tokens staged per step: tc::Shape<HEAD_DIM>::CHUNK (CHUNK * head_dim <= 4096, at most 64)."""
@@ -41,13 +46,19 @@ def chunk_tokens(head_dim: int) -> int:
     return chunk
 
 
-def static_shared_bytes(head_dim: int) -> int:
+assert all(d % 16 == 0 and chunk_tokens(d) % 16 == 0 for d in LIMITS.head_dims), \
+    "head dims must be multiples of the MMA's K, and a chunk a whole number of 16-token blocks"
+
+
+def static_shared_bytes(head_dim: int, flags: int = 0) -> int:
     """tc::tile_attention's static shared memory: q, K, V, P_hi and P_lo (16-bit), the warps' O scratch and S
-    (float), row state."""
+    (float), row state; with per-token scales (OPT_KV_SCALES in flags) the chunk's K and V scales and the
+    warps' max V scale (float)."""
     chunk = chunk_tokens(head_dim)
     ks = head_dim + 8
+    scales = 4 * (2 * chunk + common.NUM_WARPS) if int(flags) & common.OPT["OPT_KV_SCALES"] else 0
     return 2 * (ROWS * ks + 2 * chunk * ks + 2 * ROWS * (chunk + 8)) + 4 * (4 * 16 * 16 + ROWS * (chunk + 4)) \
-        + 4 * 10 * ROWS
+        + 4 * 10 * ROWS + scales
 
 
 def layout_for(problem) -> multi.Layout:
@@ -80,7 +91,7 @@ def kernel_name(head_dim: int, dtype, kv_dtype=None, flags: int = 0) -> str:
 
 
 def prepare(problem, backend: str, partition_size: int | None = None) -> multi.MultiPrepared:
-    shared = (static_shared_bytes(problem.head_dim), f"a tile of {ROWS} query rows, {chunk_tokens(problem.head_dim)}"
+    shared = (static_shared_bytes(problem.head_dim, common.option_flags(problem)), f"a tile of {ROWS} query rows, {chunk_tokens(problem.head_dim)}"
               "-token chunks")
     return multi.prepare_work(NAME, PATH, problem, backend, work_for(problem, partition_size), kernel=KERNEL,
                               static_shared=shared)
