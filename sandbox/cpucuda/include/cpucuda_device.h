@@ -175,6 +175,11 @@ static inline unsigned __lanemask_lt() { return (1u << cpucuda::g.cur->lane) - 1
 #if CPUCUDA_TRAFFIC
 #define CPUCUDA_ATOMIC_FN static __attribute__((noinline, no_sanitize("thread")))
 #define CPUCUDA_ATOMIC_NOTE(p) cpucuda_traffic_atomic((const void*)(p), sizeof(*(p)), __builtin_return_address(0));
+#elif CPUCUDA_RACE
+// Racecheck: atomics are invisible to the checker (atomics never race with atomics, and a plain access
+// racing an atomic one is not reported: racecheck.py says why), so they are not instrumented.
+#define CPUCUDA_ATOMIC_FN static __attribute__((noinline, no_sanitize("thread")))
+#define CPUCUDA_ATOMIC_NOTE(p)
 #else
 #define CPUCUDA_ATOMIC_FN static inline
 #define CPUCUDA_ATOMIC_NOTE(p)

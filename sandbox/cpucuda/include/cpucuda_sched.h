@@ -39,6 +39,9 @@
 #if CPUCUDA_TRAFFIC
 #include "cpucuda_traffic.h"
 #endif
+#if CPUCUDA_RACE
+#include "cpucuda_race.h"
+#endif
 
 namespace cpucuda {
 
@@ -272,10 +275,16 @@ CPUCUDA_RUNTIME static inline void resume(Fiber* f) {
 #if CPUCUDA_TRAFFIC
     cpucuda_traffic_switch((int)f->linear);
 #endif
+#if CPUCUDA_RACE
+    cpucuda_race_switch((int)f->linear);
+#endif
     context_swap(&g.main_ctx, &f->ctx);
     __asm__ __volatile__("" ::: "memory");
 #if CPUCUDA_TRAFFIC
     cpucuda_traffic_switch(-1);
+#endif
+#if CPUCUDA_RACE
+    cpucuda_race_switch(-1);
 #endif
 #if CPUCUDA_ASAN
     __sanitizer_finish_switch_fiber(g.main_fake_stack, nullptr, nullptr);
@@ -343,6 +352,9 @@ CPUCUDA_RUNTIME static bool release_block_barrier() {
 #if CPUCUDA_TRAFFIC
     cpucuda_traffic_converge(-1);  // every warp converges at a barrier
 #endif
+#if CPUCUDA_RACE
+    cpucuda_race_barrier();
+#endif
     int result = g.bar_kind == B_COUNT ? g.bar_count
                : g.bar_kind == B_AND   ? g.bar_count == (int)g.nthreads
                : g.bar_kind == B_OR    ? g.bar_count > 0
@@ -402,6 +414,9 @@ CPUCUDA_RUNTIME static bool release_groups() {
             const unsigned size = 64u << cls;
             if (w.arrived == 0 || w.arrived != size) continue;
             for (unsigned i = k * size; i < (k + 1) * size; ++i) g.fibers[i].state = READY;
+#if CPUCUDA_RACE
+            cpucuda_race_tile(k * size, size);
+#endif
             g.groups_waiting -= size;
             w.arrived = 0;
             w.parity ^= 1u;
@@ -539,6 +554,9 @@ CPUCUDA_RUNTIME static void release_group(Warp& w, Fiber* lanes, unsigned m, int
     }
 #if CPUCUDA_TRAFFIC
     if (m == w.existing) cpucuda_traffic_converge((int)((lanes - g.fibers) / 32));  // a full-warp operation
+#endif
+#if CPUCUDA_RACE
+    if (warp_kind_syncs(kind)) cpucuda_race_warp((unsigned)((lanes - g.fibers) / 32), m);
 #endif
     w.arrived &= ~m;
     if (kind != W_COALESCE) w.parity ^= 1u << __builtin_ctz(m);
@@ -790,7 +808,7 @@ CPUCUDA_RUNTIME static inline uint32_t finite_poison_word(size_t w) {
 CPUCUDA_RUNTIME static void poison_fill(void* p, size_t n) {
     unsigned char* b = (unsigned char*)p;
     if (g.poison == POISON_NAN) {
-#if CPUCUDA_TSAN || CPUCUDA_TRAFFIC  // traffic: memset would read as an access the recorder cannot see
+#if CPUCUDA_TSAN || CPUCUDA_TRAFFIC || CPUCUDA_RACE  // traffic, race: memset goes through their --wrap
         for (size_t i = 0; i < n; ++i) {
             b[i] = 0xFF;
             __asm__ __volatile__("" : : "r"(b + i) : "memory");
@@ -815,6 +833,9 @@ CPUCUDA_RUNTIME static inline void shared_enter(void* p, size_t n, unsigned long
         *gen = g.block_gen;
 #if CPUCUDA_TRAFFIC
         cpucuda_traffic_shared(p, n, 0);
+#endif
+#if CPUCUDA_RACE
+        cpucuda_race_shared(p, n, 0);
 #endif
         poison_fill(p, n);
     }
@@ -945,6 +966,12 @@ CPUCUDA_RUNTIME static void init_block(unsigned bx, unsigned by, unsigned bz) {
     for (unsigned r = 0; r < g_nregions; ++r)
         if (!g_regions[r].dyn) cpucuda_traffic_shared(g_regions[r].p, g_regions[r].n, 0);
     cpucuda_traffic_shared(g.dyn_smem, g.dyn_size, 1);
+#endif
+#if CPUCUDA_RACE
+    cpucuda_race_block_begin((int64_t)bx + (int64_t)g.gridDim.x * (by + (int64_t)g.gridDim.y * bz), n);
+    for (unsigned r = 0; r < g_nregions; ++r)
+        if (!g_regions[r].dyn) cpucuda_race_shared(g_regions[r].p, g_regions[r].n, 0);
+    cpucuda_race_shared(g.dyn_smem, g.dyn_size, 1);
 #endif
 }
 

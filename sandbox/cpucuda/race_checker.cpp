@@ -1,0 +1,357 @@
+// race_checker.cpp: racecheck's checker, linked (uninstrumented) into every racecheck build.
+//
+// The kernel's translation unit is compiled with g++'s ThreadSanitizer instrumentation (__tsan_readN /
+// __tsan_writeN before every access it cannot prove private); nothing links libtsan: this file defines
+// those entry points and checks each access against CUDA's ordering rules within a block
+// (sandbox/cpucuda/racecheck.py reads the reports back).
+//
+// * Only the launch's arrays (regions from Python) and shared memory (regions from the runtime) are
+//   checked; everything else (fiber stacks, the runtime's state) is a register on a GPU.
+// * Intervals: a global counter that a block's start and every released __syncthreads increment, in
+//   constant time. An access recorded in an older interval never races.
+// * Within an interval, a warp operation that orders memory (every one by default, only __syncwarp in
+//   strict mode) orders the lanes taking part: each thread keeps a vector clock over the 32 lanes of
+//   its warp, joined over the lanes of the operation at its release. A tile barrier (tiles of 64 ...
+//   1024 threads) orders its threads: each thread keeps, per tile size, its own clock at the last
+//   such barrier it passed. Threads of different warps are otherwise unordered.
+// * Shadow: per 4-byte word of a region, the interval's last write and up to two readers (each:
+//   thread, interval, own clock, instruction, size, the bytes of the word it touched). A write is
+//   compared with the last write and the readers, a read with the last write; byte masks keep
+//   neighbouring halves of a word apart. Two readers are exact for "another thread read it" while the
+//   interval's readers are unordered (always, across warps); a reader ordered before a new one gives
+//   up its slot to it. The shadow is mapped lazily and reused by the next launch without clearing
+//   (intervals only grow).
+// * Reads of an array passed as a pointer to const are not recorded until something writes to it (a
+//   kernel cannot, through that parameter): the big read-only inputs cost no shadow.
+// * Atomics are not instrumented (cpucuda_device.h): they never race with each other, and a plain
+//   access racing an atomic one is not reported. libc memcpy/memmove/memset from kernel code come
+//   through the linker's --wrap and count as the running thread's reads and writes.
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <vector>
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+#define HOOK extern "C" __attribute__((visibility("hidden")))
+
+namespace {
+
+const unsigned kTileClasses = 5;  // tiles of 64, 128, 256, 512, 1024 threads
+
+struct Access {          // 16 bytes
+    uint32_t interval;   // 0: none
+    uint32_t clock;      // the thread's own clock component at the access
+    uint32_t pc;         // offset in the shared object of the hook's return address
+    uint16_t thread;     // linear thread index in the block (bits 0-9) | the bytes of the word touched << 12
+    uint16_t size;       // bytes of the whole access (at most 65535)
+};
+
+struct Word { Access write, read[2]; };
+
+struct Region {
+    uint64_t lo, hi;     // real addresses [lo, hi)
+    uint64_t base;       // lo rounded down to a word: shadow[(a - base) / 4]
+    int32_t target;      // argument index; shared: -1 static, -2 dynamic
+    int32_t shared;
+    int32_t readonly;    // a pointer-to-const argument nothing has written yet
+    Word* shadow;
+};
+
+struct Mapping { void* p; size_t bytes; bool used; };
+
+struct Thread {
+    uint32_t clock[32];             // over the lanes of its warp; its own lane: its own clock
+    uint32_t tile[kTileClasses];    // its own clock after the last tile barrier of at least that size
+};
+
+struct Report {          // read by Python: keep in step with racecheck.py's _REPORT
+    uint64_t address;    // of the current access (the one that found the race)
+    uint64_t region_lo;
+    int32_t target, shared;
+    int32_t now_thread, before_thread;
+    int32_t now_write, before_write;
+    uint64_t now_pc, before_pc;
+    int32_t now_size, before_size;
+    int64_t block;       // linear block index
+    int64_t count;       // distinct (instruction, instruction) pairs reported in this launch
+};
+
+struct State {
+    bool active;
+    uint64_t so_base;
+    uint32_t interval;
+    std::vector<Region> regions;
+    size_t global_regions;
+    size_t last_region;
+    std::vector<Mapping> mappings;
+    std::vector<Thread> threads;
+    int cur = -1;
+    int64_t block;
+    bool found;
+    Report report;
+    std::vector<uint64_t> pairs;    // (pc, pc) of every race reported
+};
+
+State S;
+
+uint64_t so_base() {
+    Dl_info info;
+    if (dladdr((void*)&so_base, &info) && info.dli_fbase) return (uint64_t)info.dli_fbase;
+    return 0;
+}
+
+// A shadow mapping of at least `words` entries, from the launch's pool (mapped once, reused).
+Word* shadow_for(size_t words) {
+    const size_t bytes = std::max<size_t>(words, 1) * sizeof(Word);
+    Mapping* best = nullptr;
+    for (Mapping& m : S.mappings)
+        if (!m.used && m.bytes >= bytes && (!best || m.bytes < best->bytes)) best = &m;
+    if (!best) {
+        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return nullptr;
+        S.mappings.push_back(Mapping{p, bytes, false});
+        best = &S.mappings.back();
+    }
+    best->used = true;
+    return (Word*)best->p;
+}
+
+void add_region(uint64_t lo, uint64_t hi, int32_t target, int32_t shared, int32_t readonly) {
+    for (size_t i = S.global_regions; i < S.regions.size() && shared; ++i)
+        if (S.regions[i].lo == lo) {
+            if (hi > S.regions[i].hi) {  // grown (another launch's dynamic size at the same address)
+                S.regions[i].hi = hi;
+                S.regions[i].shadow = shadow_for((hi - S.regions[i].base + 3) / 4);
+            }
+            return;
+        }
+    Region r{lo, hi, lo & ~3ull, target, shared, readonly, nullptr};
+    r.shadow = shadow_for((hi - r.base + 3) / 4);
+    if (r.shadow) S.regions.push_back(r);
+}
+
+inline Region* region_of(uint64_t a) {
+    const size_t n = S.regions.size();
+    if (S.last_region < n && a - S.regions[S.last_region].lo < S.regions[S.last_region].hi - S.regions[S.last_region].lo)
+        return &S.regions[S.last_region];
+    for (size_t i = 0; i < n; ++i)
+        if (a - S.regions[i].lo < S.regions[i].hi - S.regions[i].lo) {
+            S.last_region = i;
+            return &S.regions[i];
+        }
+    return nullptr;
+}
+
+inline unsigned tid_of(const Access& a) { return a.thread & 1023u; }
+inline unsigned mask_of(const Access& a) { return a.thread >> 12; }
+inline void set_mask(Access& a, unsigned mask) { a.thread = (uint16_t)(tid_of(a) | mask << 12); }
+
+// Whether access `a` (of another thread, this interval) happens before what thread `t` does now.
+inline bool ordered(const Access& a, unsigned t) {
+    const unsigned u = tid_of(a);
+    const Thread& me = S.threads[t];
+    if ((u >> 5) == (t >> 5) && me.clock[u & 31] >= a.clock) return true;
+    // the smallest aligned tile holding both: 2^(highest differing bit + 1) threads, at least 64
+    const unsigned x = u ^ t;
+    const unsigned bits = 32 - __builtin_clz(x | 1);
+    const unsigned cls = bits <= 6 ? 0 : bits - 6;
+    return cls < kTileClasses && S.threads[u].tile[cls] > a.clock;
+}
+
+// Whether `a` is a live access of another thread that overlaps `mask` and is not ordered before `t`.
+inline bool races(const Access& a, unsigned t, uint8_t mask) {
+    return a.interval == S.interval && tid_of(a) != t && (mask_of(a) & mask) && !ordered(a, t);
+}
+
+void note_race(const Region& r, uint64_t address, unsigned t, bool write, uint64_t pc, unsigned size,
+               const Access& before, bool before_write) {
+    const uint64_t key = (pc - S.so_base) * 0x9E3779B97F4A7C15ull ^ before.pc;
+    if (std::find(S.pairs.begin(), S.pairs.end(), key) != S.pairs.end()) return;
+    S.pairs.push_back(key);
+    if (S.found) {
+        S.report.count++;
+        return;
+    }
+    S.found = true;
+    S.report = Report{address, r.lo, r.target, r.shared, (int32_t)t, (int32_t)tid_of(before), write, before_write,
+                      pc - S.so_base, before.pc, (int32_t)size, (int32_t)before.size, S.block, 1};
+}
+
+// Record a read in one of the word's two reader slots.
+inline void keep_reader(Word& w, const Access& now, unsigned t) {
+    Access* slot = w.read;
+    for (int i = 0; i < 2; ++i) {
+        Access& s = slot[i];
+        if (s.interval != S.interval) {  // free (and so is the slot after it)
+            s = now;
+            if (i == 0) slot[1].interval = 0;
+            return;
+        }
+        if (tid_of(s) == t) {  // its own later read: the higher clock, both masks
+            const unsigned mask = mask_of(s) | mask_of(now);
+            s = now;
+            set_mask(s, mask);
+            return;
+        }
+    }
+    for (int i = 0; i < 2; ++i)
+        if (ordered(slot[i], t)) {  // whatever races with it races with the new reader too
+            slot[i] = now;
+            return;
+        }
+    // Two unordered readers already: keep two of different warps when there are such (a write can be
+    // ordered after readers of its own warp only).
+    if ((tid_of(slot[0]) >> 5) == (tid_of(slot[1]) >> 5) && (tid_of(slot[0]) >> 5) != (t >> 5)) slot[1] = now;
+}
+
+void check(uint64_t addr, unsigned size, bool write, void* ret) {
+    // static initialisers (S may not be constructed yet: it is zero until then), the scheduler, no launch
+    if (!S.active || S.cur < 0 || size == 0) return;
+    Region* r = region_of(addr);
+    if (!r) return;
+    if (r->readonly) {
+        if (!write) return;
+        r->readonly = 0;  // written after all (a cast): from now on its reads are recorded too
+    }
+    const unsigned t = (unsigned)S.cur;
+    const uint64_t pc = (uint64_t)ret;
+    const uint64_t end = std::min(addr + size, r->hi);
+    Access now{S.interval, S.threads[t].clock[t & 31], (uint32_t)(pc - S.so_base), (uint16_t)t,
+               (uint16_t)std::min(size, 65535u)};
+    for (uint64_t a = std::max(addr, r->lo); a < end;) {
+        const uint64_t word = (a - r->base) >> 2, next = std::min(r->base + 4 * (word + 1), end);
+        const uint8_t mask = (uint8_t)(((1u << (next - a)) - 1) << ((a - r->base) & 3));
+        Word& w = r->shadow[word];
+        set_mask(now, mask);
+        if (races(w.write, t, mask)) note_race(*r, addr, t, write, pc, size, w.write, true);
+        if (write) {
+            for (const Access& rd : w.read)
+                if (races(rd, t, mask)) {
+                    note_race(*r, addr, t, true, pc, size, rd, false);
+                    break;
+                }
+            const bool mine = w.write.interval == S.interval && tid_of(w.write) == t;
+            const unsigned kept = mine ? mask_of(w.write) : 0;  // its own earlier bytes of the word stay its
+            w.write = now;
+            set_mask(w.write, mask | kept);
+        } else {
+            keep_reader(w, now, t);
+        }
+        a = next;
+    }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the runtime's hooks (cpucuda_race.h)
+
+HOOK void cpucuda_race_block_begin(int64_t block, unsigned nthreads) {
+    if (!S.active) return;
+    S.block = block;
+    S.interval++;
+    if (S.threads.size() < nthreads) S.threads.resize(nthreads);
+    for (unsigned i = 0; i < nthreads; ++i) {
+        Thread& th = S.threads[i];
+        memset(&th, 0, sizeof th);
+        th.clock[i & 31] = 1;
+    }
+}
+
+HOOK void cpucuda_race_switch(int fiber) { S.cur = S.active ? fiber : -1; }
+
+HOOK void cpucuda_race_barrier() { S.interval++; }
+
+HOOK void cpucuda_race_warp(unsigned warp, unsigned lanes) {
+    if (!S.active) return;
+    Thread* th = &S.threads[warp * 32];
+    uint32_t join[32] = {0};
+    for (unsigned l = 0; l < 32; ++l)
+        if ((lanes >> l) & 1u)
+            for (unsigned k = 0; k < 32; ++k) join[k] = std::max(join[k], th[l].clock[k]);
+    for (unsigned l = 0; l < 32; ++l)
+        if ((lanes >> l) & 1u) {
+            memcpy(th[l].clock, join, sizeof join);
+            th[l].clock[l]++;
+        }
+}
+
+HOOK void cpucuda_race_tile(unsigned first, unsigned size) {
+    if (!S.active) return;
+    const unsigned cls = (unsigned)__builtin_ctz(size) - 6u;
+    for (unsigned w = first / 32; w < (first + size) / 32; ++w) cpucuda_race_warp(w, ~0u);  // whole warps
+    for (unsigned i = first; i < first + size; ++i)
+        for (unsigned c = 0; c <= cls && c < kTileClasses; ++c) S.threads[i].tile[c] = S.threads[i].clock[i & 31];
+}
+
+HOOK void cpucuda_race_shared(const void* p, size_t n, int dynamic) {
+    if (S.active && n) add_region((uint64_t)p, (uint64_t)p + n, dynamic ? -2 : -1, 1, 0);
+}
+
+// ---------------------------------------------------------------- ThreadSanitizer's entry points
+
+#define READ(n)                                                                               \
+    HOOK void __tsan_read##n(void* p) { check((uint64_t)p, n, false, __builtin_return_address(0)); } \
+    HOOK void __tsan_unaligned_read##n(void* p) { check((uint64_t)p, n, false, __builtin_return_address(0)); }
+#define WRITE(n)                                                                              \
+    HOOK void __tsan_write##n(void* p) { check((uint64_t)p, n, true, __builtin_return_address(0)); } \
+    HOOK void __tsan_unaligned_write##n(void* p) { check((uint64_t)p, n, true, __builtin_return_address(0)); }
+READ(1) READ(2) READ(4) READ(8) READ(16)
+WRITE(1) WRITE(2) WRITE(4) WRITE(8) WRITE(16)
+HOOK void __tsan_read_range(void* p, unsigned long n) { check((uint64_t)p, (unsigned)n, false, __builtin_return_address(0)); }
+HOOK void __tsan_write_range(void* p, unsigned long n) { check((uint64_t)p, (unsigned)n, true, __builtin_return_address(0)); }
+HOOK void __tsan_vptr_read(void**) {}
+HOOK void __tsan_vptr_update(void**, void*) {}
+HOOK void __tsan_init() {}
+HOOK void __tsan_func_entry(void*) {}
+HOOK void __tsan_func_exit() {}
+
+// ---------------------------------------------------------------- libc calls the instrumentation cannot see
+
+extern "C" void* __real_memcpy(void*, const void*, size_t);
+extern "C" void* __real_memmove(void*, const void*, size_t);
+extern "C" void* __real_memset(void*, int, size_t);
+HOOK void* __wrap_memcpy(void* d, const void* s, size_t n) {
+    check((uint64_t)s, (unsigned)n, false, __builtin_return_address(0));
+    check((uint64_t)d, (unsigned)n, true, __builtin_return_address(0));
+    return __real_memcpy(d, s, n);
+}
+HOOK void* __wrap_memmove(void* d, const void* s, size_t n) {
+    check((uint64_t)s, (unsigned)n, false, __builtin_return_address(0));
+    check((uint64_t)d, (unsigned)n, true, __builtin_return_address(0));
+    return __real_memmove(d, s, n);
+}
+HOOK void* __wrap_memset(void* d, int c, size_t n) {
+    check((uint64_t)d, (unsigned)n, true, __builtin_return_address(0));
+    return __real_memset(d, c, n);
+}
+
+// ---------------------------------------------------------------- Python's side (racecheck.py)
+
+struct PyRegion { uint64_t lo, hi; int64_t target, readonly; };
+
+EXPORT void cpucuda_race_begin(const PyRegion* regions, int64_t n) {
+    S.so_base = so_base();
+    S.regions.clear();
+    for (Mapping& m : S.mappings) m.used = false;
+    for (int64_t i = 0; i < n; ++i)
+        if (regions[i].hi > regions[i].lo)
+            add_region(regions[i].lo, regions[i].hi, (int32_t)regions[i].target, 0, (int32_t)regions[i].readonly);
+    S.global_regions = S.regions.size();
+    S.last_region = 0;
+    S.found = false;
+    S.pairs.clear();
+    S.interval++;
+    S.active = true;
+}
+
+// 1 and the first race of the launch in *out, or 0 when there was none.
+EXPORT int cpucuda_race_end(Report* out) {
+    S.active = false;
+    S.cur = -1;
+    if (!S.found) return 0;
+    *out = S.report;
+    return 1;
+}
