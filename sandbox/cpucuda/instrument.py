@@ -2,9 +2,10 @@
 
 Traffic (traffic.py, traffic_recorder.cpp) and racecheck (racecheck.py, race_checker.cpp) compile the
 kernel with ``-fsanitize=thread`` but link no libtsan: the recorder, compiled once without
-instrumentation, defines ``__tsan_readN`` / ``__tsan_writeN`` / ``__tsan_func_entry`` ... and the
-scheduler's hooks, and the linker's ``--wrap`` sends the kernel's libc memcpy/memmove/memset through
-it (the instrumentation cannot see inside libc). Launches run in this process, as in normal mode.
+instrumentation, defines ``__tsan_readN`` / ``__tsan_writeN`` / ``__tsan_func_entry`` ... (the shared
+part in tsan_entry_points.h) and the scheduler's hooks (include/cpucuda_hooks.h and the mode's own),
+and the linker's ``--wrap`` sends the kernel's libc memcpy/memmove/memset through it (the
+instrumentation cannot see inside libc). Launches run in this process, as in normal mode.
 """
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ WRAPPED = ("memcpy", "memmove", "memset")
 
 
 def compile_flags(base: list[str], recorder: Path, macro: str) -> list[str]:
-    """``base`` plus ``-D<macro>=0x<the recorder's hash>``: a changed recorder rebuilds every object that links it."""
-    digest = hashlib.sha256(recorder.read_bytes()).hexdigest()[:16]
+    """``base`` plus ``-D<macro>=0x<the recorder's hash>``: a changed recorder (or tsan_entry_points.h, which it
+    includes) rebuilds every object that links it."""
+    from sandbox.analysis.traffic import native
+
+    digest = hashlib.sha256(native.source_bytes(recorder)).hexdigest()[:16]
     return list(base) + [f"-D{macro}=0x{digest}"]
 
 

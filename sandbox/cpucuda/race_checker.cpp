@@ -246,9 +246,9 @@ void check(uint64_t addr, unsigned size, bool write, void* ret) {
 
 }  // namespace
 
-// ---------------------------------------------------------------- the runtime's hooks (cpucuda_race.h)
+// ---------------------------------------------------------------- the runtime's hooks (cpucuda_hooks.h, cpucuda_race.h)
 
-HOOK void cpucuda_race_block_begin(int64_t block, unsigned nthreads) {
+HOOK void cpucuda_hook_block_begin(int64_t block, unsigned nthreads) {
     if (!S.active) return;
     S.block = block;
     S.interval++;
@@ -260,7 +260,7 @@ HOOK void cpucuda_race_block_begin(int64_t block, unsigned nthreads) {
     }
 }
 
-HOOK void cpucuda_race_switch(int fiber) { S.cur = S.active ? fiber : -1; }
+HOOK void cpucuda_hook_switch(int fiber) { S.cur = S.active ? fiber : -1; }
 
 HOOK void cpucuda_race_barrier() { S.interval++; }
 
@@ -286,47 +286,23 @@ HOOK void cpucuda_race_tile(unsigned first, unsigned size) {
         for (unsigned c = 0; c <= cls && c < kTileClasses; ++c) S.threads[i].tile[c] = S.threads[i].clock[i & 31];
 }
 
-HOOK void cpucuda_race_shared(const void* p, size_t n, int dynamic) {
+HOOK void cpucuda_hook_shared(const void* p, size_t n, int dynamic) {
     if (S.active && n) add_region((uint64_t)p, (uint64_t)p + n, dynamic ? -2 : -1, 1, 0);
 }
 
-// ---------------------------------------------------------------- ThreadSanitizer's entry points
+// ---------------------------------------------------------------- ThreadSanitizer's entry points, libc
 
-#define READ(n)                                                                               \
-    HOOK void __tsan_read##n(void* p) { check((uint64_t)p, n, false, __builtin_return_address(0)); } \
-    HOOK void __tsan_unaligned_read##n(void* p) { check((uint64_t)p, n, false, __builtin_return_address(0)); }
-#define WRITE(n)                                                                              \
-    HOOK void __tsan_write##n(void* p) { check((uint64_t)p, n, true, __builtin_return_address(0)); } \
-    HOOK void __tsan_unaligned_write##n(void* p) { check((uint64_t)p, n, true, __builtin_return_address(0)); }
-READ(1) READ(2) READ(4) READ(8) READ(16)
-WRITE(1) WRITE(2) WRITE(4) WRITE(8) WRITE(16)
-HOOK void __tsan_read_range(void* p, unsigned long n) { check((uint64_t)p, (unsigned)n, false, __builtin_return_address(0)); }
-HOOK void __tsan_write_range(void* p, unsigned long n) { check((uint64_t)p, (unsigned)n, true, __builtin_return_address(0)); }
-HOOK void __tsan_vptr_read(void**) {}
-HOOK void __tsan_vptr_update(void**, void*) {}
-HOOK void __tsan_init() {}
+namespace {
+inline void on_access(uint64_t p, unsigned n, bool write, void* pc) { check(p, n, write, pc); }
+// memcpy/memmove: a read of the source and a write of the destination; memset: a write
+inline void on_libc(void* d, const void* s, size_t n, void* pc, int) {
+    if (s) check((uint64_t)s, (unsigned)n, false, pc);
+    check((uint64_t)d, (unsigned)n, true, pc);
+}
+}  // namespace
+#include "tsan_entry_points.h"
 HOOK void __tsan_func_entry(void*) {}
 HOOK void __tsan_func_exit() {}
-
-// ---------------------------------------------------------------- libc calls the instrumentation cannot see
-
-extern "C" void* __real_memcpy(void*, const void*, size_t);
-extern "C" void* __real_memmove(void*, const void*, size_t);
-extern "C" void* __real_memset(void*, int, size_t);
-HOOK void* __wrap_memcpy(void* d, const void* s, size_t n) {
-    check((uint64_t)s, (unsigned)n, false, __builtin_return_address(0));
-    check((uint64_t)d, (unsigned)n, true, __builtin_return_address(0));
-    return __real_memcpy(d, s, n);
-}
-HOOK void* __wrap_memmove(void* d, const void* s, size_t n) {
-    check((uint64_t)s, (unsigned)n, false, __builtin_return_address(0));
-    check((uint64_t)d, (unsigned)n, true, __builtin_return_address(0));
-    return __real_memmove(d, s, n);
-}
-HOOK void* __wrap_memset(void* d, int c, size_t n) {
-    check((uint64_t)d, (unsigned)n, true, __builtin_return_address(0));
-    return __real_memset(d, c, n);
-}
 
 // ---------------------------------------------------------------- Python's side (racecheck.py)
 

@@ -332,9 +332,9 @@ void note_unseen(const void* dst, const void* src, size_t n, void* pc, int32_t w
 
 }  // namespace
 
-// ---------------------------------------------------------------- the runtime's hooks (cpucuda_traffic.h)
+// ---------------------------------------------------------------- the runtime's hooks (cpucuda_hooks.h, cpucuda_traffic.h)
 
-HOOK void cpucuda_traffic_block_begin(int64_t block, unsigned nthreads) {
+HOOK void cpucuda_hook_block_begin(int64_t block, unsigned nthreads) {
     if (!S.active) return;
     S.block = block;
     S.nthreads = nthreads;
@@ -346,7 +346,7 @@ HOOK void cpucuda_traffic_block_begin(int64_t block, unsigned nthreads) {
     }
 }
 
-HOOK void cpucuda_traffic_switch(int fiber) { S.cur = S.active ? fiber : -1; }
+HOOK void cpucuda_hook_switch(int fiber) { S.cur = S.active ? fiber : -1; }
 
 HOOK void cpucuda_traffic_converge(int warp) {
     if (!S.active) return;
@@ -365,7 +365,7 @@ HOOK void cpucuda_traffic_block_end() {
     S.touched.clear();
 }
 
-HOOK void cpucuda_traffic_shared(const void* p, size_t n, int dynamic) {
+HOOK void cpucuda_hook_shared(const void* p, size_t n, int dynamic) {
     if (S.active) add_shared_region(p, n, dynamic ? -2 : -1);
 }
 
@@ -380,21 +380,13 @@ EXPORT void cpucuda_traffic_mma(int m, int n, int k) {
     S.mma_flops[S.block] += 2 * mnk;
 }
 
-// ---------------------------------------------------------------- ThreadSanitizer's entry points
+// ---------------------------------------------------------------- ThreadSanitizer's entry points, libc
 
-#define READ(n)                                                                                      \
-    HOOK void __tsan_read##n(void* p) { record((uint64_t)p, n, K_LOAD, __builtin_return_address(0)); } \
-    HOOK void __tsan_unaligned_read##n(void* p) { record((uint64_t)p, n, K_LOAD, __builtin_return_address(0)); }
-#define WRITE(n)                                                                                       \
-    HOOK void __tsan_write##n(void* p) { record((uint64_t)p, n, K_STORE, __builtin_return_address(0)); } \
-    HOOK void __tsan_unaligned_write##n(void* p) { record((uint64_t)p, n, K_STORE, __builtin_return_address(0)); }
-READ(1) READ(2) READ(4) READ(8) READ(16)
-WRITE(1) WRITE(2) WRITE(4) WRITE(8) WRITE(16)
-HOOK void __tsan_read_range(void* p, unsigned long n) { record((uint64_t)p, (uint32_t)n, K_LOAD, __builtin_return_address(0)); }
-HOOK void __tsan_write_range(void* p, unsigned long n) { record((uint64_t)p, (uint32_t)n, K_STORE, __builtin_return_address(0)); }
-HOOK void __tsan_vptr_read(void**) {}
-HOOK void __tsan_vptr_update(void**, void*) {}
-HOOK void __tsan_init() {}
+namespace {
+inline void on_access(uint64_t p, unsigned n, bool write, void* pc) { record(p, n, write ? K_STORE : K_LOAD, pc); }
+inline void on_libc(void* d, const void* s, size_t n, void* pc, int what) { note_unseen(d, s, n, pc, what); }
+}  // namespace
+#include "tsan_entry_points.h"
 
 HOOK void __tsan_func_entry(void* caller_pc) {
     if (!S.active || S.cur < 0) return;
@@ -408,24 +400,6 @@ HOOK void __tsan_func_exit() {
     if (!S.active || S.cur < 0) return;
     Fiber& f = S.fibers[S.cur];
     if (f.depth > 0 && --f.depth < 128) f.chain = f.stack[f.depth];
-}
-
-// ---------------------------------------------------------------- libc calls the instrumentation cannot see
-
-extern "C" void* __real_memcpy(void*, const void*, size_t);
-extern "C" void* __real_memmove(void*, const void*, size_t);
-extern "C" void* __real_memset(void*, int, size_t);
-HOOK void* __wrap_memcpy(void* d, const void* s, size_t n) {
-    note_unseen(d, s, n, __builtin_return_address(0), 0);
-    return __real_memcpy(d, s, n);
-}
-HOOK void* __wrap_memmove(void* d, const void* s, size_t n) {
-    note_unseen(d, s, n, __builtin_return_address(0), 1);
-    return __real_memmove(d, s, n);
-}
-HOOK void* __wrap_memset(void* d, int c, size_t n) {
-    note_unseen(d, nullptr, n, __builtin_return_address(0), 2);
-    return __real_memset(d, c, n);
 }
 
 // ---------------------------------------------------------------- Python's side (traffic.py)

@@ -27,6 +27,7 @@
 #include <stdarg.h>
 
 #include "cpucuda_fiber.h"
+#include "cpucuda_hooks.h"
 #if CPUCUDA_TRAFFIC
 #include "cpucuda_traffic.h"
 #endif
@@ -221,19 +222,13 @@ CPUCUDA_RUNTIME static inline void resume(Fiber* f) {
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(&g.main_fake_stack, f->stack_lo, f->stack_size);
 #endif
-#if CPUCUDA_TRAFFIC
-    cpucuda_traffic_switch((int)f->linear);
-#endif
-#if CPUCUDA_RACE
-    cpucuda_race_switch((int)f->linear);
+#if CPUCUDA_HOOKS
+    cpucuda_hook_switch((int)f->linear);
 #endif
     context_swap(&g.main_ctx, &f->ctx);
     __asm__ __volatile__("" ::: "memory");
-#if CPUCUDA_TRAFFIC
-    cpucuda_traffic_switch(-1);
-#endif
-#if CPUCUDA_RACE
-    cpucuda_race_switch(-1);
+#if CPUCUDA_HOOKS
+    cpucuda_hook_switch(-1);
 #endif
 #if CPUCUDA_ASAN
     __sanitizer_finish_switch_fiber(g.main_fake_stack, nullptr, nullptr);
@@ -738,11 +733,8 @@ CPUCUDA_RUNTIME static void poison_fill(void* p, size_t n) {
 CPUCUDA_RUNTIME static inline void shared_enter(void* p, size_t n, unsigned long* gen) {
     if (*gen != g.block_gen) {
         *gen = g.block_gen;
-#if CPUCUDA_TRAFFIC
-        cpucuda_traffic_shared(p, n, 0);
-#endif
-#if CPUCUDA_RACE
-        cpucuda_race_shared(p, n, 0);
+#if CPUCUDA_HOOKS
+        cpucuda_hook_shared(p, n, 0);
 #endif
         poison_fill(p, n);
     }
@@ -860,17 +852,11 @@ CPUCUDA_RUNTIME static void init_block(unsigned bx, unsigned by, unsigned bz) {
         if (g_regions[r].dyn) *g_regions[r].dyn = g.dyn_smem;
         else poison_fill(g_regions[r].p, g_regions[r].n);
     poison_fill(g.dyn_smem, g.dyn_size);
-#if CPUCUDA_TRAFFIC
-    cpucuda_traffic_block_begin((int64_t)bx + (int64_t)g.gridDim.x * (by + (int64_t)g.gridDim.y * bz), n);
+#if CPUCUDA_HOOKS
+    cpucuda_hook_block_begin((int64_t)bx + (int64_t)g.gridDim.x * (by + (int64_t)g.gridDim.y * bz), n);
     for (unsigned r = 0; r < g_nregions; ++r)
-        if (!g_regions[r].dyn) cpucuda_traffic_shared(g_regions[r].p, g_regions[r].n, 0);
-    cpucuda_traffic_shared(g.dyn_smem, g.dyn_size, 1);
-#endif
-#if CPUCUDA_RACE
-    cpucuda_race_block_begin((int64_t)bx + (int64_t)g.gridDim.x * (by + (int64_t)g.gridDim.y * bz), n);
-    for (unsigned r = 0; r < g_nregions; ++r)
-        if (!g_regions[r].dyn) cpucuda_race_shared(g_regions[r].p, g_regions[r].n, 0);
-    cpucuda_race_shared(g.dyn_smem, g.dyn_size, 1);
+        if (!g_regions[r].dyn) cpucuda_hook_shared(g_regions[r].p, g_regions[r].n, 0);
+    cpucuda_hook_shared(g.dyn_smem, g.dyn_size, 1);
 #endif
 }
 
