@@ -222,6 +222,13 @@ extern "C" __global__ void halves(unsigned short* out, int barrier) {
     out[threadIdx.x] = h[threadIdx.x ^ 1];
 }
 
+// Threads 0-3 each write one byte of a word; thread `reader` then reads byte 0 (no barrier).
+extern "C" __global__ void bytes_of_a_word(unsigned char* out, int reader) {
+    __shared__ unsigned char b[4];
+    if (threadIdx.x < 4) b[threadIdx.x] = (unsigned char)(10 + threadIdx.x);
+    if (threadIdx.x == (unsigned)reader) out[0] = b[0];
+}
+
 // Thread 0 fills shared memory with libc memcpy (n bytes: not inlined); every thread reads its slot.
 extern "C" __global__ void staged(float* out, const float* in, unsigned long n, int barrier) {
     __shared__ float s[64];
@@ -283,6 +290,18 @@ def test_halves_of_one_word_are_separate(orders):
     with pytest.raises(CpuKernelRaceError, match=r"\) on __shared__ h \(byte offset [02]\) in block \(0,0,0\): "
                                                  r"thread \(1,0,0\) (read|wrote) 2 bytes"):
         k(1, 64, (out, np.int32(0)))
+
+
+def test_each_byte_of_a_word_keeps_its_own_writer(orders):
+    """Four threads write the four bytes of one word: a read of byte 0 races with its writer, thread 0, whichever
+    thread wrote the word last."""
+    k = orders.get_function("bytes_of_a_word")
+    out = np.zeros(1, np.uint8)
+    k(1, 8, (out, np.int32(0)))  # thread 0 reads its own byte
+    assert out[0] == 10
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on __shared__ b \(byte offset 0\) in block "
+                                                 r"\(0,0,0\): thread \(5,0,0\) read 1 bytes .*; thread \(0,0,0\) wrote 1 bytes"):
+        k(1, 8, (out, np.int32(5)))
 
 
 def test_libc_memcpy_into_shared_memory_races(orders):

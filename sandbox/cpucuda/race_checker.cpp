@@ -34,6 +34,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "recorder_regions.h"
+
 #define EXPORT extern "C" __attribute__((visibility("default")))
 #define HOOK extern "C" __attribute__((visibility("hidden")))
 
@@ -49,7 +51,13 @@ struct Access {          // 16 bytes
     uint16_t size;       // bytes of the whole access (at most 65535)
 };
 
-struct Word { Access write, read[2]; };
+// One word's (or, once split, one byte's) interval: the last write and up to two readers.
+struct Cell { Access write, read[2]; };
+
+struct Word {
+    Cell cell;
+    uint32_t split;      // the interval in which its bytes went to Region::bytes (several writers' parts)
+};
 
 struct Region {
     uint64_t lo, hi;     // real addresses [lo, hi)
@@ -58,6 +66,7 @@ struct Region {
     int32_t shared;
     int32_t readonly;    // a pointer-to-const argument nothing has written yet
     Word* shadow;
+    Cell* bytes;         // one cell per byte, mapped at the first split: bytes[(a - base)]
 };
 
 struct Mapping { void* p; size_t bytes; bool used; };
@@ -83,9 +92,8 @@ struct State {
     bool active;
     uint64_t so_base;
     uint32_t interval;
-    std::vector<Region> regions;
+    RegionIndex<Region> regions;
     size_t global_regions;
-    size_t last_region;
     std::vector<Mapping> mappings;
     std::vector<Thread> threads;
     int cur = -1;
@@ -103,9 +111,10 @@ uint64_t so_base() {
     return 0;
 }
 
-// A shadow mapping of at least `words` entries, from the launch's pool (mapped once, reused).
-Word* shadow_for(size_t words) {
-    const size_t bytes = std::max<size_t>(words, 1) * sizeof(Word);
+// A zero-filled shadow mapping of at least `bytes`, from the launch's pool (mapped once, reused: stale
+// entries are of older intervals). The kernel touches its pages lazily.
+void* shadow_for(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 1);
     Mapping* best = nullptr;
     for (Mapping& m : S.mappings)
         if (!m.used && m.bytes >= bytes && (!best || m.bytes < best->bytes)) best = &m;
@@ -116,7 +125,7 @@ Word* shadow_for(size_t words) {
         best = &S.mappings.back();
     }
     best->used = true;
-    return (Word*)best->p;
+    return best->p;
 }
 
 void add_region(uint64_t lo, uint64_t hi, int32_t target, int32_t shared, int32_t readonly) {
@@ -124,25 +133,23 @@ void add_region(uint64_t lo, uint64_t hi, int32_t target, int32_t shared, int32_
         if (S.regions[i].lo == lo) {
             if (hi > S.regions[i].hi) {  // grown (another launch's dynamic size at the same address)
                 S.regions[i].hi = hi;
-                S.regions[i].shadow = shadow_for((hi - S.regions[i].base + 3) / 4);
+                S.regions[i].shadow = (Word*)shadow_for((hi - S.regions[i].base + 3) / 4 * sizeof(Word));
+                S.regions[i].bytes = nullptr;
+                S.regions.changed();
             }
             return;
         }
-    Region r{lo, hi, lo & ~3ull, target, shared, readonly, nullptr};
-    r.shadow = shadow_for((hi - r.base + 3) / 4);
-    if (r.shadow) S.regions.push_back(r);
+    Region r{lo, hi, lo & ~3ull, target, shared, readonly, nullptr, nullptr};
+    r.shadow = (Word*)shadow_for((hi - r.base + 3) / 4 * sizeof(Word));
+    if (r.shadow) {
+        S.regions.push_back(r);
+        S.regions.changed();
+    }
 }
 
 inline Region* region_of(uint64_t a) {
-    const size_t n = S.regions.size();
-    if (S.last_region < n && a - S.regions[S.last_region].lo < S.regions[S.last_region].hi - S.regions[S.last_region].lo)
-        return &S.regions[S.last_region];
-    for (size_t i = 0; i < n; ++i)
-        if (a - S.regions[i].lo < S.regions[i].hi - S.regions[i].lo) {
-            S.last_region = i;
-            return &S.regions[i];
-        }
-    return nullptr;
+    const int i = S.regions.find(a);
+    return i < 0 ? nullptr : &S.regions[i];
 }
 
 inline unsigned tid_of(const Access& a) { return a.thread & 1023u; }
@@ -162,7 +169,7 @@ inline bool ordered(const Access& a, unsigned t) {
 }
 
 // Whether `a` is a live access of another thread that overlaps `mask` and is not ordered before `t`.
-inline bool races(const Access& a, unsigned t, uint8_t mask) {
+inline bool races(const Access& a, unsigned t, unsigned mask) {
     return a.interval == S.interval && tid_of(a) != t && (mask_of(a) & mask) && !ordered(a, t);
 }
 
@@ -180,12 +187,28 @@ void note_race(const Region& r, uint64_t address, unsigned t, bool write, uint64
                       pc - S.so_base, before.pc, (int32_t)size, (int32_t)before.size, S.block, 1};
 }
 
-// Record a read in one of the word's two reader slots.
-inline void keep_reader(Word& w, const Access& now, unsigned t) {
-    Access* slot = w.read;
+inline bool live(const Access& a) { return a.interval == S.interval; }
+inline bool within(unsigned inner, unsigned outer) { return (inner & ~outer) == 0; }
+
+// Whether recording `now` (thread t) in `c` would lose an access a later one must be compared with: a write
+// leaving another thread's bytes of this interval behind, or a read that finds both reader slots taken by
+// other unordered readers of other bytes. Such a word splits into one cell per byte.
+inline bool needs_split(const Cell& c, unsigned mask, unsigned t, bool write) {
+    if (write) return live(c.write) && tid_of(c.write) != t && !within(mask_of(c.write), mask);
+    bool same = true;
+    for (const Access& s : c.read) {
+        if (!live(s) || tid_of(s) == t || (within(mask_of(s), mask) && ordered(s, t))) return false;
+        same &= mask_of(s) == mask;
+    }
+    return !same;
+}
+
+// Record a read in one of the cell's two reader slots (needs_split said nothing is lost).
+inline void keep_reader(Cell& c, const Access& now, unsigned t) {
+    Access* slot = c.read;
     for (int i = 0; i < 2; ++i) {
         Access& s = slot[i];
-        if (s.interval != S.interval) {  // free (and so is the slot after it)
+        if (!live(s)) {  // free (and so is the slot after it)
             s = now;
             if (i == 0) slot[1].interval = 0;
             return;
@@ -198,13 +221,59 @@ inline void keep_reader(Word& w, const Access& now, unsigned t) {
         }
     }
     for (int i = 0; i < 2; ++i)
-        if (ordered(slot[i], t)) {  // whatever races with it races with the new reader too
-            slot[i] = now;
+        if (within(mask_of(slot[i]), mask_of(now)) && ordered(slot[i], t)) {
+            slot[i] = now;  // whatever races with it races with the new reader too
             return;
         }
-    // Two unordered readers already: keep two of different warps when there are such (a write can be
-    // ordered after readers of its own warp only).
+    // Two unordered readers of the same bytes already: a write races with at least one of them unless it is
+    // ordered after both, which a write can be only after readers of its own warp (or tile); keep two of
+    // different warps when there are such.
     if ((tid_of(slot[0]) >> 5) == (tid_of(slot[1]) >> 5) && (tid_of(slot[0]) >> 5) != (t >> 5)) slot[1] = now;
+}
+
+struct Current {         // the access being checked
+    Region* region;
+    uint64_t address, pc;
+    unsigned thread, size;
+    bool write;
+};
+
+// Compare `now` (its mask: the bytes of the cell it touches) with the cell, then record it.
+void visit(Cell& c, const Current& cur, Access now) {
+    const unsigned t = cur.thread, mask = mask_of(now);
+    if (races(c.write, t, mask)) note_race(*cur.region, cur.address, t, cur.write, cur.pc, cur.size, c.write, true);
+    if (!cur.write) {
+        keep_reader(c, now, t);
+        return;
+    }
+    for (const Access& rd : c.read)
+        if (races(rd, t, mask)) {
+            note_race(*cur.region, cur.address, t, true, cur.pc, cur.size, rd, false);
+            break;
+        }
+    const unsigned kept = live(c.write) && tid_of(c.write) == t ? mask_of(c.write) : 0;  // its own bytes stay its
+    c.write = now;
+    set_mask(c.write, mask | kept);
+}
+
+// The word's cell as four cells of one byte each (mask 1), in Region::bytes.
+Cell* split(Region& r, Word& w, uint64_t word) {
+    if (!r.bytes) r.bytes = (Cell*)shadow_for((r.hi - r.base + 3) / 4 * 4 * sizeof(Cell));
+    Cell* b = r.bytes + 4 * word;
+    if (w.split == S.interval) return b;
+    for (unsigned i = 0; i < 4; ++i) {
+        b[i] = Cell{};
+        const Access* from[3] = {&w.cell.write, &w.cell.read[0], &w.cell.read[1]};
+        Access* to[3] = {&b[i].write, &b[i].read[0], &b[i].read[1]};
+        for (int k = 0, next_read = 1; k < 3; ++k)
+            if (live(*from[k]) && ((mask_of(*from[k]) >> i) & 1u)) {
+                Access* dst = k == 0 ? to[0] : to[next_read++];
+                *dst = *from[k];
+                set_mask(*dst, 1);
+            }
+    }
+    w.split = S.interval;
+    return b;
 }
 
 void check(uint64_t addr, unsigned size, bool write, void* ret) {
@@ -216,29 +285,22 @@ void check(uint64_t addr, unsigned size, bool write, void* ret) {
         if (!write) return;
         r->readonly = 0;  // written after all (a cast): from now on its reads are recorded too
     }
-    const unsigned t = (unsigned)S.cur;
-    const uint64_t pc = (uint64_t)ret;
+    const Current cur{r, addr, (uint64_t)ret, (unsigned)S.cur, size, write};
+    const unsigned t = cur.thread;
     const uint64_t end = std::min(addr + size, r->hi);
-    Access now{S.interval, S.threads[t].clock[t & 31], (uint32_t)(pc - S.so_base), (uint16_t)t,
+    Access now{S.interval, S.threads[t].clock[t & 31], (uint32_t)(cur.pc - S.so_base), (uint16_t)t,
                (uint16_t)std::min(size, 65535u)};
     for (uint64_t a = std::max(addr, r->lo); a < end;) {
         const uint64_t word = (a - r->base) >> 2, next = std::min(r->base + 4 * (word + 1), end);
-        const uint8_t mask = (uint8_t)(((1u << (next - a)) - 1) << ((a - r->base) & 3));
+        const unsigned first = (unsigned)((a - r->base) & 3), mask = ((1u << (next - a)) - 1) << first;
         Word& w = r->shadow[word];
-        set_mask(now, mask);
-        if (races(w.write, t, mask)) note_race(*r, addr, t, write, pc, size, w.write, true);
-        if (write) {
-            for (const Access& rd : w.read)
-                if (races(rd, t, mask)) {
-                    note_race(*r, addr, t, true, pc, size, rd, false);
-                    break;
-                }
-            const bool mine = w.write.interval == S.interval && tid_of(w.write) == t;
-            const unsigned kept = mine ? mask_of(w.write) : 0;  // its own earlier bytes of the word stay its
-            w.write = now;
-            set_mask(w.write, mask | kept);
+        if (w.split != S.interval && !needs_split(w.cell, mask, t, write)) {
+            set_mask(now, mask);
+            visit(w.cell, cur, now);
         } else {
-            keep_reader(w, now, t);
+            Cell* bytes = split(*r, w, word);
+            set_mask(now, 1);
+            for (unsigned i = first; i < first + (unsigned)(next - a); ++i) visit(bytes[i], cur, now);
         }
         a = next;
     }
@@ -316,7 +378,7 @@ EXPORT void cpucuda_race_begin(const PyRegion* regions, int64_t n) {
         if (regions[i].hi > regions[i].lo)
             add_region(regions[i].lo, regions[i].hi, (int32_t)regions[i].target, 0, (int32_t)regions[i].readonly);
     S.global_regions = S.regions.size();
-    S.last_region = 0;
+    S.regions.changed();
     S.found = false;
     S.pairs.clear();
     S.interval++;

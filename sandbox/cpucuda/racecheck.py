@@ -37,7 +37,7 @@ from .errors import CpuKernelRaceError
 from .traffic import _symbols
 
 RECORDER = Path(__file__).resolve().parent / "race_checker.cpp"
-COMPILE_FLAGS = ["-O1", "-g", "-DCPUCUDA_RACE=1", "-fsanitize=thread"]
+COMPILE_FLAGS = ["-O2", "-g", "-DCPUCUDA_RACE=1", "-fsanitize=thread"]
 
 
 def compile_flags() -> list[str]:

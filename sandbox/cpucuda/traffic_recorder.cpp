@@ -32,6 +32,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "recorder_regions.h"
+
 #define EXPORT extern "C" __attribute__((visibility("default")))
 #define HOOK extern "C" __attribute__((visibility("hidden")))
 
@@ -99,8 +101,7 @@ struct SiteKeyHash {
 struct State {
     bool active;
     uint64_t base;                       // load address of this shared object
-    std::vector<Region> regions;
-    size_t last_region;
+    RegionIndex<Region> regions;
     size_t global_regions;               // regions[0, global_regions) came from Python
     std::vector<Fiber> fibers;
     int32_t cur = -1;
@@ -130,21 +131,7 @@ uint64_t so_base() {
     return 0;
 }
 
-inline int find_region(uint64_t a) {
-    const size_t n = S.regions.size();
-    if (S.last_region < n) {
-        const Region& r = S.regions[S.last_region];
-        if (a - r.lo < r.hi - r.lo) return (int)S.last_region;
-    }
-    for (size_t i = 0; i < n; ++i) {
-        const Region& r = S.regions[i];
-        if (a - r.lo < r.hi - r.lo) {
-            S.last_region = i;
-            return (int)i;
-        }
-    }
-    return -1;
-}
+inline int find_region(uint64_t a) { return S.regions.find(a); }
 
 int32_t intern_chain(int32_t parent, uint64_t pc) {
     const uint64_t key = ((uint64_t)(uint32_t)(parent + 1) << 40) ^ (pc - S.base);
@@ -310,9 +297,11 @@ void add_shared_region(const void* p, size_t n, int32_t target) {
     for (size_t i = S.global_regions; i < S.regions.size(); ++i)
         if (S.regions[i].lo == lo) {
             S.regions[i].hi = lo + n;
+            S.regions.changed();
             return;
         }
     S.regions.push_back(Region{lo, lo + n, 0, target, 1});
+    S.regions.changed();
 }
 
 void note_unseen(const void* dst, const void* src, size_t n, void* pc, int32_t what) {
@@ -413,7 +402,7 @@ EXPORT void cpucuda_traffic_begin(const PyRegion* regions, int64_t n, int64_t nu
         if (regions[i].hi > regions[i].lo)
             S.regions.push_back(Region{regions[i].lo, regions[i].hi, regions[i].vbase, (int32_t)regions[i].target, 0});
     S.global_regions = S.regions.size();
-    S.last_region = 0;
+    S.regions.changed();
     S.sites.clear();
     S.site_index.clear();
     S.chains.clear();
