@@ -158,6 +158,7 @@ def test_launches_run_in_process_and_each_reports_its_race(racy):
 
     k = racy.get_function("neighbour")
     out = np.zeros(64, np.float32)
+    children = dict(child._SERVERS)  # other tests' ASan child, if any
     k(1, 64, (out, np.int32(1)))
     for _ in range(2):
         with pytest.raises(CpuKernelRaceError, match=r"write-after-read\) on __shared__ tile"):
@@ -165,7 +166,7 @@ def test_launches_run_in_process_and_each_reports_its_race(racy):
     out[:] = 0
     k(1, 64, (out, np.int32(1)))
     np.testing.assert_array_equal(out, (np.arange(64) + 1) % 64)
-    assert not child._SERVERS  # nothing started a sanitizer child
+    assert child._SERVERS == children  # no sanitizer child started or replaced
 
 
 # What the checker itself decides: intervals, warp clocks with partial masks and their transitivity, tiles wider
@@ -227,6 +228,12 @@ extern "C" __global__ void bytes_of_a_word(unsigned char* out, int reader) {
     __shared__ unsigned char b[4];
     if (threadIdx.x < 4) b[threadIdx.x] = (unsigned char)(10 + threadIdx.x);
     if (threadIdx.x == (unsigned)reader) out[0] = b[0];
+}
+
+// An input behind a pointer to const that thread 0 writes anyway (a cast) and thread 1 then reads.
+extern "C" __global__ void through_const(const int* x, int* out) {
+    if (threadIdx.x == 0) const_cast<int*>(x)[2] = 1;
+    if (threadIdx.x == 1) out[0] = x[2];
 }
 
 // Thread 0 fills shared memory with libc memcpy (n bytes: not inlined); every thread reads its slot.
@@ -302,6 +309,14 @@ def test_each_byte_of_a_word_keeps_its_own_writer(orders):
     with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on __shared__ b \(byte offset 0\) in block "
                                                  r"\(0,0,0\): thread \(5,0,0\) read 1 bytes .*; thread \(0,0,0\) wrote 1 bytes"):
         k(1, 8, (out, np.int32(5)))
+
+
+def test_a_const_input_written_through_a_cast_is_checked_from_then_on(orders):
+    """Reads of a pointer-to-const argument are not recorded until something writes to it; after that they are."""
+    x = np.zeros(4, np.int32)
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on argument 0 \(int32, shape \(4,\), element 2 "
+                                                 r"of the flattened array\) .*thread \(1,0,0\) read 4 bytes"):
+        orders.get_function("through_const")(1, 32, (x, np.zeros(1, np.int32)))
 
 
 def test_libc_memcpy_into_shared_memory_races(orders):
