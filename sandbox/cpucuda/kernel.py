@@ -279,7 +279,7 @@ class CpuRawKernel:
 
     def _launch(self, mode: str, config: tuple, items) -> None:
         runner = build_mode(mode).runner
-        if runner is not None:  # a sanitizer child process (asan.py, racecheck.py)
+        if runner is not None:  # a sanitizer child process (asan.py)
             build = self._program.build(mode, self.name)
             module = importlib.import_module(f".{runner}", __package__)
             module.launch(build, self.name, config, self.params, items, self._program.constant_bytes())

@@ -37,7 +37,7 @@ class BuildMode:
     name: str
     flags: tuple[str, ...]
     stack_factor: int = 1       # fiber stacks: this many times SANDBOX_CPUCUDA_STACK_KB
-    runner: str | None = None   # "asan", "racecheck": a child process with that sanitizer; None: in process
+    runner: str | None = None   # "asan": a child process with that sanitizer; None: in process
     whole_module: bool = True   # False: sanitizer builds compile several times slower, so one kernel each
     recorder: str | None = None  # "traffic", "racecheck": the module whose RECORDER and compile_flags() it adds
 

@@ -14,13 +14,17 @@
 //   its warp, joined over the lanes of the operation at its release. A tile barrier (tiles of 64 ...
 //   1024 threads) orders its threads: each thread keeps, per tile size, its own clock at the last
 //   such barrier it passed. Threads of different warps are otherwise unordered.
-// * Shadow: per 4-byte word of a region, the interval's last write and up to two readers (each:
+// * Shadow: per 4-byte word of a region, a cell: the interval's last write and up to two readers (each:
 //   thread, interval, own clock, instruction, size, the bytes of the word it touched). A write is
 //   compared with the last write and the readers, a read with the last write; byte masks keep
-//   neighbouring halves of a word apart. Two readers are exact for "another thread read it" while the
-//   interval's readers are unordered (always, across warps); a reader ordered before a new one gives
-//   up its slot to it. The shadow is mapped lazily and reused by the next launch without clearing
-//   (intervals only grow).
+//   neighbouring halves of a word apart. A reader ordered before a new one of no more bytes gives up its
+//   slot to it (whatever races with it races with the new one). A word written in parts by two threads
+//   in one interval, or read in parts by more than two unordered ones, splits into one cell per byte
+//   (Region::bytes) until the interval ends, so no byte's writer or readers are lost. The one
+//   approximation: of three or more unordered readers of the same bytes two are kept (of different
+//   warps when there are such), so a write that a partial-mask warp operation orders after the two
+//   kept ones, but not after a third of their warp, is not reported. The shadow is mapped lazily and
+//   reused by the next launch without clearing (intervals only grow).
 // * Reads of an array passed as a pointer to const are not recorded until something writes to it (a
 //   kernel cannot, through that parameter): the big read-only inputs cost no shadow.
 // * Atomics are not instrumented (cpucuda_device.h): they never race with each other, and a plain
