@@ -123,6 +123,10 @@ void* shadow_for(size_t bytes) {
     for (Mapping& m : S.mappings)
         if (!m.used && m.bytes >= bytes && (!best || m.bytes < best->bytes)) best = &m;
     if (!best) {
+        // the unused mappings too small for this one go: the pool holds what the largest launches needed
+        S.mappings.erase(std::remove_if(S.mappings.begin(), S.mappings.end(),
+                                        [&](const Mapping& m) { return !m.used && m.bytes < bytes && !munmap(m.p, m.bytes); }),
+                         S.mappings.end());
         void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) return nullptr;
         S.mappings.push_back(Mapping{p, bytes, false});
@@ -393,6 +397,10 @@ EXPORT void cpucuda_race_begin(const PyRegion* regions, int64_t n) {
 EXPORT int cpucuda_race_end(Report* out) {
     S.active = false;
     S.cur = -1;
+    // Every loaded racecheck library keeps its own pool: the big mappings give their pages back (they read
+    // as zeros, interval 0, when next touched), the small ones stay as they are.
+    for (const Mapping& m : S.mappings)
+        if (m.bytes >= ((size_t)1 << 20)) madvise(m.p, m.bytes, MADV_DONTNEED);
     if (!S.found) return 0;
     *out = S.report;
     return 1;
