@@ -236,6 +236,23 @@ extern "C" __global__ void through_const(const int* x, int* out) {
     if (threadIdx.x == 1) out[0] = x[2];
 }
 
+// Every thread counts itself in a __device__ variable: plainly (a race) or with atomicAdd. A file-scope
+// __shared__ array stays shared memory.
+__device__ int tally;
+__shared__ int file_scope[32];
+
+extern "C" __global__ void file_scope_neighbour(int* out) {
+    file_scope[threadIdx.x] = 1;
+    out[threadIdx.x] = file_scope[(threadIdx.x + 1) % 32];
+}
+
+extern "C" __global__ void count_in_global(int* out, int atomic) {
+    if (atomic) atomicAdd(&tally, 1);
+    else tally += 1;
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = tally;
+}
+
 // Thread 0 fills shared memory with libc memcpy (n bytes: not inlined); every thread reads its slot.
 extern "C" __global__ void staged(float* out, const float* in, unsigned long n, int barrier) {
     __shared__ float s[64];
@@ -317,6 +334,17 @@ def test_a_const_input_written_through_a_cast_is_checked_from_then_on(orders):
     with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on argument 0 \(int32, shape \(4,\), element 2 "
                                                  r"of the flattened array\) .*thread \(1,0,0\) read 4 bytes"):
         orders.get_function("through_const")(1, 32, (x, np.zeros(1, np.int32)))
+
+
+def test_a_global_device_variable_is_checked(orders):
+    k = orders.get_function("count_in_global")
+    out = np.zeros(1, np.int32)
+    k(1, 32, (out, np.int32(1)))  # atomics: no race
+    with pytest.raises(CpuKernelRaceError, match=r"\(read-after-write\) on global variable tally \(byte offset 0\) in "
+                                                 r"block \(0,0,0\): thread \(1,0,0\) read 4 bytes"):
+        k(1, 32, (out, np.int32(0)))
+    with pytest.raises(CpuKernelRaceError, match=r"\(write-after-read\) on __shared__ file_scope \(byte offset 4\)"):
+        orders.get_function("file_scope_neighbour")(1, 32, (np.zeros(32, np.int32),))
 
 
 def test_libc_memcpy_into_shared_memory_races(orders):

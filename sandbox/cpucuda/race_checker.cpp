@@ -5,8 +5,9 @@
 // those entry points and checks each access against CUDA's ordering rules within a block
 // (sandbox/cpucuda/racecheck.py reads the reports back).
 //
-// * Only the launch's arrays (regions from Python) and shared memory (regions from the runtime) are
-//   checked; everything else (fiber stacks, the runtime's state) is a register on a GPU.
+// * Only the launch's arrays and the object's global (__device__) variables (regions from Python) and
+//   shared memory (regions from the runtime) are checked; everything else (the fibers' stacks, the
+//   runtime's state) is a register on a GPU.
 // * Intervals: a global counter that a block's start and every released __syncthreads increment, in
 //   constant time. An access recorded in an older interval never races.
 // * Within an interval, a warp operation that orders memory (every one by default, only __syncwarp in
@@ -66,7 +67,7 @@ struct Word {
 struct Region {
     uint64_t lo, hi;     // real addresses [lo, hi)
     uint64_t base;       // lo rounded down to a word: shadow[(a - base) / 4]
-    int32_t target;      // argument index; shared: -1 static, -2 dynamic
+    int32_t target;      // argument index, -3: a global variable; shared: -1 static, -2 dynamic
     int32_t shared;
     int32_t readonly;    // a pointer-to-const argument nothing has written yet
     Word* shadow;
@@ -159,6 +160,7 @@ inline Region* region_of(uint64_t a) {
     const int i = S.regions.find(a);
     return i < 0 ? nullptr : &S.regions[i];
 }
+
 
 inline unsigned tid_of(const Access& a) { return a.thread & 1023u; }
 inline unsigned mask_of(const Access& a) { return a.thread >> 12; }

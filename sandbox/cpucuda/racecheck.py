@@ -21,13 +21,15 @@ atomicCAS ... }``), and polling a flag that atomics write is common; both are ha
 memcpy/memmove/memset called by the kernel count as its reads and writes (the linker's ``--wrap``).
 A race raises :class:`CpuKernelRaceError` after the launch (whose written arrays come back), naming the
 kernel, the kind of race, the array (argument index, dtype, shape and element, or the ``__shared__``
-variable, or dynamic shared memory), the block, both threads and both source lines (addr2line).
+variable, dynamic shared memory, or a global ``__device__`` variable), the block, both threads and both
+source lines (addr2line).
 What the checker keeps per word, and its one approximation, are in race_checker.cpp's header.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -65,17 +67,21 @@ def _prepare(lib) -> None:
     lib.cpucuda_race_end.restype = ctypes.c_int
 
 
-def _regions(params, items):
-    """One region per array argument; an array behind a pointer to const that no other argument overlaps is
-    read-only (its reads are recorded only once something writes to it)."""
+def _regions(build, params, items):
+    """One region per array argument, then one per global variable of the kernel's object (target -3). An array
+    behind a pointer to const that no other argument overlaps is read-only (its reads are recorded only once
+    something writes to it)."""
     arrays = [(i, it.ctypes.data, it.ctypes.data + it.nbytes) for i, it in enumerate(items)
               if isinstance(it, np.ndarray) and it.nbytes]
-    regions = (_Region * max(len(arrays), 1))()
+    variables = global_variables(build)
+    regions = (_Region * max(len(arrays) + len(variables), 1))()
     for k, (i, lo, hi) in enumerate(arrays):
         writable = [(a, b) for j, a, b in arrays if j != i and params[j].code == "P"]
         readonly = params[i].code == "C" and not any(a < hi and lo < b for a, b in writable)
         regions[k] = _Region(lo, hi, i, int(readonly))
-    return regions, len(arrays)
+    for k, (_, address, size) in enumerate(variables, len(arrays)):
+        regions[k] = _Region(address, address + size, -3, 0)
+    return regions, len(arrays) + len(variables)
 
 
 class Session:
@@ -84,7 +90,7 @@ class Session:
     def __init__(self, lib, build, kernel, params, items, grid, block):
         _prepare(lib)
         self.lib, self.build, self.kernel, self.items, self.grid, self.block = lib, build, kernel, items, grid, block
-        self._regions, count = _regions(params, items)  # kept alive while the launch runs
+        self._regions, count = _regions(build, params, items)  # kept alive while the launch runs
         lib.cpucuda_race_begin(ctypes.addressof(self._regions), count)
 
     def end(self) -> CpuKernelRaceError | None:
@@ -124,6 +130,9 @@ def explain(report: _Report, name: str, build, items, grid, block) -> str:
 def _target(report: _Report, build, items, symbols) -> str:
     """The array the racy address lies in: an argument, a __shared__ variable or dynamic shared memory."""
     offset = report.address - report.region_lo
+    if report.target == -3:
+        name = next(n for n, lo, _ in global_variables(build) if lo == report.region_lo)
+        return f"global variable {name} (byte offset {offset})"
     if not report.shared:
         i = report.target
         arr = items[i]
@@ -133,6 +142,35 @@ def _target(report: _Report, build, items, symbols) -> str:
         names = ", ".join(dict.fromkeys(build.dynamic_names)) or "extern __shared__"
         return f"dynamic shared memory ({names}; byte offset {offset})"
     return f"__shared__ {symbols.shared_name(report.region_lo)} (byte offset {offset})"
+
+
+# Writable data symbols that are not the kernel's variables: the runtime's and the checker's state, the
+# compiler's and the C runtime's own (guard variables of function-scope statics, ...), and __shared__ storage
+# (shared memory has its own regions; file-scope __shared__ arrays keep their source names).
+_NOT_KERNEL_DATA = ("cpucuda::", "(anonymous namespace)::", "std::", "guard variable", "typeinfo", "vtable", "DW.ref.",
+                    "__", "_GLOBAL_", "_DYNAMIC", "completed.")
+
+
+@functools.lru_cache(maxsize=64)
+def _data_symbols(so_path: str, shared: frozenset) -> tuple[tuple[str, int, int], ...]:
+    """(demangled name, offset, size) of the object's writable data symbols that are the kernel's (nm), less the
+    __shared__ arrays named in ``shared``."""
+    out = subprocess.run(["nm", "-S", "-C", "--defined-only", so_path], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) == 4 and parts[2] in "bBdD" and int(parts[1], 16):
+            name = parts[3]
+            if not name.startswith(_NOT_KERNEL_DATA) and "__cpucuda_" not in name and name not in shared:
+                found.append((name, int(parts[0], 16), int(parts[1], 16)))
+    return tuple(found)
+
+
+def global_variables(build) -> list[tuple[str, int, int]]:
+    """(name, address, bytes) in this process of the kernel's global variables (``__device__``, statics)."""
+    base = _symbols(build)._base
+    shared = frozenset(build.shared_names) | frozenset(build.shared_names.values())
+    return [(name, base + offset, size) for name, offset, size in _data_symbols(str(build.so_path), shared)]
 
 
 def _short(function: str) -> str:
