@@ -1,8 +1,8 @@
-"""Racecheck (ThreadSanitizer, one TSan fiber per CUDA thread): what it reports, what it must not report, and
-the mutation test: every __syncthreads() of the CUDA C kernels removed one at a time is reported.
+"""Racecheck (racecheck.py, race_checker.cpp): what it reports, what it must not report, what orders memory in
+CUDA (intervals, warp operations with partial masks, tiles), and the mutation test: every __syncthreads() of the
+CUDA C kernels removed one at a time is reported.
 
-Each racecheck launch runs in a child process (about 0.5 s plus a few ms per CUDA thread to create its
-TSan fiber); compiled objects are cached on disk, so only a cold run pays for g++.
+Racecheck launches run in this process; compiled objects are cached on disk, so only a cold run pays for g++.
 """
 from __future__ import annotations
 
@@ -151,23 +151,212 @@ def test_racecheck_from_environment_and_modes(monkeypatch):
         CpuRawKernel(RACY, "neighbour", asan=True, racecheck=True)(1, 64, (out, np.int32(1)))
 
 
-def test_one_child_serves_launches_until_one_reports(racy):
-    """Launches reuse the racecheck child (its libraries, fibers and TSan fibers); a launch that reported a race
-    gets a fresh child next time, since TSan reports each distinct race once per process."""
+def test_launches_run_in_process_and_each_reports_its_race(racy):
+    """No child process: a launch that reported a race leaves nothing behind, the same race is reported again by
+    the next launch, and a clean launch after it passes with its results."""
     from sandbox.cpucuda import child
 
     k = racy.get_function("neighbour")
     out = np.zeros(64, np.float32)
+    children = dict(child._SERVERS)  # other tests' ASan child, if any
     k(1, 64, (out, np.int32(1)))
-    first = child._SERVERS["ThreadSanitizer"].proc.pid
-    k(1, 64, (out, np.int32(1)))
-    assert child._SERVERS["ThreadSanitizer"].proc.pid == first
-    for _ in range(2):  # the same race, reported again by the next child
-        with pytest.raises(CpuKernelRaceError):
+    for _ in range(2):
+        with pytest.raises(CpuKernelRaceError, match=r"write-after-read\) on __shared__ tile"):
             k(1, 64, (out, np.int32(0)))
+    out[:] = 0
     k(1, 64, (out, np.int32(1)))
-    assert child._SERVERS["ThreadSanitizer"].proc.pid != first
     np.testing.assert_array_equal(out, (np.arange(64) + 1) % 64)
+    assert child._SERVERS == children  # no sanitizer child started or replaced
+
+
+# What the checker itself decides: intervals, warp clocks with partial masks and their transitivity, tiles wider
+# than a warp, bytes of one word, libc memcpy.
+ORDERS = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+// Thread r % 64 writes x[0] in round r; `barrier` 1: a __syncthreads between rounds (earlier intervals never race).
+extern "C" __global__ void rounds(int* x, int barrier) {
+    for (int r = 0; r < 4; ++r) {
+        if (threadIdx.x == r % 64) x[0] = r;
+        if (barrier) __syncthreads();
+    }
+}
+
+// Lane 0 writes; lanes 0-15 meet at __syncwarp(0x0000ffff), lanes 16-31 at __syncwarp(0xffff0000); then lanes
+// below `readers` read lane 0's value (`readers` 32: lanes 16-31 too, which nothing ordered after the write).
+extern "C" __global__ void half_warps(int* out, int readers) {
+    __shared__ int slot;
+    const unsigned lane = threadIdx.x;
+    if (lane == 0) slot = 7;
+    __syncwarp(lane < 16 ? 0x0000ffffu : 0xffff0000u);
+    if (lane < (unsigned)readers) out[lane] = slot;
+}
+
+// Lane 0 writes; lanes 0-1 and 2-3 meet; then lanes 1-2; then lane `reader` reads: lane 2 is ordered after the
+// write through lane 1, lane 3 is not.
+extern "C" __global__ void relay(int* out, int reader) {
+    __shared__ int slot;
+    const unsigned lane = threadIdx.x;
+    if (lane == 0) slot = 5;
+    for (int step = 0; step < 2; ++step) {
+        const unsigned group = step == 0 ? (lane < 2 ? 0x3u : 0xcu) : 0x6u;
+        if ((group >> lane) & 1u) __syncwarp(group);
+    }
+    if (lane == (unsigned)reader) out[0] = slot;
+}
+
+// Thread 0 writes; the first 64-thread tile syncs; thread `reader` reads (64 or more: another tile).
+extern "C" __global__ void tile64(int* out, int reader) {
+    __shared__ int slot;
+    auto tile = cg::tiled_partition<64>(cg::this_thread_block());
+    if (threadIdx.x == 0) slot = 9;
+    tile.sync();
+    if (threadIdx.x == (unsigned)reader) out[0] = slot;
+}
+
+// Each thread writes its own 2-byte half of a word, then reads its neighbour's half (`barrier`: after a sync).
+extern "C" __global__ void halves(unsigned short* out, int barrier) {
+    __shared__ unsigned short h[64];
+    h[threadIdx.x] = (unsigned short)threadIdx.x;
+    if (barrier) __syncthreads();
+    out[threadIdx.x] = h[threadIdx.x ^ 1];
+}
+
+// Threads 0-3 each write one byte of a word; thread `reader` then reads byte 0 (no barrier).
+extern "C" __global__ void bytes_of_a_word(unsigned char* out, int reader) {
+    __shared__ unsigned char b[4];
+    if (threadIdx.x < 4) b[threadIdx.x] = (unsigned char)(10 + threadIdx.x);
+    if (threadIdx.x == (unsigned)reader) out[0] = b[0];
+}
+
+// An input behind a pointer to const that thread 0 writes anyway (a cast) and thread 1 then reads.
+extern "C" __global__ void through_const(const int* x, int* out) {
+    if (threadIdx.x == 0) const_cast<int*>(x)[2] = 1;
+    if (threadIdx.x == 1) out[0] = x[2];
+}
+
+// Every thread counts itself in a __device__ variable: plainly (a race) or with atomicAdd. A file-scope
+// __shared__ array stays shared memory.
+__device__ int tally;
+__shared__ int file_scope[32];
+
+extern "C" __global__ void file_scope_neighbour(int* out) {
+    file_scope[threadIdx.x] = 1;
+    out[threadIdx.x] = file_scope[(threadIdx.x + 1) % 32];
+}
+
+extern "C" __global__ void count_in_global(int* out, int atomic) {
+    if (atomic) atomicAdd(&tally, 1);
+    else tally += 1;
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = tally;
+}
+
+// Thread 0 fills shared memory with libc memcpy (n bytes: not inlined); every thread reads its slot.
+extern "C" __global__ void staged(float* out, const float* in, unsigned long n, int barrier) {
+    __shared__ float s[64];
+    if (threadIdx.x == 0) memcpy(s, in, n);
+    if (barrier) __syncthreads();
+    out[threadIdx.x] = s[threadIdx.x];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def orders():
+    return CpuRawModule(code=ORDERS, racecheck=True)
+
+
+def test_an_access_of_an_earlier_interval_never_races(orders):
+    x = np.zeros(1, np.int32)
+    orders.get_function("rounds")(1, 64, (x, np.int32(1)))
+    assert x[0] == 3
+    with pytest.raises(CpuKernelRaceError, match=r"write-after-write\) on argument 0 .*: thread \(1,0,0\) wrote 4 "
+                                                 r"bytes at <code>:\d+ in rounds; thread \(0,0,0\) wrote 4 bytes"):
+        orders.get_function("rounds")(1, 64, (x, np.int32(0)))
+
+
+def test_a_partial_warp_mask_orders_only_its_lanes(orders):
+    k = orders.get_function("half_warps")
+    out = np.zeros(32, np.int32)
+    k(1, 32, (out, np.int32(16)))
+    np.testing.assert_array_equal(out[:16], 7)
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on __shared__ slot .*: thread \(16,0,0\) read "
+                                                 r"4 bytes at <code>:\d+ in half_warps; thread \(0,0,0\) wrote"):
+        k(1, 32, (out, np.int32(32)))
+
+
+def test_warp_orders_are_transitive(orders):
+    out = np.zeros(1, np.int32)
+    orders.get_function("relay")(1, 4, (out, np.int32(2)))
+    assert out[0] == 5
+    with modes(racecheck="strict"):  # __syncwarp orders in strict mode too
+        CpuRawModule(code=ORDERS).get_function("relay")(1, 4, (out, np.int32(2)))
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on __shared__ slot .*thread \(3,0,0\) read"):
+        orders.get_function("relay")(1, 4, (out, np.int32(3)))
+
+
+def test_a_tile_sync_orders_its_own_threads_only(orders):
+    k = orders.get_function("tile64")
+    out = np.zeros(1, np.int32)
+    k(1, 128, (out, np.int32(63)))
+    assert out[0] == 9
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on __shared__ slot .*thread \(64,0,0\) read"):
+        k(1, 128, (out, np.int32(64)))
+
+
+def test_halves_of_one_word_are_separate(orders):
+    k = orders.get_function("halves")
+    out = np.zeros(64, np.uint16)
+    k(1, 64, (out, np.int32(1)))  # 32 words, each written by two threads: no race
+    np.testing.assert_array_equal(out, np.arange(64) ^ 1)
+    with pytest.raises(CpuKernelRaceError, match=r"\) on __shared__ h \(byte offset [02]\) in block \(0,0,0\): "
+                                                 r"thread \(1,0,0\) (read|wrote) 2 bytes"):
+        k(1, 64, (out, np.int32(0)))
+
+
+def test_each_byte_of_a_word_keeps_its_own_writer(orders):
+    """Four threads write the four bytes of one word: a read of byte 0 races with its writer, thread 0, whichever
+    thread wrote the word last."""
+    k = orders.get_function("bytes_of_a_word")
+    out = np.zeros(1, np.uint8)
+    k(1, 8, (out, np.int32(0)))  # thread 0 reads its own byte
+    assert out[0] == 10
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on __shared__ b \(byte offset 0\) in block "
+                                                 r"\(0,0,0\): thread \(5,0,0\) read 1 bytes .*; thread \(0,0,0\) wrote 1 bytes"):
+        k(1, 8, (out, np.int32(5)))
+
+
+def test_a_const_input_written_through_a_cast_is_checked_from_then_on(orders):
+    """Reads of a pointer-to-const argument are not recorded until something writes to it; after that they are."""
+    x = np.zeros(4, np.int32)
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on argument 0 \(int32, shape \(4,\), element 2 "
+                                                 r"of the flattened array\) .*thread \(1,0,0\) read 4 bytes"):
+        orders.get_function("through_const")(1, 32, (x, np.zeros(1, np.int32)))
+
+
+def test_a_global_device_variable_is_checked(orders):
+    k = orders.get_function("count_in_global")
+    out = np.zeros(1, np.int32)
+    k(1, 32, (out, np.int32(1)))  # atomics: no race
+    with pytest.raises(CpuKernelRaceError, match=r"\(read-after-write\) on global variable tally \(byte offset 0\) in "
+                                                 r"block \(0,0,0\): thread \(1,0,0\) read 4 bytes"):
+        k(1, 32, (out, np.int32(0)))
+    with pytest.raises(CpuKernelRaceError, match=r"\(write-after-read\) on __shared__ file_scope \(byte offset 4\)"):
+        orders.get_function("file_scope_neighbour")(1, 32, (np.zeros(32, np.int32),))
+
+
+def test_libc_memcpy_into_shared_memory_races(orders):
+    k = orders.get_function("staged")
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    k(1, 64, (out, x, np.uint64(x.nbytes), np.int32(1)))
+    np.testing.assert_array_equal(out, x)
+    with pytest.raises(CpuKernelRaceError, match=r"read-after-write\) on __shared__ s \(byte offset 4\) .*: "
+                                                 r"thread \(1,0,0\) read 4 bytes at <code>:\d+ in staged; "
+                                                 r"thread \(0,0,0\) wrote 256 bytes at <code>:\d+ in staged"):
+        k(1, 64, (out, x, np.uint64(x.nbytes), np.int32(0)))
 
 
 def test_race_in_a_user_header_names_the_header(tmp_path):

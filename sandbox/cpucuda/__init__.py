@@ -18,9 +18,10 @@ asserts and crashes raise ``CpuKernelError`` / ``CpuKernelMemoryError`` naming
 the kernel, line and thread; ``asan=True`` (or ``SANDBOX_CPUCUDA_ASAN=1``) runs
 each launch under AddressSanitizer in a child process and turns an
 out-of-bounds access into ``CpuKernelMemoryError`` with file and line;
-``racecheck=True`` (or ``SANDBOX_CPUCUDA_RACECHECK=1``) runs it under
-ThreadSanitizer, one TSan fiber per CUDA thread, and turns a data race
-between two threads of a block into ``CpuKernelRaceError``;
+``racecheck=True`` (or ``SANDBOX_CPUCUDA_RACECHECK=1``) checks every access
+against CUDA's ordering (barrier intervals, warp operations, tiles) in this
+process and turns a data race between two threads of a block into
+``CpuKernelRaceError``;
 ``poison="finite"`` (``SANDBOX_CPUCUDA_POISON=finite``) fills shared memory
 with large finite values that NaN-blind code (fmaxf) cannot skip.
 ``traffic=True`` (``SANDBOX_CPUCUDA_TRAFFIC=1``) counts every global and

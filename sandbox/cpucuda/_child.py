@@ -3,16 +3,14 @@
 Runs as ``python -B -S -E _child.py CMD_FD REPLY_FD`` with the sanitizer runtime preloaded and
 serves launches until its command pipe closes. Each command is a length-prefixed pickle: a
 launch names the shared object, the entry, the arguments and where each array lies in the
-arena (a file mapped by both processes). Under ThreadSanitizer the kernel works on the arena
-itself; under AddressSanitizer each array is first copied into a malloc of exactly its size,
-so a one-past-the-end access is caught, and the written ones are copied back. The reply gives
-the buffer addresses (the parent names the argument a report points into), the address of
-dynamic shared memory, the runtime's return code and message.
+arena (a file mapped by both processes). Each array is first copied into a malloc of exactly
+its size, so a one-past-the-end access is caught, and the written ones are copied back. The
+reply gives the buffer addresses (the parent names the argument a report points into), the
+runtime's return code and message.
 
-Libraries stay loaded and keep their fibers; under TSan all of them share one pool of TSan
-fibers (creating one costs about 0.8 ms). Reports go to stderr (a file the parent reads after
-each launch); an ASan error aborts this process, which the parent sees as the reply pipe
-closing. Only the standard library is used: the child starts fast.
+Libraries stay loaded and keep their fibers. Reports go to stderr (a file the parent reads
+after each launch); an ASan error aborts this process, which the parent sees as the reply
+pipe closing. Only the standard library is used: the child starts fast.
 """
 import ctypes
 import mmap
@@ -21,7 +19,7 @@ import sys
 import _abi
 
 class Server:
-    """What stays alive between launches: libraries, the arena mapping, the TSan fiber pool."""
+    """What stays alive between launches: libraries and the arena mapping."""
 
     def __init__(self, reply_fd: int):
         self.reply_fd = reply_fd
@@ -29,13 +27,6 @@ class Server:
         self.last = None  # the library whose fiber stacks are mapped
         self.arena_path, self.arena = None, None
         self.libc = ctypes.CDLL(None)
-        self.tsan_pool = None
-        # getattr: a double-underscore attribute would be name-mangled inside the class
-        self.create_fiber = getattr(self.libc, "__tsan_create_fiber", None)  # the TSan runtime is preloaded
-        if self.create_fiber is not None:
-            self.create_fiber.restype = ctypes.c_void_p
-            self.create_fiber.argtypes = [ctypes.c_uint]
-            self.tsan_pool = []
 
     def library(self, path: str):
         lib = self.libs.get(path)
@@ -46,7 +37,6 @@ class Server:
             lib.cpucuda_free.argtypes = [ctypes.c_void_p]
             lib.cpucuda_constant.restype = ctypes.c_void_p
             lib.cpucuda_constant.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
-            lib.cpucuda_last_dynamic_shared.restype = ctypes.c_void_p
             lib.cpucuda_set_buffers.argtypes = [ctypes.c_void_p, ctypes.c_uint]
             self.libs[path] = lib
         if self.last is not None and self.last is not lib:
@@ -63,14 +53,6 @@ class Server:
             self.arena_path = path
         return ctypes.addressof(ctypes.c_char.from_buffer(self.arena))
 
-    def adopt_tsan_fibers(self, lib, n: int) -> None:
-        if self.tsan_pool is None or not hasattr(lib, "cpucuda_tsan_adopt"):
-            return
-        while len(self.tsan_pool) < n:
-            self.tsan_pool.append(self.create_fiber(0))
-        pool = (ctypes.c_void_p * len(self.tsan_pool))(*self.tsan_pool)
-        lib.cpucuda_tsan_adopt(pool, len(self.tsan_pool))
-
     def launch(self, job: dict) -> dict:
         lib = self.library(job["lib"])
         for name, data in job["constants"].items():
@@ -80,13 +62,10 @@ class Server:
                 ctypes.memmove(addr, data, min(len(data), size.value))
         base = self.map_arena(job["arena"], job["arena_size"]) if job["buffers"] else 0
         buffers = {}  # buffer id -> (address the kernel sees, nbytes)
-        for bid, (offset, n) in job["buffers"].items():
-            if job["copy"]:  # an exact-size malloc: ASan bounds it
-                addr = lib.cpucuda_malloc(n or 1)
-                ctypes.memmove(addr, base + offset, n)
-                buffers[bid] = (addr, n)
-            else:
-                buffers[bid] = (base + offset, n)
+        for bid, (offset, n) in job["buffers"].items():  # an exact-size malloc: ASan bounds it
+            addr = lib.cpucuda_malloc(n or 1)
+            ctypes.memmove(addr, base + offset, n)
+            buffers[bid] = (addr, n)
         pairs = [v for addr, n in buffers.values() for v in (addr, n)]
         lib.cpucuda_set_buffers((ctypes.c_uint64 * max(len(pairs), 1))(*pairs), len(buffers))
         # Before the launch: an ASan error ends this process, and the parent needs them to name the argument.
@@ -100,20 +79,17 @@ class Server:
             else:  # raw little-endian bytes of a scalar
                 argv.set_bytes(i, value)
         config = job["config"]
-        self.adopt_tsan_fibers(lib, config[1][0] * config[1][1] * config[1][2])
         fn = _abi.launch_function(lib, job["entry"])
         cfg = _abi.make_config(*config)
         err = ctypes.create_string_buffer(_abi.ERROR_BUFFER)
         rc = fn(argv.argv, ctypes.byref(cfg), err, len(err))
         self.libc.fflush(None)  # the kernel's printf reaches the file before the parent reads it
-        if job["copy"]:
-            for bid, (offset, n) in job["buffers"].items():
-                addr = buffers[bid][0]
-                if bid in job["writable"]:
-                    ctypes.memmove(base + offset, addr, n)
-                lib.cpucuda_free(addr)
-        return {"rc": rc, "error": err.value.decode(errors="replace"),
-                "dynamic_shared": (lib.cpucuda_last_dynamic_shared() or 0, config[2])}
+        for bid, (offset, n) in job["buffers"].items():
+            addr = buffers[bid][0]
+            if bid in job["writable"]:
+                ctypes.memmove(base + offset, addr, n)
+            lib.cpucuda_free(addr)
+        return {"rc": rc, "error": err.value.decode(errors="replace")}
 
 
 def main(cmd_fd: int, reply_fd: int) -> int:

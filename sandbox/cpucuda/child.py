@@ -1,19 +1,18 @@
-"""Run launches in a persistent child process under a sanitizer runtime (ASan or TSan).
+"""Run launches in a persistent child process under a sanitizer runtime (ASan).
 
 A sanitizer-built shared object cannot be loaded into this Python process (its runtime must
 come first: LD_PRELOAD), and an ASan error aborts the process, so such launches run in a
 child, ``python -B -S -E _child.py``, one per sanitizer, that stays alive between launches:
-it keeps the libraries loaded with their fibers (and, under TSan, one pool of TSan fibers for
-all of them), so a launch costs a message each way instead of a process start, imports, and
-fiber creation. Arrays travel through an arena, a file both processes map (in /dev/shm where
-there is one), instead of pickles: the parent copies them in, the child launches on them (under
-ASan on exact-size mallocs copied from them), and the arrays the kernel may write (non-const
-pointers) are copied back into the caller's in place.
+it keeps the libraries loaded with their fibers, so a launch costs a message each way instead
+of a process start, imports, and fiber creation. Arrays travel through an arena, a file both
+processes map (in /dev/shm where there is one), instead of pickles: the parent copies them in,
+the child copies each into a malloc of exactly its size, launches on those, and the arrays the
+kernel may write (non-const pointers) are copied back into the caller's in place.
 
 The child is replaced by a fresh one after any launch that failed, reported, or ended it: a
 sanitizer reports each distinct problem once per process, and an abandoned launch leaves its
 fibers mid-kernel. A :class:`Sanitizer` says how to start the runtime and how to turn its
-report on stderr into an exception (asan.py, racecheck.py).
+report on stderr into an exception (asan.py).
 """
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ import atexit
 import functools
 import mmap
 import os
-import platform
 import select
 import subprocess
 import sys
@@ -48,11 +46,10 @@ class Sanitizer:
 
     name: str                   # "AddressSanitizer"
     preload: Callable[[], str]  # path of the runtime to LD_PRELOAD
-    env: Callable[[], dict]     # extra environment (ASAN_OPTIONS, TSAN_OPTIONS, ...)
+    env: Callable[[], dict]     # extra environment (ASAN_OPTIONS, ...)
     # (stderr, kernel name, build, Launch) -> an exception for a report, or None when there is none
     explain: Callable
     timeout_env: str = "SANDBOX_CPUCUDA_ASAN_TIMEOUT"
-    copy_buffers: bool = True   # arrays in exact-size mallocs (ASan bounds them); False: the arena itself
 
 
 @dataclass
@@ -61,19 +58,11 @@ class Launch:
 
     addresses: dict = field(default_factory=dict)  # buffer id -> (address in the child, nbytes)
     owners: dict = field(default_factory=dict)     # buffer id -> (argument index, the caller's array)
-    dynamic_shared: tuple | None = None            # (address, nbytes) of dynamic shared memory in the child
-
-    def argument_at(self, address: int):
-        """(buffer id, start address) of the argument array holding ``address``, or None."""
-        for bid, (start, n) in self.addresses.items():
-            if start <= address < start + max(n, 1):
-                return bid, start
-        return None
 
 
 @functools.lru_cache(maxsize=None)
 def runtime_library(filename: str, package: str) -> str:
-    """Path of a sanitizer runtime (``libasan.so``, ``libtsan.so``) that matches the compiler."""
+    """Path of a sanitizer runtime (``libasan.so``) that matches the compiler."""
     from . import compiler as _compiler
 
     try:
@@ -165,17 +154,14 @@ class _Server:
         self.arena: _Arena | None = None
         self.logs = tempfile.TemporaryDirectory(prefix="cpucuda-child-")
         self.out_path, self.err_path = (os.path.join(self.logs.name, n) for n in ("stdout", "stderr"))
-        self._start(setarch=False)
+        self._start()
 
-    def _start(self, setarch: bool) -> None:
+    def _start(self) -> None:
         cmd_r, self.cmd_w = os.pipe()
         self.reply_r, reply_w = os.pipe()
         env = dict(os.environ, LD_PRELOAD=self.sanitizer.preload(), **self.sanitizer.env())
         # -B: no __pycache__ in the package (-E would ignore PYTHONDONTWRITEBYTECODE); -S: fast start.
         cmd = [sys.executable, "-B", "-S", "-E", str(CHILD), str(cmd_r), str(reply_w)]
-        if setarch:
-            # GCC 12's TSan cannot handle vm.mmap_rnd_bits=32 (some hosts): run without address randomisation.
-            cmd = ["setarch", platform.machine(), "-R", *cmd]
         with open(self.out_path, "ab") as out, open(self.err_path, "ab") as err:  # O_APPEND: truncated per launch
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
                                          pass_fds=(cmd_r, reply_w))
@@ -185,9 +171,6 @@ class _Server:
         if self._receive(time.monotonic() + _START_TIMEOUT) is None:
             stderr = self._read(self.err_path)
             self.close()
-            if not setarch and "unexpected memory mapping" in stderr:
-                self._truncate()
-                return self._start(setarch=True)
             raise CpuKernelError(f"the {self.sanitizer.name} child process did not start (exit "
                                  f"{self.proc.returncode}):\n{stderr[-4000:]}")
 
@@ -234,7 +217,7 @@ class _Server:
         for bid, arr in arrays.items():
             start, n = offsets[bid]
             self.arena.bytes[start:start + n] = arr.reshape(-1).view(np.uint8)
-        job = dict(job, buffers=offsets, copy=self.sanitizer.copy_buffers,
+        job = dict(job, buffers=offsets,
                    arena=self.arena.path if self.arena else "", arena_size=self.arena.size if self.arena else 0)
         self._truncate()
         self.timed_out = False
@@ -316,8 +299,7 @@ def launch(sanitizer: Sanitizer, build, name, config: tuple, params, items, cons
     if timed_out:
         raise CpuKernelError(f"kernel {name!r}: the {sanitizer.name} launch did not finish within {timeout:.0f} s "
                              f"({sanitizer.timeout_env})")
-    info = Launch(addresses=dict(first["addresses"]) if first else {}, owners=owners,
-                  dynamic_shared=tuple(reply["dynamic_shared"]) if reply else None)
+    info = Launch(addresses=dict(first["addresses"]) if first else {}, owners=owners)
     report = sanitizer.explain(stderr, name, build, info)
     if reply is None:
         if report is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -191,8 +192,8 @@ def entry_code(names: list[str]) -> str:
 def mode_flags(mode: str) -> list[str]:
     """The g++ flags of ``mode`` (its BuildMode's; ``SANDBOX_CPUCUDA_OPT`` replaces the normal mode's -O2)."""
     flags = list(build_mode(mode).flags)
-    if mode == "traffic":  # traffic.py's instrumentation flags, with the recorder's hash
-        flags += _traffic_flags()
+    if build_mode(mode).recorder:  # traffic.py's or racecheck.py's instrumentation flags, with the recorder's hash
+        flags += _recorder(mode).compile_flags()
     if mode == "normal" and os.environ.get("SANDBOX_CPUCUDA_OPT"):
         level = os.environ["SANDBOX_CPUCUDA_OPT"]
         if level not in ("-O0", "-O1", "-O2", "-O3"):
@@ -335,9 +336,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def _traffic_flags() -> list[str]:
-    from .traffic import compile_flags
-    return compile_flags()
+def _recorder(mode: str):
+    """The module (traffic, racecheck) whose RECORDER is linked into ``mode``'s objects (instrument.py)."""
+    return importlib.import_module(f".{build_mode(mode).recorder}", __package__)
 
 
 def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names, mode: str = "normal") -> None:
@@ -345,9 +346,9 @@ def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names
     os.close(fd)
     cmd = [compiler(), *flags, *include_flags, "-include", "cpucuda_runtime.h", *pre_includes, "-x", "c++", str(src),
            "-x", "none", "-o", tmp]
-    if mode == "traffic":  # an instrumented object, then a link with the recorder (traffic.py)
-        from .traffic import build_steps
-        steps = build_steps(cmd, tmp)
+    if build_mode(mode).recorder:  # an instrumented object, then a link with the recorder (instrument.py)
+        from .instrument import build_steps
+        steps = build_steps(cmd, tmp, _recorder(mode).RECORDER)
     else:
         steps = [cmd]
     started = time.perf_counter()

@@ -13,6 +13,7 @@ from . import _abi
 from . import args as _args
 from . import compiler as _compiler
 from . import poison as _poison
+from . import racecheck as _racecheck
 from . import traffic as _traffic
 from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError
 from .modes import (ORDERS, build_mode, default_asan, default_poison, default_racecheck, default_thread_order,
@@ -67,7 +68,7 @@ def _resolve_asan(asan, sanitize):
 
 
 def stack_size(mode: str) -> int:
-    """Bytes per fiber stack: ``SANDBOX_CPUCUDA_STACK_KB`` (default 256) times the mode's factor (ASan 4, TSan 2)."""
+    """Bytes per fiber stack: ``SANDBOX_CPUCUDA_STACK_KB`` (default 256) times the mode's factor (ASan 4)."""
     kib = int(os.environ.get("SANDBOX_CPUCUDA_STACK_KB", "256"))
     return kib * 1024 * build_mode(mode).stack_factor
 
@@ -92,7 +93,7 @@ class _Program:
     """Source and options, compiled on demand for a growing set of kernel names.
 
     Normal builds hold every name (one g++ run per batch); sanitizer builds
-    (asan, tsan: ``BuildMode.whole_module`` False) hold only the kernel launched,
+    (asan, race, traffic: ``BuildMode.whole_module`` False) hold only the kernel launched,
     since they compile several times slower and a check usually launches one
     configuration of a batch.
     """
@@ -184,7 +185,7 @@ class CpuRawKernel:
 
     Extras beyond CuPy (keyword-only): ``asan=True`` runs launches under
     AddressSanitizer in a child process; ``racecheck=True`` (or ``"strict"``)
-    under ThreadSanitizer, raising :class:`CpuKernelRaceError` on a data race;
+    checks for data races (racecheck.py), raising :class:`CpuKernelRaceError`;
     ``thread_order="reverse"`` runs the threads of each block (and the
     blocks) in reverse order; ``poison="finite"`` fills shared memory with
     large finite values instead of NaN; ``traffic=True`` counts every memory
@@ -261,7 +262,7 @@ class CpuRawKernel:
         seed = _poison.seed_for_launch(kind, poison_seed)
         _poison.record(kind, seed)
         flags = _abi.FLAG_STRICT if race == "strict" else 0
-        mode = "asan" if asan else "tsan" if race != "off" else "traffic" if traffic else "normal"
+        mode = "asan" if asan else "race" if race != "off" else "traffic" if traffic else "normal"
         if mode == "traffic" and self._traffic_params is None:
             self._traffic_params = self._program.params(self.name, "traffic")
         params = self._traffic_params if mode == "traffic" else self.params
@@ -278,7 +279,7 @@ class CpuRawKernel:
 
     def _launch(self, mode: str, config: tuple, items) -> None:
         runner = build_mode(mode).runner
-        if runner is not None:  # a sanitizer child process (asan.py, racecheck.py)
+        if runner is not None:  # a sanitizer child process (asan.py)
             build = self._program.build(mode, self.name)
             module = importlib.import_module(f".{runner}", __package__)
             module.launch(build, self.name, config, self.params, items, self._program.constant_bytes())
@@ -297,16 +298,21 @@ class CpuRawKernel:
             _last_lib[0] = lib
             self._program.load_constants(lib, build.so_path)
             lib.cpucuda_set_buffers(*_args.buffer_ranges(items))
-            session = _traffic.Session(lib, build, self.name, items, config[0], config[1]) if mode == "traffic" else None
+            traffic = _traffic.Session(lib, build, self.name, items, config[0], config[1]) if mode == "traffic" else None
+            race = (_racecheck.Session(lib, build, self.name, self.params, items, config[0], config[1])
+                    if mode == "race" else None)
             try:
                 rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))
             finally:
-                if session:
-                    session.end()
-            if session and not rc:
-                session.collect()
+                if traffic:
+                    traffic.end()
+                found = race.end() if race else None
+            if traffic and not rc:
+                traffic.collect()
         if rc:
             raise_launch_error(self.name, rc, err.value.decode(errors="replace"))
+        if found:
+            raise found
 
 
 def raise_launch_error(name: str, rc: int, message: str):

@@ -5,7 +5,7 @@ launch where it makes sense (``kernel(..., thread_order="reverse")``) or for
 the whole process through an environment variable read at every launch:
 
     SANDBOX_CPUCUDA_ASAN=1              AddressSanitizer in a child process
-    SANDBOX_CPUCUDA_RACECHECK=1|strict  ThreadSanitizer race detection in a child process
+    SANDBOX_CPUCUDA_RACECHECK=1|strict  race detection (racecheck.py)
     SANDBOX_CPUCUDA_ORDER=reverse       threads (and blocks) in reverse order
     SANDBOX_CPUCUDA_POISON=finite       large finite shared-memory poison instead of NaN
     SANDBOX_CPUCUDA_POISON_SEED=N       the finite poison's seed (default: a new one per launch)
@@ -29,23 +29,26 @@ class BuildMode:
 
     A new mode is one row of BUILD_MODES: its flags (the precompiled runtime header and the cache
     key follow them), how large its fiber stacks are, whether a launch runs in this process or in
-    a sanitizer child (``runner``: the module of this package whose ``launch()`` runs it), and
-    whether its shared object holds every kernel of a module or only the one launched.
+    a sanitizer child (``runner``: the module of this package whose ``launch()`` runs it), whether
+    its shared object holds every kernel of a module or only the one launched, and which module's
+    recorder its instrumented object is linked with (``recorder``: instrument.py).
     """
 
     name: str
     flags: tuple[str, ...]
     stack_factor: int = 1       # fiber stacks: this many times SANDBOX_CPUCUDA_STACK_KB
-    runner: str | None = None   # "asan", "racecheck": a child process with that sanitizer; None: in process
+    runner: str | None = None   # "asan": a child process with that sanitizer; None: in process
     whole_module: bool = True   # False: sanitizer builds compile several times slower, so one kernel each
+    recorder: str | None = None  # "traffic", "racecheck": the module whose RECORDER and compile_flags() it adds
 
 
 BUILD_MODES = {m.name: m for m in (
     BuildMode("normal", ("-O2",)),  # SANDBOX_CPUCUDA_OPT=-O1 compiles big template modules about twice as fast
     BuildMode("asan", ("-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"), 4, "asan", False),
-    BuildMode("tsan", ("-O1", "-g", "-fsanitize=thread"), 2, "racecheck", False),  # racecheck
-    # traffic: in process, flags from traffic.compile_flags() (instrumentation that feeds traffic_recorder.cpp)
-    BuildMode("traffic", (), 1, None, False),
+    # racecheck and traffic: in process, flags from racecheck/traffic.compile_flags() (instrumentation that
+    # feeds race_checker.cpp / traffic_recorder.cpp)
+    BuildMode("race", (), 1, None, False, "racecheck"),
+    BuildMode("traffic", (), 1, None, False, "traffic"),
 )}
 
 

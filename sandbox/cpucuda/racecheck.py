@@ -1,112 +1,176 @@
-"""Racecheck mode: ThreadSanitizer with one TSan fiber per CUDA thread, in a child process.
+"""Racecheck mode: a race checker built on CUDA's own ordering rules, in this process.
 
-The kernel is compiled with ``-fsanitize=thread -g -O1``. The runtime is not
-instrumented, and the happens-before order TSan sees is exactly CUDA's
-within a block (include/cpucuda_sched.h): ``__syncthreads`` orders every
-thread of the block, warp operations order the lanes taking part (in strict
-mode only ``__syncwarp`` does), atomics are atomics, and a block starts after
-everything the previous block did. So TSan reports two accesses to one
-address, at least one a write, by two threads of one block between the same
-two barriers: a race on a GPU, whatever order the CPU happened to run them in.
+The kernel is compiled with g++'s ThreadSanitizer instrumentation (``-fsanitize=thread -g -O1``) to an
+object file and linked with race_checker.cpp instead of libtsan (instrument.py, as traffic mode does),
+so a launch runs in this process like a normal one. The runtime is not instrumented; the scheduler
+tells the checker what orders memory in CUDA (include/cpucuda_sched.h, cpucuda_race.h):
 
-Launches run in a persistent child, ``python -B -S -E _child.py`` (child.py), with
-``LD_PRELOAD=$(g++ -print-file-name=libtsan.so)`` and
-``TSAN_OPTIONS=atexit_sleep_ms=0 report_thread_leaks=0 halt_on_error=0 exitcode=66``;
-the first report becomes a :class:`CpuKernelRaceError` naming the kernel,
-the kind of race, the array (argument index, dtype and shape, or the
-``__shared__`` variable), the block, both threads and both source lines.
-Needs the compiler's TSan runtime (Debian: libtsan2).
+* ``__syncthreads`` (and a block group's sync) ends the block's interval, in constant time: accesses
+  of an earlier interval never race;
+* within an interval, warp operations order the lanes taking part (shuffles, votes, ``__syncwarp``,
+  cooperative-groups tile calls; in strict mode only ``__syncwarp``): a 32-lane vector clock per
+  thread, joined at each operation's release, partial masks included;
+* a tile barrier (``thread_block_tile<N>``, N = 64 ... 1024) orders the tile's threads;
+* blocks run one after another, so only races within one block count.
+
+Every access to the launch's arrays and shared memory is compared with the word's last write and
+(for a write) with its readers of the interval, byte by byte (two halves of a word written by two
+threads do not race). Atomics never race with atomics, and a plain access racing an atomic one is not
+reported: CUDA's compare-and-swap idiom seeds its loop with a plain read (``old = *address; do { ...
+atomicCAS ... }``), and polling a flag that atomics write is common; both are harmless on a GPU. libc
+memcpy/memmove/memset called by the kernel count as its reads and writes (the linker's ``--wrap``).
+A race raises :class:`CpuKernelRaceError` after the launch (whose written arrays come back), naming the
+kernel, the kind of race, the array (argument index, dtype, shape and element, or the ``__shared__``
+variable, dynamic shared memory, or a global ``__device__`` variable), the block, both threads and both
+source lines (addr2line).
+What the checker keeps per word, and its one approximation, are in race_checker.cpp's header.
 """
 from __future__ import annotations
 
-import re
-import shutil
-from dataclasses import dataclass
+import ctypes
+import functools
+import subprocess
+from pathlib import Path
 
-from . import child as _child
-from . import compiler as _compiler
+import numpy as np
+
+from . import instrument as _instrument
 from .errors import CpuKernelRaceError
+from .traffic import _symbols
 
-EXITCODE = 66
-_OPTIONS = f"atexit_sleep_ms=0 report_thread_leaks=0 halt_on_error=0 exitcode={EXITCODE} history_size=4"
-
-
-def libtsan() -> str:
-    return _child.runtime_library("libtsan.so", "libtsan2")
+RECORDER = Path(__file__).resolve().parent / "race_checker.cpp"
+COMPILE_FLAGS = ["-O2", "-g", "-DCPUCUDA_RACE=1", "-fsanitize=thread"]
 
 
-def _env() -> dict:
-    options = _OPTIONS
-    symbolizer = shutil.which("llvm-symbolizer")
-    if symbolizer:
-        options += f" external_symbolizer_path={symbolizer}"
-    return {"TSAN_OPTIONS": options}
+def compile_flags() -> list[str]:
+    """COMPILE_FLAGS plus the checker's hash, so a changed checker rebuilds every cached racecheck object."""
+    return _instrument.compile_flags(COMPILE_FLAGS, RECORDER, "CPUCUDA_RACE_CHECKER")
 
 
-@dataclass
-class Access:
-    kind: str        # "read" or "write"
-    atomic: bool
-    size: int
-    address: int
-    thread: str      # "thread (x,y,z) of block (x,y,z)", or TSan's name when unknown
-    where: str       # "file:line in function" of the innermost kernel frame
+class _Region(ctypes.Structure):  # race_checker.cpp's PyRegion
+    _fields_ = [("lo", ctypes.c_uint64), ("hi", ctypes.c_uint64), ("target", ctypes.c_int64),
+                ("readonly", ctypes.c_int64)]
 
 
-_REPORT = re.compile(r"WARNING: ThreadSanitizer: data race.*?(?=\n={10,}|\Z)", re.S)
-_ACCESS = re.compile(r"^  (Previous )?(atomic |Atomic )?(read|Read|write|Write) of size (\d+) at (0x[0-9a-f]+) "
-                     r"by (main thread|thread (T\d+))[^\n]*:\n((?:[ \t]+#\d+[^\n]*\n?)*)", re.M)
-_FRAME = re.compile(r"^\s*#\d+ (.*?) (\S+?):(\d+)(?::\d+)? \(", re.M)
-_THREAD = re.compile(r"^  Thread (T\d+) '([^']*)'", re.M)
-_GLOBAL = re.compile(r"Location is global '([^']+)' of size (\d+) at (0x[0-9a-f]+)")
-_HEAP = re.compile(r"Location is heap block of size (\d+) at (0x[0-9a-f]+)")
-_BLOCK = re.compile(r" of block (\(\d+,\d+,\d+\))$")
+class _Report(ctypes.Structure):  # race_checker.cpp's Report
+    _fields_ = [("address", ctypes.c_uint64), ("region_lo", ctypes.c_uint64), ("target", ctypes.c_int32),
+                ("shared", ctypes.c_int32), ("now_thread", ctypes.c_int32), ("before_thread", ctypes.c_int32),
+                ("now_write", ctypes.c_int32), ("before_write", ctypes.c_int32), ("now_pc", ctypes.c_uint64),
+                ("before_pc", ctypes.c_uint64), ("now_size", ctypes.c_int32), ("before_size", ctypes.c_int32),
+                ("block", ctypes.c_int64), ("count", ctypes.c_int64)]
 
 
-def _explain_report(stderr: str, name: str, build, info) -> CpuKernelRaceError | None:
-    # A plain access racing with an atomic one is not reported: CUDA's compare-and-swap idiom seeds its
-    # loop with a plain read (`old = *address; do { ... atomicCAS ... }`), and polling a flag that
-    # atomics write is common; both are harmless on a GPU.
-    reports = [r for r in _REPORT.findall(stderr) if not re.search(r"^  (?:Previous )?[Aa]tomic ", r, re.M)]
-    if not reports:
-        return None
-    message = explain(reports[0], name, build, info)
-    if len(reports) > 1:
-        message += f"\n({len(reports) - 1} more race report(s) in this launch)"
-    return CpuKernelRaceError(message + "\n\n" + _trim(reports[0], build))
+@functools.lru_cache(maxsize=None)
+def _prepare(lib) -> None:
+    lib.cpucuda_race_begin.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.cpucuda_race_end.argtypes = [ctypes.POINTER(_Report)]
+    lib.cpucuda_race_end.restype = ctypes.c_int
 
 
-# The kernel works on the arena itself: bounds are ASan's business, and a copy would cost TSan a
-# shadow update per byte. The arena is reused between launches, which is sound because every
-# launch is ordered after the previous one (each block starts after the scheduler, which acquired
-# everything the previous block did; a failed launch retires the child).
-SANITIZER = _child.Sanitizer("ThreadSanitizer", libtsan, _env, _explain_report,
-                             timeout_env="SANDBOX_CPUCUDA_RACECHECK_TIMEOUT", copy_buffers=False)
+def _regions(build, params, items):
+    """One region per array argument, then one per global variable of the kernel's object (target -3). An array
+    behind a pointer to const that no other argument overlaps is read-only (its reads are recorded only once
+    something writes to it)."""
+    arrays = [(i, it.ctypes.data, it.ctypes.data + it.nbytes) for i, it in enumerate(items)
+              if isinstance(it, np.ndarray) and it.nbytes]
+    variables = global_variables(build)
+    regions = (_Region * max(len(arrays) + len(variables), 1))()
+    for k, (i, lo, hi) in enumerate(arrays):
+        writable = [(a, b) for j, a, b in arrays if j != i and params[j].code == "P"]
+        readonly = params[i].code == "C" and not any(a < hi and lo < b for a, b in writable)
+        regions[k] = _Region(lo, hi, i, int(readonly))
+    for k, (_, address, size) in enumerate(variables, len(arrays)):
+        regions[k] = _Region(address, address + size, -3, 0)
+    return regions, len(arrays) + len(variables)
 
 
-def launch(build, name, config, params, items, constants=None) -> None:
-    """Run the launch under TSan in a child; copy written arrays back, raise on a race."""
-    _child.launch(SANITIZER, build, name, config, params, items, constants)
+class Session:
+    """One racecheck launch: tell the checker the arrays before it, turn its report into an error after it."""
+
+    def __init__(self, lib, build, kernel, params, items, grid, block):
+        _prepare(lib)
+        self.lib, self.build, self.kernel, self.items, self.grid, self.block = lib, build, kernel, items, grid, block
+        self._regions, count = _regions(build, params, items)  # kept alive while the launch runs
+        lib.cpucuda_race_begin(ctypes.addressof(self._regions), count)
+
+    def end(self) -> CpuKernelRaceError | None:
+        """The launch's first race as an error (None without one)."""
+        report = _Report()
+        if not self.lib.cpucuda_race_end(ctypes.byref(report)):
+            return None
+        message = explain(report, self.kernel, self.build, self.items, self.grid, self.block)
+        if report.count > 1:
+            message += f"\n({report.count - 1} more race report(s) in this launch)"
+        return CpuKernelRaceError(message)
 
 
-def display_path(path: str, build) -> str:
-    """The user's file as a message should name it: the cached copy of a `code` string is "<code>"."""
-    if path == str(build.source_path):
-        return _compiler.CODE_LABEL
-    return path[2:] if path.startswith("./") else path
+def _index3(linear: int, dims) -> str:
+    x, y = dims[0], dims[1]
+    return f"({linear % x},{linear // x % y},{linear // (x * y)})"
 
 
-def _kernel_frame(stack: str, build) -> str:
-    """'file:line in function' of the innermost frame outside the runtime headers (cub/cg included)."""
-    runtime = str(_compiler.INCLUDE_DIR)
-    frames = _FRAME.findall(stack)
-    for fn, f, ln in frames:
-        if not f.startswith(runtime):
-            return f"{display_path(f, build)}:{ln} in {_short(fn)}"
-    if frames:
-        fn, f, ln = frames[0]
-        return f"{display_path(f, build)}:{ln} in {_short(fn)}"
-    return "an unknown line (no stack: see the report)"
+def explain(report: _Report, name: str, build, items, grid, block) -> str:
+    """One readable sentence: the kind, the array, the block, both threads and both source lines."""
+    symbols = _symbols(build)
+    now, before = ("write" if report.now_write else "read"), ("write" if report.before_write else "read")
+    verb = {"read": "read", "write": "wrote"}
+
+    def where(pc: int) -> str:
+        file, line, function = symbols.frame(pc)
+        return f"{file}:{line} in {_short(function)}"
+
+    target = _target(report, build, items, symbols)
+    return (f"kernel {name!r}: data race ({now}-after-{before}) on {target} in block {_index3(report.block, grid)}: "
+            f"thread {_index3(report.now_thread, block)} {verb[now]} {report.now_size} bytes at "
+            f"{where(report.now_pc)}; thread {_index3(report.before_thread, block)} {verb[before]} "
+            f"{report.before_size} bytes at {where(report.before_pc)}, with no barrier between them "
+            f"(__syncthreads, a tile's sync, or __syncwarp within a warp)")
+
+
+def _target(report: _Report, build, items, symbols) -> str:
+    """The array the racy address lies in: an argument, a __shared__ variable or dynamic shared memory."""
+    offset = report.address - report.region_lo
+    if report.target == -3:
+        name = next(n for n, lo, _ in global_variables(build) if lo == report.region_lo)
+        return f"global variable {name} (byte offset {offset})"
+    if not report.shared:
+        i = report.target
+        arr = items[i]
+        return (f"argument {i} ({arr.dtype}, shape {arr.shape}, element {offset // max(arr.itemsize, 1)} of the "
+                "flattened array)")
+    if report.target == -2:
+        names = ", ".join(dict.fromkeys(build.dynamic_names)) or "extern __shared__"
+        return f"dynamic shared memory ({names}; byte offset {offset})"
+    return f"__shared__ {symbols.shared_name(report.region_lo)} (byte offset {offset})"
+
+
+# Writable data symbols that are not the kernel's variables: the runtime's and the checker's state, the
+# compiler's and the C runtime's own (guard variables of function-scope statics, ...), and __shared__ storage
+# (shared memory has its own regions; file-scope __shared__ arrays keep their source names).
+_NOT_KERNEL_DATA = ("cpucuda::", "(anonymous namespace)::", "std::", "guard variable", "typeinfo", "vtable", "DW.ref.",
+                    "__", "_GLOBAL_", "_DYNAMIC", "completed.")
+
+
+@functools.lru_cache(maxsize=64)
+def _data_symbols(so_path: str, shared: frozenset) -> tuple[tuple[str, int, int], ...]:
+    """(demangled name, offset, size) of the object's writable data symbols that are the kernel's (nm), less the
+    __shared__ arrays named in ``shared``."""
+    out = subprocess.run(["nm", "-S", "-C", "--defined-only", so_path], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) == 4 and parts[2] in "bBdD" and int(parts[1], 16):
+            name = parts[3]
+            if not name.startswith(_NOT_KERNEL_DATA) and "__cpucuda_" not in name and name not in shared:
+                found.append((name, int(parts[0], 16), int(parts[1], 16)))
+    return tuple(found)
+
+
+def global_variables(build) -> list[tuple[str, int, int]]:
+    """(name, address, bytes) in this process of the kernel's global variables (``__device__``, statics)."""
+    base = _symbols(build)._base
+    shared = frozenset(build.shared_names) | frozenset(build.shared_names.values())
+    return [(name, base + offset, size) for name, offset, size in _data_symbols(str(build.so_path), shared)]
 
 
 def _short(function: str) -> str:
@@ -120,67 +184,3 @@ def _short(function: str) -> str:
         out.append(ch)
     text = "".join(out).strip()
     return text.split(" ")[-1] if " " in text and "<" not in text.split(" ")[0] else text
-
-
-def _accesses(report: str, build) -> list[Access]:
-    names = dict(_THREAD.findall(report))
-    out = []
-    for m in _ACCESS.finditer(report):
-        tid = m.group(7)
-        thread = names.get(tid, f"TSan thread {tid}") if tid else "the scheduler (main thread)"
-        out.append(Access(m.group(3).lower(), bool(m.group(2)), int(m.group(4)), int(m.group(5), 16), thread,
-                          _kernel_frame(m.group(8), build)))
-    return out
-
-
-def explain(report: str, name: str, build, info) -> str:
-    """One readable sentence from a TSan data-race report (the report follows it in the error)."""
-    acc = _accesses(report, build)
-    if len(acc) < 2:
-        return f"kernel {name!r}: data race (ThreadSanitizer; see the report)"
-    now, before = acc[0], acc[1]
-    kind = f"{now.kind}-after-{before.kind}"
-    block_match = _BLOCK.search(now.thread)
-    block = f" in block {block_match.group(1)}" if block_match else ""
-    t_now, t_before = (_BLOCK.sub("", a.thread) for a in (now, before))
-    target = _target(report, now.address, build, info)
-    verb = {"read": "read", "write": "wrote"}
-    return (f"kernel {name!r}: data race ({kind}) on {target}{block}: {t_now} {verb[now.kind]} {now.size} bytes at "
-            f"{now.where}; {t_before} {verb[before.kind]} {before.size} bytes at {before.where}, with no barrier "
-            f"between them (__syncthreads, a tile's sync, or __syncwarp within a warp)")
-
-
-def _target(report: str, address: int, build, info) -> str:
-    """The array the racy address lies in: an argument, a __shared__ variable or dynamic shared memory."""
-    found = info.argument_at(address)
-    if found is not None:
-        bid, start = found
-        i, arr = info.owners[bid]
-        index = (address - start) // max(arr.itemsize, 1)
-        return f"argument {i} ({arr.dtype}, shape {arr.shape}, element {index} of the flattened array)"
-    m = _GLOBAL.search(report)
-    if m:
-        var, start = m.group(1), int(m.group(3), 16)
-        base = var.split("::")[-1]  # function-scope storage is named "kernel::__cpucuda_shared_..."
-        shared = next((src for gen, src in build.shared_names.items() if base.startswith(gen) or base == src), None)
-        if shared:
-            return f"__shared__ {shared} (byte offset {address - start})"
-        return f"global variable {var} (byte offset {address - start})"
-    m = _HEAP.search(report)
-    if m:
-        start = int(m.group(2), 16)
-        if info.dynamic_shared and info.dynamic_shared[0] == start:
-            names = ", ".join(dict.fromkeys(build.dynamic_names)) or "extern __shared__"
-            return f"dynamic shared memory ({names}; byte offset {address - start})"
-        return f"a {m.group(1)}-byte heap block (byte offset {address - start})"
-    return f"address {address:#x}"
-
-
-_RUNTIME_FRAME = re.compile(r"cpucuda_(?:sched|launch|fiber)\.h:|\(libffi|<null> <null>|libtsan\.so")
-
-
-def _trim(report: str, build, limit: int = 40) -> str:
-    """The report without the executor's own frames and the fibers' creation stacks."""
-    text = report.split("\n  Thread T")[0].replace(str(build.source_path), _compiler.CODE_LABEL)
-    lines = [ln for ln in text.splitlines() if ln.strip() and not _RUNTIME_FRAME.search(ln)]
-    return "\n".join(lines[:limit])

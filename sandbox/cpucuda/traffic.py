@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import hashlib
 import os
 import re
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from . import compiler as _compiler
+from . import instrument as _instrument
 from . import source as _source
 
 RECORDER = Path(__file__).resolve().parent / "traffic_recorder.cpp"
@@ -41,32 +41,15 @@ COMPILE_FLAGS = [
     # keep each source line's accesses at their own instructions (sites), not merged with a look-alike's
     "-fno-crossjumping", "-fno-tree-tail-merge",
 ]
-_WRAPPED = ("memcpy", "memmove", "memset")
 
 
 def compile_flags() -> list[str]:
     """COMPILE_FLAGS plus the recorder's hash, so a changed recorder rebuilds every cached traffic object."""
-    digest = hashlib.sha256(RECORDER.read_bytes()).hexdigest()[:16]
-    return COMPILE_FLAGS + [f"-DCPUCUDA_TRAFFIC_RECORDER=0x{digest}"]
+    return _instrument.compile_flags(COMPILE_FLAGS, RECORDER, "CPUCUDA_TRAFFIC_RECORDER")
 ALIGN = 256
 _VIRTUAL_START = 1 << 40
 _UNSEEN_WHAT = ("memcpy", "memmove", "memset")
 _ATTRIBUTES = ("__launch_bounds__", "__attribute__", "alignas", "__align__")
-
-
-def build_steps(command: list[str], output: str) -> list[list[str]]:
-    """The compile command as two steps: the instrumented object, then a link with the recorder.
-
-    Linking without -fsanitize keeps libtsan out; -z defs turns an entry point the recorder lacks into
-    a link error; --wrap sends the kernel's libc memcpy/memset/memmove calls through the recorder.
-    """
-    obj = output + ".o"
-    compile_step = [a if a != output else obj for a in command if a != "-shared"] + ["-c"]
-    from sandbox.analysis.traffic import native  # the recorder object is built once and cached
-    recorder = native.compiled(RECORDER, output="o")
-    link = [_compiler.compiler(), "-shared", "-fPIC", obj, str(recorder), "-o", output, "-Wl,-z,defs",
-            "-Wl," + ",".join(f"--wrap={f}" for f in _WRAPPED)]
-    return [compile_step, link]
 
 
 # ---------------------------------------------------------------- the recorder's tables (traffic_recorder.cpp)
@@ -287,24 +270,29 @@ class _Symbols:
         self.build = build
         self.path = str(build.so_path)
         self._lines: dict[int, list[tuple[str, int]]] = {}
+        self._functions: dict[int, list[str]] = {}  # the function of each of _lines' frames
 
     def _frames(self, pcs) -> None:
         todo = sorted({int(p) for p in pcs} - set(self._lines))
         if not todo:
             return
-        out = subprocess.run(["addr2line", "-e", self.path, "-i", "-a", *[hex(p - 1) for p in todo]],
+        out = subprocess.run(["addr2line", "-e", self.path, "-i", "-f", "-C", "-a", *[hex(p - 1) for p in todo]],
                              capture_output=True, text=True).stdout
-        current = None
+        current, function = None, "??"
         for line in out.splitlines():
             if line.startswith("0x"):
                 current = int(line, 16) + 1
-                self._lines[current] = []
+                self._lines[current], self._functions[current] = [], []
+            elif current is not None and len(self._functions[current]) == len(self._lines[current]):
+                function = line  # -f: each frame's function, then its file:line
+                self._functions[current].append(function)
             elif current is not None:
                 file, _, rest = line.rpartition(":")
                 number = re.match(r"\d+", rest)
                 self._lines[current].append((self._file(file), int(number.group()) if number else 0))
         for p in todo:
             self._lines.setdefault(p, [("??", 0)])
+            self._functions.setdefault(p, ["??"])
 
     def _file(self, file: str) -> str:
         """The file as the kernel's own #line names it: "<code>" for a code string, repository-relative paths."""
@@ -338,6 +326,13 @@ class _Symbols:
         self._frames([pc])
         frames = [f for f in self._lines[pc] if not self._runtime(f[0])] or self._lines[pc]
         return f"{frames[0][0]}:{frames[0][1]}"
+
+    def frame(self, pc: int) -> tuple[str, int, str]:
+        """(file, line, function) of the innermost frame at `pc` outside the runtime headers (else the innermost)."""
+        self._frames([pc])
+        frames = list(zip(self._lines[pc], self._functions[pc]))
+        (file, line), function = next((f for f in frames if not self._runtime(f[0][0])), frames[0])
+        return file, line, function
 
     @functools.cached_property
     def _shared_symbols(self) -> dict[int, str]:

@@ -32,6 +32,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "recorder_regions.h"
+
 #define EXPORT extern "C" __attribute__((visibility("default")))
 #define HOOK extern "C" __attribute__((visibility("hidden")))
 
@@ -99,8 +101,7 @@ struct SiteKeyHash {
 struct State {
     bool active;
     uint64_t base;                       // load address of this shared object
-    std::vector<Region> regions;
-    size_t last_region;
+    RegionIndex<Region> regions;
     size_t global_regions;               // regions[0, global_regions) came from Python
     std::vector<Fiber> fibers;
     int32_t cur = -1;
@@ -130,21 +131,7 @@ uint64_t so_base() {
     return 0;
 }
 
-inline int find_region(uint64_t a) {
-    const size_t n = S.regions.size();
-    if (S.last_region < n) {
-        const Region& r = S.regions[S.last_region];
-        if (a - r.lo < r.hi - r.lo) return (int)S.last_region;
-    }
-    for (size_t i = 0; i < n; ++i) {
-        const Region& r = S.regions[i];
-        if (a - r.lo < r.hi - r.lo) {
-            S.last_region = i;
-            return (int)i;
-        }
-    }
-    return -1;
-}
+inline int find_region(uint64_t a) { return S.regions.find(a); }
 
 int32_t intern_chain(int32_t parent, uint64_t pc) {
     const uint64_t key = ((uint64_t)(uint32_t)(parent + 1) << 40) ^ (pc - S.base);
@@ -310,9 +297,11 @@ void add_shared_region(const void* p, size_t n, int32_t target) {
     for (size_t i = S.global_regions; i < S.regions.size(); ++i)
         if (S.regions[i].lo == lo) {
             S.regions[i].hi = lo + n;
+            S.regions.changed();
             return;
         }
     S.regions.push_back(Region{lo, lo + n, 0, target, 1});
+    S.regions.changed();
 }
 
 void note_unseen(const void* dst, const void* src, size_t n, void* pc, int32_t what) {
@@ -332,9 +321,9 @@ void note_unseen(const void* dst, const void* src, size_t n, void* pc, int32_t w
 
 }  // namespace
 
-// ---------------------------------------------------------------- the runtime's hooks (cpucuda_traffic.h)
+// ---------------------------------------------------------------- the runtime's hooks (cpucuda_hooks.h, cpucuda_traffic.h)
 
-HOOK void cpucuda_traffic_block_begin(int64_t block, unsigned nthreads) {
+HOOK void cpucuda_hook_block_begin(int64_t block, unsigned nthreads) {
     if (!S.active) return;
     S.block = block;
     S.nthreads = nthreads;
@@ -346,7 +335,7 @@ HOOK void cpucuda_traffic_block_begin(int64_t block, unsigned nthreads) {
     }
 }
 
-HOOK void cpucuda_traffic_switch(int fiber) { S.cur = S.active ? fiber : -1; }
+HOOK void cpucuda_hook_switch(int fiber) { S.cur = S.active ? fiber : -1; }
 
 HOOK void cpucuda_traffic_converge(int warp) {
     if (!S.active) return;
@@ -365,7 +354,7 @@ HOOK void cpucuda_traffic_block_end() {
     S.touched.clear();
 }
 
-HOOK void cpucuda_traffic_shared(const void* p, size_t n, int dynamic) {
+HOOK void cpucuda_hook_shared(const void* p, size_t n, int dynamic) {
     if (S.active) add_shared_region(p, n, dynamic ? -2 : -1);
 }
 
@@ -380,21 +369,13 @@ EXPORT void cpucuda_traffic_mma(int m, int n, int k) {
     S.mma_flops[S.block] += 2 * mnk;
 }
 
-// ---------------------------------------------------------------- ThreadSanitizer's entry points
+// ---------------------------------------------------------------- ThreadSanitizer's entry points, libc
 
-#define READ(n)                                                                                      \
-    HOOK void __tsan_read##n(void* p) { record((uint64_t)p, n, K_LOAD, __builtin_return_address(0)); } \
-    HOOK void __tsan_unaligned_read##n(void* p) { record((uint64_t)p, n, K_LOAD, __builtin_return_address(0)); }
-#define WRITE(n)                                                                                       \
-    HOOK void __tsan_write##n(void* p) { record((uint64_t)p, n, K_STORE, __builtin_return_address(0)); } \
-    HOOK void __tsan_unaligned_write##n(void* p) { record((uint64_t)p, n, K_STORE, __builtin_return_address(0)); }
-READ(1) READ(2) READ(4) READ(8) READ(16)
-WRITE(1) WRITE(2) WRITE(4) WRITE(8) WRITE(16)
-HOOK void __tsan_read_range(void* p, unsigned long n) { record((uint64_t)p, (uint32_t)n, K_LOAD, __builtin_return_address(0)); }
-HOOK void __tsan_write_range(void* p, unsigned long n) { record((uint64_t)p, (uint32_t)n, K_STORE, __builtin_return_address(0)); }
-HOOK void __tsan_vptr_read(void**) {}
-HOOK void __tsan_vptr_update(void**, void*) {}
-HOOK void __tsan_init() {}
+namespace {
+inline void on_access(uint64_t p, unsigned n, bool write, void* pc) { record(p, n, write ? K_STORE : K_LOAD, pc); }
+inline void on_libc(void* d, const void* s, size_t n, void* pc, int what) { note_unseen(d, s, n, pc, what); }
+}  // namespace
+#include "tsan_entry_points.h"
 
 HOOK void __tsan_func_entry(void* caller_pc) {
     if (!S.active || S.cur < 0) return;
@@ -410,24 +391,6 @@ HOOK void __tsan_func_exit() {
     if (f.depth > 0 && --f.depth < 128) f.chain = f.stack[f.depth];
 }
 
-// ---------------------------------------------------------------- libc calls the instrumentation cannot see
-
-extern "C" void* __real_memcpy(void*, const void*, size_t);
-extern "C" void* __real_memmove(void*, const void*, size_t);
-extern "C" void* __real_memset(void*, int, size_t);
-HOOK void* __wrap_memcpy(void* d, const void* s, size_t n) {
-    note_unseen(d, s, n, __builtin_return_address(0), 0);
-    return __real_memcpy(d, s, n);
-}
-HOOK void* __wrap_memmove(void* d, const void* s, size_t n) {
-    note_unseen(d, s, n, __builtin_return_address(0), 1);
-    return __real_memmove(d, s, n);
-}
-HOOK void* __wrap_memset(void* d, int c, size_t n) {
-    note_unseen(d, nullptr, n, __builtin_return_address(0), 2);
-    return __real_memset(d, c, n);
-}
-
 // ---------------------------------------------------------------- Python's side (traffic.py)
 
 struct PyRegion { uint64_t lo, hi, vbase; int64_t target; };
@@ -439,7 +402,7 @@ EXPORT void cpucuda_traffic_begin(const PyRegion* regions, int64_t n, int64_t nu
         if (regions[i].hi > regions[i].lo)
             S.regions.push_back(Region{regions[i].lo, regions[i].hi, regions[i].vbase, (int32_t)regions[i].target, 0});
     S.global_regions = S.regions.size();
-    S.last_region = 0;
+    S.regions.changed();
     S.sites.clear();
     S.site_index.clear();
     S.chains.clear();

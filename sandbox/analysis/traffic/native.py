@@ -2,13 +2,14 @@
 
     compiled(source, output="so"|"o") -> Path    the shared object (or object file) built from `source`
 
-Cached under sandbox.cpucuda's cache folder by a hash of the source, the flags and the compiler's
-version; written to a temporary name and renamed, so parallel processes never see half a file.
+Cached under sandbox.cpucuda's cache folder by a hash of the source (with the files it includes with
+quotes from its own folder: source_bytes), the flags and the compiler's version; written to a temporary name and renamed, so parallel processes never see half a file.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,12 +19,19 @@ from sandbox.cpucuda import compiler as _compiler
 FLAGS = ("-O2", "-fPIC", "-std=c++17", "-fvisibility=hidden", "-w")
 
 
+def source_bytes(source: Path) -> bytes:
+    """The source's bytes and those of each file it includes with quotes from its own folder."""
+    text = Path(source).read_bytes()
+    local = [Path(source).parent / name.decode() for name in re.findall(rb'^#include "([^"]+)"', text, re.M)]
+    return text + b"".join(p.read_bytes() for p in local if p.is_file())
+
+
 def compiled(source: Path, output: str = "so") -> Path:
     if output not in ("so", "o"):
         raise ValueError(f"output must be 'so' or 'o', got {output!r}")
     source = Path(source)
     flags = list(FLAGS) + (["-shared"] if output == "so" else ["-c"])
-    key = hashlib.sha256(repr((source.read_bytes(), flags, _compiler._compiler_version())).encode()).hexdigest()[:24]
+    key = hashlib.sha256(repr((source_bytes(source), flags, _compiler._compiler_version())).encode()).hexdigest()[:24]
     root = _compiler.cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{source.stem}-{key}.{output}"

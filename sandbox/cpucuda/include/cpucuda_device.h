@@ -154,27 +154,18 @@ static inline unsigned __lanemask_lt() { return (1u << cpucuda::g.cur->lane) - 1
 
 // ---------------------------------------------------------------- atomics
 // Fibers never switch inside these, so a plain read-modify-write is atomic.
-// Under racecheck they are relaxed __atomic compare-and-swap loops instead,
-// which TSan sees as atomics (a plain read-modify-write would read as a
-// race); a failed compare-and-swap writes nothing.
 
-#if CPUCUDA_TSAN
-#define CPUCUDA_ATOMIC_RMW(T, op)                                                                        \
-    T old;                                                                                                \
-    __atomic_load(p, &old, __ATOMIC_RELAXED);                                                            \
-    for (;;) {                                                                                            \
-        T desired = (op);                                                                                 \
-        if (__atomic_compare_exchange(p, &old, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))     \
-            return old;                                                                                   \
-    }
-#else
 #define CPUCUDA_ATOMIC_RMW(T, op) T old = *p; *p = (op); return old;
-#endif
 // Traffic mode: an atomic is one access of its width, reported to the recorder with the caller's
 // address (so the function stays out of line) and done without instrumentation (no load + store).
 #if CPUCUDA_TRAFFIC
 #define CPUCUDA_ATOMIC_FN static __attribute__((noinline, no_sanitize("thread")))
 #define CPUCUDA_ATOMIC_NOTE(p) cpucuda_traffic_atomic((const void*)(p), sizeof(*(p)), __builtin_return_address(0));
+#elif CPUCUDA_RACE
+// Racecheck: atomics are invisible to the checker (atomics never race with atomics, and a plain access
+// racing an atomic one is not reported: racecheck.py says why), so they are not instrumented.
+#define CPUCUDA_ATOMIC_FN static __attribute__((noinline, no_sanitize("thread")))
+#define CPUCUDA_ATOMIC_NOTE(p)
 #else
 #define CPUCUDA_ATOMIC_FN static inline
 #define CPUCUDA_ATOMIC_NOTE(p)
@@ -209,12 +200,7 @@ CPUCUDA_ATOMIC(atomicDec, unsigned int, (old == 0u || old > v) ? v : old - 1u)
 #undef CPUCUDA_ATOMIC
 // CUDA has no atomicMax/atomicMin for float: kernels build them from
 // atomicCAS on the bits, as they must on the GPU.
-#if CPUCUDA_TSAN
-#define CPUCUDA_CAS_BODY \
-    __atomic_compare_exchange(p, &compare, &v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); return compare;
-#else
 #define CPUCUDA_CAS_BODY auto old = *p; if (old == compare) *p = v; return old;
-#endif
 #define CPUCUDA_CAS(T)                                                         \
     CPUCUDA_ATOMIC_FN T atomicCAS(T* p, T compare, T v) { CPUCUDA_ATOMIC_NOTE(p) CPUCUDA_CAS_BODY } \
     static inline T atomicCAS_block(T* p, T compare, T v) { return atomicCAS(p, compare, v); }

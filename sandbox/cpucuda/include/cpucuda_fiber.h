@@ -98,29 +98,11 @@ void __sanitizer_set_death_callback(void (*callback)(void));
 #define CPUCUDA_ASAN 0
 #endif
 
-// ThreadSanitizer (racecheck mode): every CUDA thread is a TSan fiber and
-// the runtime itself is not instrumented (CPUCUDA_RUNTIME), so only the
-// kernel's own accesses are checked; barriers and warp operations become
-// explicit release/acquire pairs (see cpucuda_sched.h).
-#if defined(__SANITIZE_THREAD__) && !CPUCUDA_TRAFFIC
-#define CPUCUDA_TSAN 1
-extern "C" {
-void* __tsan_get_current_fiber(void);
-void* __tsan_create_fiber(unsigned flags);
-void __tsan_destroy_fiber(void* fiber);
-void __tsan_switch_to_fiber(void* fiber, unsigned flags);
-void __tsan_set_fiber_name(void* fiber, const char* name);
-void __tsan_acquire(void* addr);
-void __tsan_release(void* addr);
-}
-static const unsigned cpucuda_tsan_no_sync = 1 << 0;  // __tsan_switch_to_fiber_no_sync
-#define CPUCUDA_RUNTIME __attribute__((no_sanitize("thread")))
-#elif CPUCUDA_TRAFFIC
-// Traffic mode (sandbox/cpucuda/traffic.py): the same instrumentation feeds the traffic recorder; the
-// runtime stays uninstrumented, so only the kernel's own accesses are counted.
-#define CPUCUDA_TSAN 0
+#if CPUCUDA_TRAFFIC || CPUCUDA_RACE
+// Traffic mode (sandbox/cpucuda/traffic.py) and racecheck (racecheck.py): the same instrumentation
+// feeds the traffic recorder or the race checker; the runtime stays uninstrumented, so only the
+// kernel's own accesses are seen.
 #define CPUCUDA_RUNTIME __attribute__((no_sanitize("thread")))
 #else
-#define CPUCUDA_TSAN 0
 #define CPUCUDA_RUNTIME
 #endif

@@ -78,18 +78,5 @@ static int launch(void (*k)(P...), void** args, const LaunchConfig* cfg, char* e
 
 CPUCUDA_EXPORT const char* cpucuda_fiber_impl(void) { return CPUCUDA_FIBER_IMPL; }
 CPUCUDA_EXPORT void cpucuda_release(void) { cpucuda::release_fibers(); }
-#if CPUCUDA_TSAN
-// The racecheck child creates one pool of TSan fibers (0.8 ms each) and hands it to every
-// library it loads before each launch, so fibers outlive libraries and launches.
-CPUCUDA_EXPORT CPUCUDA_RUNTIME void cpucuda_tsan_adopt(void* const* fibers, unsigned n) {
-    if (n > cpucuda::g.ntsan) {
-        void** nt = (void**)realloc(cpucuda::g.tsan_fibers, n * sizeof(void*));
-        if (!nt) return;  // ensure_fibers creates its own then
-        cpucuda::g.tsan_fibers = nt;
-        cpucuda::g.ntsan = n;
-    }
-    for (unsigned i = 0; i < n; ++i) cpucuda::g.tsan_fibers[i] = fibers[i];
-}
-#endif
 CPUCUDA_EXPORT void* cpucuda_malloc(size_t n) { return malloc(n); }
 CPUCUDA_EXPORT void cpucuda_free(void* p) { free(p); }

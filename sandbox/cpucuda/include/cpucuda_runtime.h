@@ -75,7 +75,6 @@ CPUCUDA_EXPORT CPUCUDA_RUNTIME void* cpucuda_constant(const char* name, size_t* 
 CPUCUDA_EXPORT CPUCUDA_RUNTIME const char* cpucuda_constant_name(unsigned i) {
     return i < cpucuda::g_nconstants ? cpucuda::g_constants[i].name : nullptr;
 }
-CPUCUDA_EXPORT CPUCUDA_RUNTIME const void* cpucuda_last_dynamic_shared(void) { return cpucuda::g.last_dyn_smem; }
 // The next launch's argument arrays: n (address, bytes) pairs (see gpu_aligned in cpucuda_sched.h).
 CPUCUDA_EXPORT CPUCUDA_RUNTIME void cpucuda_set_buffers(const uint64_t* pairs, unsigned n) {
     cpucuda::g_buffers = (cpucuda::Buffer*)realloc(cpucuda::g_buffers, (n ? n : 1) * sizeof(cpucuda::Buffer));

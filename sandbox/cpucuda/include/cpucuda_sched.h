@@ -10,22 +10,13 @@
 // released is a deadlock. Errors end the launch: the runtime writes a message
 // and returns to Python; the abandoned fibers are reset by the next launch.
 //
-// Racecheck (compiled with -fsanitize=thread): each fiber is also a TSan
-// fiber. Switches carry no happens-before (no_sync) except the first switch
-// into a thread in each block, which inherits the scheduler's history (so a
-// block is ordered after the previous one). TSan is told of a switch only when
-// the next fiber differs from the one it believes runs (g.tsan_cur): fibers
-// hand over to each other directly, and the scheduler, whose code TSan does
-// not instrument, switches back to its own TSan fiber only at the end of a
-// block and before each first switch. Ordering between the threads of a
-// block comes only from explicit release/acquire pairs: at __syncthreads every
-// arriving thread releases a barrier object and every released thread
-// acquires it (two objects alternate, so a fast thread's next release never
-// reaches a slow thread's acquire); warp operations do the same per lane
-// group (in strict mode only __syncwarp does). Each thread releases at exit
-// and the scheduler acquires after the block. The runtime is not instrumented
+// Racecheck (-DCPUCUDA_RACE, the kernel instrumented for race_checker.cpp):
+// the scheduler tells the checker which fiber runs and what orders memory in
+// CUDA: a released __syncthreads, a released warp operation with the lanes it
+// orders (in strict mode only __syncwarp), a released tile barrier, the start
+// of a block (cpucuda_race.h). The runtime is not instrumented
 // (CPUCUDA_RUNTIME), so its own bookkeeping and the lazy poisoning of shared
-// memory are invisible to TSan.
+// memory are invisible to the checker.
 #pragma once
 
 #include <setjmp.h>
@@ -36,8 +27,12 @@
 #include <stdarg.h>
 
 #include "cpucuda_fiber.h"
+#include "cpucuda_hooks.h"
 #if CPUCUDA_TRAFFIC
 #include "cpucuda_traffic.h"
+#endif
+#if CPUCUDA_RACE
+#include "cpucuda_race.h"
 #endif
 
 namespace cpucuda {
@@ -63,9 +58,6 @@ struct Fiber {
     unsigned wmask;      // lanes of the rendezvous it waits in (0 for coalesced_threads: found on release)
     int wkind;
     void* fake_stack;    // ASan's fake-stack handle while switched out
-    void* tsan;          // its TSan fiber (racecheck)
-    bool tsan_first;     // the next switch into it is its first in this block
-    void* sync_obj;      // the object it released at its pending barrier / warp operation
     unsigned group;      // AT_GROUP: the tile it waits for (see GroupWait)
     const struct Collective* coll;  // W_COLLECTIVE: the arguments every lane must agree on, and the work
 };
@@ -86,7 +78,6 @@ struct Collective {
 // the N consecutive threads from N * k. One record per tile size and tile: [log2(N) - 6][k].
 struct GroupWait {
     unsigned arrived;    // threads of the tile waiting
-    unsigned parity;     // which of two TSan sync objects is in use
     const char* what;
     const char* file;    // where the first one waits (every other must wait there too)
     int line;
@@ -99,8 +90,6 @@ static const unsigned kGroupClasses = 5;  // tiles of 64, 128, 256, 512 and 1024
 struct Warp {
     unsigned existing;   // lanes that exist (the last warp may be partial)
     unsigned arrived;    // lanes waiting in a warp operation
-    unsigned parity;     // per group leader (lowest lane): which of two sync objects is in use
-    unsigned coalesced_parity;
 };
 
 enum WarpKind : int { W_SYNC, W_SHFL, W_BALLOT, W_ANY, W_ALL, W_ADD, W_MIN, W_MAX, W_MATCH_ANY, W_MATCH_ALL,
@@ -138,7 +127,6 @@ struct Runtime {
     uint64_t poison_seed;
     unsigned char* dyn_smem;
     size_t dyn_size;
-    const void* last_dyn_smem;  // for racecheck reports: which heap block was shared memory
     // Per-block.
     unsigned long block_gen;    // bumped per block: static __shared__ re-poisoning
     unsigned done;
@@ -147,7 +135,6 @@ struct Runtime {
     const char* bar_what;
     const char* bar_file;
     int bar_line;
-    unsigned bar_parity;
     Warp warps[32];
     GroupWait groups[kGroupClasses][16];
     unsigned groups_waiting;    // threads waiting at tile barriers
@@ -158,10 +145,6 @@ struct Runtime {
     unsigned nstacks;
     size_t stack_size;
     Fiber* cur;
-    void** tsan_fibers;         // racecheck: one TSan fiber per fiber slot (kept across blocks and launches)
-    unsigned ntsan;
-    void* tsan_main;
-    void* tsan_cur;             // the TSan fiber TSan believes runs
     Context main_ctx;
     void* main_fake_stack;
     const void* main_stack_bottom;
@@ -174,14 +157,6 @@ struct Runtime {
     Fiber* volatile crash_fiber;
 };
 static Runtime g;
-
-#if CPUCUDA_TSAN
-// Addresses used only as TSan synchronisation objects.
-static char g_sync_bar[2];
-static char g_sync_warp[32][33][2];  // [warp][group leader lane, 32: coalesced groups][parity]
-static char g_sync_exit;
-static char g_sync_group[kGroupClasses][16][2];
-#endif
 
 static const size_t kPage = 4096;
 // Normal mode puts a canary after dynamic shared memory, as large as the
@@ -228,15 +203,6 @@ CPUCUDA_RUNTIME static const char* where(const Fiber* f) {
 
 // ---------------------------------------------------------------- switching
 
-#if CPUCUDA_TSAN
-CPUCUDA_RUNTIME static inline void tsan_to_main() {
-    if (g.tsan_cur != g.tsan_main) {
-        __tsan_switch_to_fiber(g.tsan_main, cpucuda_tsan_no_sync);
-        g.tsan_cur = g.tsan_main;
-    }
-}
-#endif
-
 CPUCUDA_RUNTIME static inline void switch_to_main(Fiber* f, bool finished) {
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(finished ? nullptr : &f->fake_stack, g.main_stack_bottom, g.main_stack_size);
@@ -253,29 +219,16 @@ CPUCUDA_RUNTIME static inline void switch_to_main(Fiber* f, bool finished) {
 CPUCUDA_RUNTIME static inline void resume(Fiber* f) {
     g.cur = f;
     g.threadIdx = f->tid;
-#if CPUCUDA_TSAN
-    if (f->tsan_first) {
-        // The first switch per block synchronises: the thread starts after everything the
-        // scheduler saw (the previous block, the poisoning), and from the scheduler's own
-        // fiber, never from the thread that ran before it.
-        tsan_to_main();
-        __tsan_switch_to_fiber(f->tsan, 0u);
-        f->tsan_first = false;
-    } else if (g.tsan_cur != f->tsan) {
-        __tsan_switch_to_fiber(f->tsan, cpucuda_tsan_no_sync);
-    }
-    g.tsan_cur = f->tsan;
-#endif
 #if CPUCUDA_ASAN
     __sanitizer_start_switch_fiber(&g.main_fake_stack, f->stack_lo, f->stack_size);
 #endif
-#if CPUCUDA_TRAFFIC
-    cpucuda_traffic_switch((int)f->linear);
+#if CPUCUDA_HOOKS
+    cpucuda_hook_switch((int)f->linear);
 #endif
     context_swap(&g.main_ctx, &f->ctx);
     __asm__ __volatile__("" ::: "memory");
-#if CPUCUDA_TRAFFIC
-    cpucuda_traffic_switch(-1);
+#if CPUCUDA_HOOKS
+    cpucuda_hook_switch(-1);
 #endif
 #if CPUCUDA_ASAN
     __sanitizer_finish_switch_fiber(g.main_fake_stack, nullptr, nullptr);
@@ -288,9 +241,6 @@ CPUCUDA_RUNTIME static void fiber_main(void*) {
     __sanitizer_finish_switch_fiber(nullptr, &g.main_stack_bottom, &g.main_stack_size);
 #endif
     g.body(g.body_ctx);
-#if CPUCUDA_TSAN
-    __tsan_release(&g_sync_exit);  // the scheduler acquires it after the block
-#endif
     Fiber* f = g.cur;
     f->state = DONE;
     g.done++;
@@ -327,14 +277,7 @@ CPUCUDA_RUNTIME static int block_barrier(int kind, int pred, const char* what, c
     f->what = what;
     f->file = file;
     f->line = line;
-#if CPUCUDA_TSAN
-    f->sync_obj = &g_sync_bar[g.bar_parity];
-    __tsan_release(f->sync_obj);
-#endif
     switch_to_main(f, false);
-#if CPUCUDA_TSAN
-    __tsan_acquire(f->sync_obj);
-#endif
     return (int)f->wres;
 }
 
@@ -342,6 +285,9 @@ CPUCUDA_RUNTIME static bool release_block_barrier() {
     if (g.bar_arrived == 0 || g.bar_arrived != g.nthreads) return false;
 #if CPUCUDA_TRAFFIC
     cpucuda_traffic_converge(-1);  // every warp converges at a barrier
+#endif
+#if CPUCUDA_RACE
+    cpucuda_race_barrier();
 #endif
     int result = g.bar_kind == B_COUNT ? g.bar_count
                : g.bar_kind == B_AND   ? g.bar_count == (int)g.nthreads
@@ -352,7 +298,6 @@ CPUCUDA_RUNTIME static bool release_block_barrier() {
         g.fibers[i].wres = (uint64_t)(int64_t)result;
     }
     g.bar_arrived = 0;
-    g.bar_parity ^= 1u;
     return true;
 }
 
@@ -383,14 +328,7 @@ CPUCUDA_RUNTIME static void group_barrier(unsigned size, const char* what, const
     f->what = what;
     f->file = file;
     f->line = line;
-#if CPUCUDA_TSAN
-    f->sync_obj = &g_sync_group[cls][k][w.parity];
-    __tsan_release(f->sync_obj);
-#endif
     switch_to_main(f, false);
-#if CPUCUDA_TSAN
-    __tsan_acquire(f->sync_obj);
-#endif
 }
 
 CPUCUDA_RUNTIME static bool release_groups() {
@@ -402,9 +340,11 @@ CPUCUDA_RUNTIME static bool release_groups() {
             const unsigned size = 64u << cls;
             if (w.arrived == 0 || w.arrived != size) continue;
             for (unsigned i = k * size; i < (k + 1) * size; ++i) g.fibers[i].state = READY;
+#if CPUCUDA_RACE
+            cpucuda_race_tile(k * size, size);
+#endif
             g.groups_waiting -= size;
             w.arrived = 0;
-            w.parity ^= 1u;
             any = true;
         }
     return any;
@@ -468,21 +408,7 @@ CPUCUDA_RUNTIME static uint64_t warp_rendezvous(int kind, unsigned mask, uint64_
     f->file = file;
     f->line = line;
     w.arrived |= 1u << f->lane;
-#if CPUCUDA_TSAN
-    const bool syncs = warp_kind_syncs(kind);
-    if (syncs) {
-        // One pair of objects per group leader (its lowest lane); coalesced groups, whose lanes are known
-        // only on release, share a pair of their own.
-        const unsigned leader = kind == W_COALESCE ? 32u : (unsigned)__builtin_ctz(m);
-        const unsigned parity = kind == W_COALESCE ? w.coalesced_parity : (w.parity >> leader) & 1u;
-        f->sync_obj = &g_sync_warp[f->warp][leader][parity];
-        __tsan_release(f->sync_obj);
-    }
-#endif
     switch_to_main(f, false);
-#if CPUCUDA_TSAN
-    if (syncs) __tsan_acquire(f->sync_obj);
-#endif
     return f->wres;
 }
 
@@ -540,9 +466,10 @@ CPUCUDA_RUNTIME static void release_group(Warp& w, Fiber* lanes, unsigned m, int
 #if CPUCUDA_TRAFFIC
     if (m == w.existing) cpucuda_traffic_converge((int)((lanes - g.fibers) / 32));  // a full-warp operation
 #endif
+#if CPUCUDA_RACE
+    if (warp_kind_syncs(kind)) cpucuda_race_warp((unsigned)((lanes - g.fibers) / 32), m);
+#endif
     w.arrived &= ~m;
-    if (kind != W_COALESCE) w.parity ^= 1u << __builtin_ctz(m);
-    else w.coalesced_parity ^= 1u;
 }
 
 CPUCUDA_RUNTIME static bool release_warps() {
@@ -683,14 +610,6 @@ CPUCUDA_RUNTIME static bool ensure_fibers(unsigned n, size_t stack_size) {
         mprotect(p, kPage, PROT_NONE);
         g.stacks[g.nstacks++] = (char*)p;
     }
-#if CPUCUDA_TSAN
-    if (n > g.ntsan) {
-        void** nt = (void**)realloc(g.tsan_fibers, n * sizeof(void*));
-        if (!nt) return false;
-        g.tsan_fibers = nt;
-        while (g.ntsan < n) g.tsan_fibers[g.ntsan++] = __tsan_create_fiber(0);
-    }
-#endif
     return true;
 }
 
@@ -784,13 +703,14 @@ CPUCUDA_RUNTIME static inline uint32_t finite_poison_word(size_t w) {
     return (hi << 16) | lo;
 }
 
-// A plain loop, not memset: under racecheck TSan intercepts memset and would
-// record the lazy poisoning as the poisoning thread's write (a false race);
+// A plain loop, not memset, in the instrumented modes: their recorders see the
+// kernel's memset calls (--wrap), and racecheck would take the lazy poisoning
+// for the poisoning thread's write (a false race), traffic for kernel traffic;
 // the empty asm keeps g++ from turning the loop back into memset.
 CPUCUDA_RUNTIME static void poison_fill(void* p, size_t n) {
     unsigned char* b = (unsigned char*)p;
     if (g.poison == POISON_NAN) {
-#if CPUCUDA_TSAN || CPUCUDA_TRAFFIC  // traffic: memset would read as an access the recorder cannot see
+#if CPUCUDA_TRAFFIC || CPUCUDA_RACE
         for (size_t i = 0; i < n; ++i) {
             b[i] = 0xFF;
             __asm__ __volatile__("" : : "r"(b + i) : "memory");
@@ -813,8 +733,8 @@ CPUCUDA_RUNTIME static void poison_fill(void* p, size_t n) {
 CPUCUDA_RUNTIME static inline void shared_enter(void* p, size_t n, unsigned long* gen) {
     if (*gen != g.block_gen) {
         *gen = g.block_gen;
-#if CPUCUDA_TRAFFIC
-        cpucuda_traffic_shared(p, n, 0);
+#if CPUCUDA_HOOKS
+        cpucuda_hook_shared(p, n, 0);
 #endif
         poison_fill(p, n);
     }
@@ -921,30 +841,22 @@ CPUCUDA_RUNTIME static void init_block(unsigned bx, unsigned by, unsigned bz) {
         f.wmask = 0;
         f.wkind = 0;
         f.fake_stack = nullptr;
-#if CPUCUDA_TSAN
-        f.tsan = g.tsan_fibers[i];
-        f.tsan_first = true;
-        char name[96];  // race reports name the CUDA thread by its fiber's name
-        snprintf(name, sizeof name, "thread (%u,%u,%u) of block (%u,%u,%u)", f.tid.x, f.tid.y, f.tid.z, bx, by, bz);
-        __tsan_set_fiber_name(f.tsan, name);
-#endif
     }
     for (unsigned w = 0; w < g.nwarps; ++w) {
         unsigned lanes = n - w * 32 >= 32 ? 32 : n - w * 32;
-        g.warps[w] = Warp{lanes == 32 ? ~0u : (1u << lanes) - 1u, 0, 0, 0};
+        g.warps[w] = Warp{lanes == 32 ? ~0u : (1u << lanes) - 1u, 0};
     }
-    g.bar_parity = 0;
     memset(g.groups, 0, sizeof g.groups);
     g.groups_waiting = 0;
     for (unsigned r = 0; r < g_nregions; ++r)
         if (g_regions[r].dyn) *g_regions[r].dyn = g.dyn_smem;
         else poison_fill(g_regions[r].p, g_regions[r].n);
     poison_fill(g.dyn_smem, g.dyn_size);
-#if CPUCUDA_TRAFFIC
-    cpucuda_traffic_block_begin((int64_t)bx + (int64_t)g.gridDim.x * (by + (int64_t)g.gridDim.y * bz), n);
+#if CPUCUDA_HOOKS
+    cpucuda_hook_block_begin((int64_t)bx + (int64_t)g.gridDim.x * (by + (int64_t)g.gridDim.y * bz), n);
     for (unsigned r = 0; r < g_nregions; ++r)
-        if (!g_regions[r].dyn) cpucuda_traffic_shared(g_regions[r].p, g_regions[r].n, 0);
-    cpucuda_traffic_shared(g.dyn_smem, g.dyn_size, 1);
+        if (!g_regions[r].dyn) cpucuda_hook_shared(g_regions[r].p, g_regions[r].n, 0);
+    cpucuda_hook_shared(g.dyn_smem, g.dyn_size, 1);
 #endif
 }
 
@@ -974,10 +886,6 @@ CPUCUDA_RUNTIME static int run_fibers() {
 
 CPUCUDA_RUNTIME static int run_block() {
     const int rc = run_fibers();
-#if CPUCUDA_TSAN
-    tsan_to_main();  // TSan's current fiber is the scheduler's again
-    if (!rc) __tsan_acquire(&g_sync_exit);  // the next block starts after everything this one did
-#endif
     if (rc) return rc;
 #if CPUCUDA_TRAFFIC
     cpucuda_traffic_block_end();
@@ -1017,9 +925,6 @@ CPUCUDA_RUNTIME static int run_grid(const LaunchConfig* cfg, void (*body)(void*)
     g.strict = (cfg->flags & F_STRICT) != 0;
     g.poison = cfg->poison;
     g.poison_seed = cfg->poison_seed;
-#if CPUCUDA_TSAN
-    g.tsan_main = g.tsan_cur = __tsan_get_current_fiber();
-#endif
     if (g.nthreads == 0 || g.nthreads > 1024) {
         set_error("block of %u threads: must be 1..1024", g.nthreads);
         return g.rc;
@@ -1030,13 +935,12 @@ CPUCUDA_RUNTIME static int run_grid(const LaunchConfig* cfg, void (*body)(void*)
     }
     g.dyn_size = cfg->shared_mem;
     g.dyn_smem = alloc_dynamic_shared(g.dyn_size);
-    g.last_dyn_smem = g.dyn_smem;
 #if !CPUCUDA_ASAN
     memset(g.dyn_smem + g.dyn_size, 0xA5, canary_size(g.dyn_size));
 #endif
     const uint64_t nblocks = (uint64_t)cfg->grid[0] * cfg->grid[1] * cfg->grid[2];
 
-#if !CPUCUDA_ASAN && !CPUCUDA_TSAN  // the sanitizers report crashes themselves
+#if !CPUCUDA_ASAN  // ASan reports crashes itself
     stack_t old_stack;
     g.launch_thread = pthread_self();
     g.crash_fiber = nullptr;
@@ -1055,7 +959,7 @@ CPUCUDA_RUNTIME static int run_grid(const LaunchConfig* cfg, void (*body)(void*)
                    (unsigned)(b / ((uint64_t)cfg->grid[0] * cfg->grid[1])));
         run_block();
     }
-#if !CPUCUDA_ASAN && !CPUCUDA_TSAN
+#if !CPUCUDA_ASAN
     remove_crash_handlers(&old_stack);
 #endif
     free(g.dyn_smem);
