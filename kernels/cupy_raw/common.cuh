@@ -156,12 +156,17 @@ struct CacheVec {
   using Scales = unsigned char;  // never loaded
   static constexpr int VALUES = 16 / sizeof(C), ELEMS = VALUES, GROUPS = 0, PER_ELEM = 1;
   static constexpr bool QUANTIZED = is_fp8<C>;  // values are dequantized (fp8 pairs), else read as they are
+  static constexpr int LANE_VECS = 4;           // row-mapped K: vectors of a token's row per lane
   __device__ __forceinline__ static Vec load(const C* row, int v) { return *reinterpret_cast<const Vec*>(row + v * ELEMS); }
   __device__ __forceinline__ static const unsigned char* scale_row(const unsigned char*, long long, int, int) {
     return nullptr;
   }
   __device__ __forceinline__ static Scales load_scales(const unsigned char*, int) { return 0; }
   __device__ __forceinline__ static void dequantize(const Vec& p, Scales, float (&f)[VALUES]) { unpack(p, f); }
+  // Where q_smem keeps query value d of a head, and the float4 chunk e of vector v (see the NVFP4 case).
+  static constexpr bool SWIZZLED = false;
+  __device__ __forceinline__ static int q_position(int d) { return d; }
+  __device__ __forceinline__ static int q_chunk(int, int e) { return e; }
 };
 
 template <int HEAD_DIM, bool NARROW>
@@ -172,6 +177,9 @@ struct CacheVec<Nvfp4, HEAD_DIM, NARROW> {
   using Scales = typename Fp4Bits<GROUPS>::Scales;
   static constexpr int VALUES = 16 * GROUPS, ELEMS = VALUES / 2, PER_ELEM = 2;  // two codes a byte
   static constexpr bool QUANTIZED = true;
+  // row-mapped K: 64 values of a token's row per lane (fp8's 4 vectors): a lane's share of the query tile
+  // stays as large as fp8's (4 32-value vectors put 255 registers and 1.6 KB of spills on ptxas at head dim 128)
+  static constexpr int LANE_VECS = 64 / VALUES;
   __device__ __forceinline__ static Vec load(const Nvfp4* row, int v) {
     return *reinterpret_cast<const Vec*>(row + v * ELEMS);
   }
@@ -182,6 +190,21 @@ struct CacheVec<Nvfp4, HEAD_DIM, NARROW> {
   }
   __device__ __forceinline__ static Scales load_scales(const unsigned char* row_scales, int v) {
     return *reinterpret_cast<const Scales*>(row_scales + v * GROUPS);
+  }
+  // 32-value vectors are 128 bytes of staged query: every lane of a token's group would read the same banks
+  // (2-way conflicts at head dim 128, 8-way at 512). q_smem rotates vector v's float4 chunks by v (chunk e at
+  // (e + v) % 8), so up to 8 lanes reading chunk e of different vectors hit 8 different bank quads.
+  static constexpr bool SWIZZLED = GROUPS == 2;
+  __device__ __forceinline__ static int q_position(int d) {
+    if constexpr (SWIZZLED) {
+      const int v = d / VALUES, e = d % VALUES / 4;
+      return v * VALUES + (e + v) % (VALUES / 4) * 4 + d % 4;
+    }
+    return d;
+  }
+  __device__ __forceinline__ static int q_chunk(int v, int e) {
+    if constexpr (SWIZZLED) return (e + v) % (VALUES / 4);
+    return e;
   }
   __device__ __forceinline__ static void dequantize(const Vec& p, Scales s, float (&f)[VALUES]) {
     if constexpr (GROUPS == 2) {
@@ -348,7 +371,7 @@ __device__ __forceinline__ void accumulate_qk(const V (&kp)[N], const S (&ks)[N]
           const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
 #pragma unroll
           for (int e = 0; e < VEC / 4; ++e) {
-            const float4 qq = q4[e];
+            const float4 qq = q4[RV::q_chunk(v, e)];
             qk[g] += qq.x * kf[4 * e] + qq.y * kf[4 * e + 1] + qq.z * kf[4 * e + 2] + qq.w * kf[4 * e + 3];
           }
         }
@@ -450,11 +473,11 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
   }
 }
 
-// Lanes per token in the row-mapped K phase: 4 vectors each (a power of two, at most a warp).
-template <int NUM_VECS>
+// Lanes per token in the row-mapped K phase: LANE_VECS vectors each (a power of two, at most a warp).
+template <int NUM_VECS, int LANE_VECS = 4>
 __host__ __device__ constexpr int row_group_size() {
   int tgs = 1;
-  while (tgs * 2 <= NUM_VECS / 4 && tgs < WARP) tgs *= 2;
+  while (tgs * 2 <= NUM_VECS / LANE_VECS && tgs < WARP) tgs *= 2;
   return tgs;
 }
 
@@ -470,7 +493,7 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
   using RV = CacheVec<T, HEAD_DIM>;
   constexpr int VEC = RV::VALUES;
   constexpr int NUM_VECS = HEAD_DIM / VEC;
-  constexpr int TGS = row_group_size<NUM_VECS>();
+  constexpr int TGS = row_group_size<NUM_VECS, RV::LANE_VECS>();
   constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;  // vectors per lane per token
   constexpr int TOKENS_PER_PASS = WARP / TGS;
   // passes whose loads are in flight together: ROW_BYTES_IN_FLIGHT per lane (8 16-byte vectors)
@@ -602,8 +625,14 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   // elements of T between token rows (NVFP4: bytes, two values each)
   const long long kv_stride = (long long)num_kv_heads * HEAD_DIM / VRV::PER_ELEM;
 
-  for (int i = tid; i < TILE * HEAD_DIM; i += NUM_THREADS)
-    q_smem[i] = i / HEAD_DIM < num_heads_here ? to_float(q[i]) : 0.f;
+  using KRV = CacheVec<T, HEAD_DIM>;  // the K phase's vectors: q_smem's layout is theirs (KRV::q_position)
+  for (int i = tid; i < TILE * HEAD_DIM; i += NUM_THREADS) {
+    const float x = i / HEAD_DIM < num_heads_here ? to_float(q[i]) : 0.f;
+    if constexpr (KRV::SWIZZLED)
+      q_smem[i - i % HEAD_DIM + KRV::q_position(i % HEAD_DIM)] = x;
+    else
+      q_smem[i] = x;
+  }
   __syncthreads();
 
   // ---- K: logits[g][t - start] = opt.logit(q_g . k_t): scale, soft-cap, ALiBi

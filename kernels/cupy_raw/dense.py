@@ -43,14 +43,16 @@ def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None,
 
 def contiguous_cache(cache: np.ndarray, block_tables: np.ndarray, context_lens: np.ndarray,
                      first=None) -> np.ndarray:
-    """[num_seqs, max_context, num_kv_heads, head_dim]: each sequence's tokens in order, NaN past its end.
+    """[num_seqs, max_context, num_kv_heads, head_dim]: each sequence's tokens in order, NaN past its end
+    (an NVFP4 cache's uint8 codes cannot hold NaN: code 0 there, beside NaN block scales).
 
     first (optional, [num_seqs]): only tokens first[s].. are gathered (a window); the slots before stay NaN,
     and the table entries of blocks wholly before them (-1 when freed) are never read.
     """
     block_size = cache.shape[1]
     max_context = int(context_lens.max())
-    out = np.full((len(context_lens), max_context) + cache.shape[2:], np.nan, dtype=cache.dtype)
+    fill = 0 if cache.dtype == np.uint8 else np.nan
+    out = np.full((len(context_lens), max_context) + cache.shape[2:], fill, dtype=cache.dtype)
     for s, n in enumerate(context_lens):
         tokens = np.arange(0 if first is None else int(first[s]), int(n))
         out[s, tokens] = cache[block_tables[s, tokens // block_size], tokens % block_size]
@@ -67,9 +69,13 @@ def prepare(problem, backend: str, partition_size: int | None = None, *,
         values = contiguous_cache(p.value_cache, p.block_tables, p.context_lens, first)
         uploaded = tuple(common.to_device(a, backend) for a in (p.query, keys, values, p.context_lens))
         query, key_cache, value_cache, context_lens = uploaded
-        # Per-token scales follow their rows into the contiguous layout (flattened [seq, token, KV head]).
+        # Per-token scales and NVFP4 block scales follow their rows into the contiguous layout (flattened
+        # [seq, token, KV head(, group)]); e4m3 block scales go as their bytes, as the option table passes them.
         scales = {name: contiguous_cache(getattr(p.options, name), p.block_tables, p.context_lens, first).reshape(-1)
                   for name in ("k_scales", "v_scales") if getattr(p.options, name) is not None}
+        scales.update({name: contiguous_cache(getattr(p.options, name), p.block_tables, p.context_lens,
+                                              first).view(np.uint8).reshape(-1)
+                       for name in ("k_block_scales", "v_block_scales") if getattr(p.options, name) is not None})
         options = common.option_args(p, backend, replace=scales)
         args = (*scratch, query, key_cache, value_cache, context_lens, np.int32(keys.shape[1]),
                 np.int32(p.block_size), np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p),

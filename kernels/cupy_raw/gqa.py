@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from sandbox.problem.dtypes import NVFP4
 from sandbox.variant import Limits
 
 from . import common
 
 PATH = common.KERNEL_DIR / "gqa.cu"
 NAME = "cupy.gqa"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **common.SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS,
+                **dict(common.SUPPORT, kv_dtypes=common.SUPPORT["kv_dtypes"] + (NVFP4,)))
 MAX_TILE = 8
 REPORT_GROUP = 4
 TUNABLES = {"threads": common.ATTEND_THREADS}  # the partition kernel's threads per block, the default first

@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from sandbox.problem.dtypes import NVFP4
-
 from . import gqa
 
 PATH = gqa.PATH
 NAME = "cupy.rows"
-# any block size (a runtime value past the powers of two), and NVFP4 caches besides gqa's formats
-LIMITS = dataclasses.replace(gqa.LIMITS, block_sizes=None, kv_dtypes=gqa.LIMITS.kv_dtypes + (NVFP4,))
+LIMITS = dataclasses.replace(gqa.LIMITS, block_sizes=None)  # any block size: a runtime value past the powers of two
 TUNABLES = gqa.TUNABLES
 # Global load requests a warp has in flight before their math (the performance model's Little's law): the
 # row mapping issues 8 16-byte vectors per lane (UK passes x K_VECS in common.cuh's rows path) for K, then for V.
