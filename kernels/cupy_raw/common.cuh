@@ -177,9 +177,10 @@ struct CacheVec<Nvfp4, HEAD_DIM, NARROW> {
   using Scales = typename Fp4Bits<GROUPS>::Scales;
   static constexpr int VALUES = 16 * GROUPS, ELEMS = VALUES / 2, PER_ELEM = 2;  // two codes a byte
   static constexpr bool QUANTIZED = true;
-  // row-mapped K: 64 values of a token's row per lane (fp8's 4 vectors): a lane's share of the query tile
-  // stays as large as fp8's (4 32-value vectors put 255 registers and 1.6 KB of spills on ptxas at head dim 128)
-  static constexpr int LANE_VECS = 64 / VALUES;
+  // row-mapped K: 32 values of a token's row per lane (float16's share): ptxas keeps a lane's share of the
+  // query tile in registers, and with more (4 32-value vectors) it ran out: 255 registers and 1.6 KB of
+  // spills at head dim 128, 0.3-1 KB at 64-96 with 64 values; 32 values: 156-165 registers, no spills, 64..512
+  static constexpr int LANE_VECS = 32 / VALUES;
   __device__ __forceinline__ static Vec load(const Nvfp4* row, int v) {
     return *reinterpret_cast<const Vec*>(row + v * ELEMS);
   }
