@@ -10,16 +10,18 @@
 //   V: a token row is split across min(head_dim / VEC, 32) lanes in 16-byte vectors; a warp
 //      takes several token rows at once; rows, then warps, are summed (shuffles, then shared memory).
 // ROW_MAPPED (cupy.rows): the thread mapping ignores the block size. K: TGS = NUM_VECS / 4 lanes per
-//   token (4 vectors each, 64 bytes for head dim 128 in fp16), a warp loads UK passes of 32 / TGS
-//   tokens (8 vectors per lane, 4 KiB per warp) before any math; V: each lane loads UV token rows
-//   before any math. Each token row is found through the table on its own (an L1 hit), so a block
+//   token (4 vectors each, 64 bytes for head dim 128 in fp16; NVFP4: one 32-value vector each), a warp
+//   loads UK passes of 32 / TGS tokens (8 vectors per lane, 4 KiB per warp) before any math; V: each lane
+//   loads UV token rows (128 bytes) before any math. Each token row is found through the table on its own (an L1 hit), so a block
 //   size of 1 keeps as many bytes in flight as 256; the block size only sets the index arithmetic.
 // Tokens at or past `end` are never loaded (their slots may hold NaN), and only the blocks that
 // hold tokens of [start, end) are looked up in the block table (unused entries may be -1).
 // The KV policy (PagedKV, DenseKV) maps a logical block to its first token row in the cache.
 //
 // Precisions: T is the query's and output's type (float, __half, __nv_bfloat16), KV the cache's (T,
-// or __nv_fp8_e4m3 / __nv_fp8_e5m2: 16 values per 16-byte vector, dequantized to float in pairs).
+// or __nv_fp8_e4m3 / __nv_fp8_e5m2: 16 values per 16-byte vector, dequantized to float in pairs, or
+// pa::Nvfp4: 32 e2m1 values per 16-byte K vector with their two e4m3 block scales loaded beside them, 16 per
+// 8-byte V vector; CacheVec says what attend loads for each).
 // Options (AttentionOptions): the kernel's Opt type carries a compile-time bitmask (Options<FLAGS>,
 // pa::OPT_*) and the runtime values (pa::OptionArgs); with FLAGS = 0 no option code is compiled.
 // k_scale costs nothing here: the launcher folds it into `scale`. v_scale multiplies the output,

@@ -6,9 +6,9 @@ twin of the best CUDA C design (TWIN: cupy.rows; K/V read once per GQA group, sp
 busy, bytes in flight independent of the block size), so paged-vs-dense isolates the cost of the
 block table. gqa.cu and dense.cu share pa::attend, so the twin does the same arithmetic in the same order.
 Limits: as cupy.rows (any block size 1..4096, head dims 32..512, float32/float16/bfloat16 queries,
-caches of the query's dtype or fp8 e4m3fn/e5m2 with per-tensor or per-token scales, every option; any GQA
-ratio). Per-token scales are gathered with their rows. With a window only the window's tokens are
-gathered (the slots before it stay NaN and are never read).
+caches of the query's dtype, fp8 e4m3fn/e5m2 with per-tensor or per-token scales or NVFP4, every option;
+any GQA ratio). Per-token scales and NVFP4 block scales are gathered with their rows. With a window only
+the window's tokens are gathered (the slots before it stay NaN and are never read).
 Template: dense_attention<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0>, as gqa's (OPTS = 0:
 the plain kernel, unchanged machine code); launch_partition() as gqa.
 Design expectation: within a few percent of its paged twin at every block size (one 4-byte table
