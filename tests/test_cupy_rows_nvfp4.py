@@ -6,7 +6,8 @@ and 6 V vectors a row (lanes per row not a power of two); block size 19 puts row
 different blocks, and the contexts end at k * 19, k * 19 + 1 and past the 512-token partition inside a
 block. Each vector's two groups carry different scales (16x apart, alternating by group and slot), so a
 kernel that applied one group's scale to the other, or read the neighbouring slot's, would be far off:
-the test checks that its own problem tells them apart.
+the test checks that its own problem tells them apart. And the traffic profiler's NVFP4 shapes (what the
+DRAM-versus-ideal figure of cupy.rows on NVFP4 is counted on) hold packed codes and block scales.
 """
 from __future__ import annotations
 
@@ -53,3 +54,18 @@ def test_rows_reads_nvfp4_vectors_with_two_different_group_scales_across_block_b
     result = check_problem("cupy.rows", problem, "cpu")
     assert result.error is None, result.error
     assert result.comparison.ok, result.comparison.report
+
+
+def test_traffic_pages_an_nvfp4_shape_as_packed_codes_with_block_scales():
+    """`python -m sandbox traffic cupy.rows --shape ...xbf16:nvfp4` counts what the kernel reads: a uint8 cache of
+    head_dim // 2 bytes a row and e4m3 block scales beside it, so its ideal bytes are NVFP4's."""
+    from sandbox.commands import traffic
+    from sandbox.sweep import shapes
+
+    shape = shapes.parse_shape("2x40x4/2x64xbf16:nvfp4")
+    problem = traffic.problem_for(shape, 19, seed=0)
+    assert problem.kv_format == "nvfp4" and problem.key_cache.shape[1:] == (19, 2, 32)
+    assert problem.options.k_block_scales.shape == problem.key_cache.shape[:3] + (4,)
+    bf16 = traffic.problem_for(shapes.parse_shape("2x40x4/2x64xbf16"), 19, seed=0)
+    # K and V of 80 token rows x 2 KV heads: 128 bytes each in bf16, 32 bytes of codes + 4 of scales in NVFP4
+    assert bf16.bytes_moved() - problem.bytes_moved() == 2 * 80 * 2 * (128 - 36)
