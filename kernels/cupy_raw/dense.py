@@ -24,9 +24,7 @@ from . import common, gqa, rows
 PATH = common.KERNEL_DIR / "dense.cu"
 NAME = "cupy.dense"
 LIMITS = rows.LIMITS
-# Global load requests a warp has in flight before their math (the performance model's Little's law): the
-# row mapping issues 8 16-byte vectors per lane (UK passes x K_VECS in common.cuh's rows path) for K, then for V.
-LOADS_IN_FLIGHT = 8
+LOADS_IN_FLIGHT = rows.LOADS_IN_FLIGHT  # the twin's loads: 8 requests per warp before their math, 16 with NVFP4
 TWIN = rows  # the paged design this baseline mirrors (bit for bit: tests/test_cupy_family.py)
 ROW_MAPPED = TWIN is rows
 TUNABLES = gqa.TUNABLES

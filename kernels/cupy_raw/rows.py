@@ -26,13 +26,15 @@ float16): 156-165 registers at head dims 64..512 (3 blocks of 128 threads per SM
 Design expectation: as fast as gqa at block size >= 32, faster below (its bytes in flight do not
 shrink with the block size, gqa's do), so block size 8 within a few percent of 128. Measured: see README.
 Traffic (`python -m sandbox traffic cupy.rows --shape 64x4096x32/8x128xbf16:nvfp4 --sample-seqs 1`, block
-size 16): DRAM reads 302.6 MB against 303.1 MB ideal (1.028x with the 9 MB split-KV scratch written), bank
-conflicts only in the partial-output store after the V loop (as with float16); the model puts it at 125 us, latency-bound: it counts LOADS_IN_FLIGHT = 8
-requests of the average size per warp, while NVFP4 issues 16 (K: codes and scales) and 32 (V) before use.
+sizes 1, 16, 128): DRAM reads 302.6 MB against 303.1 MB ideal (1.028x with the 9 MB split-KV scratch
+written), bank conflicts only in the partial-output store after the V loop (as with float16); modelled at
+88 us (e4m3 120 us, float16 232 us), 73.7% of DRAM bandwidth, bound by shared memory (the staged queries).
 """
 from __future__ import annotations
 
 import dataclasses
+
+from sandbox.problem.dtypes import NVFP4
 
 from . import gqa
 
@@ -40,9 +42,14 @@ PATH = gqa.PATH
 NAME = "cupy.rows"
 LIMITS = dataclasses.replace(gqa.LIMITS, block_sizes=None)  # any block size: a runtime value past the powers of two
 TUNABLES = gqa.TUNABLES
-# Global load requests a warp has in flight before their math (the performance model's Little's law): the
-# row mapping issues 8 16-byte vectors per lane (UK passes x K_VECS in common.cuh's rows path) for K, then for V.
-LOADS_IN_FLIGHT = 8
+
+
+def LOADS_IN_FLIGHT(problem) -> int:
+    """Global load requests a warp has in flight before their math (the performance model's Little's law): the
+    row mapping issues 8 16-byte vectors per lane (UK passes x K_VECS in common.cuh's rows path) for K, then
+    for V. NVFP4 issues a block-scale load beside each code vector: 16 requests in the K phase (8 vectors and
+    their scales) and 32 in the V phase (16 8-byte vectors and theirs); the smaller count is declared."""
+    return 16 if problem.kv_format == NVFP4 else 8
 
 
 def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0,
