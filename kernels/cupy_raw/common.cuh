@@ -12,8 +12,9 @@
 // ROW_MAPPED (cupy.rows): the thread mapping ignores the block size. K: TGS = NUM_VECS / 4 lanes per
 //   token (4 vectors each, 64 bytes for head dim 128 in fp16; NVFP4: one 32-value vector each), a warp
 //   loads UK passes of 32 / TGS tokens (8 vectors per lane, 4 KiB per warp) before any math; V: each lane
-//   loads UV token rows (128 bytes) before any math. Each token row is found through the table on its own (an L1 hit), so a block
-//   size of 1 keeps as many bytes in flight as 256; the block size only sets the index arithmetic.
+//   loads UV token rows (128 bytes) before any math. Each token row is found through the table on its
+//   own (an L1 hit), so a block size of 1 keeps as many bytes in flight as 256; the block size only sets
+//   the index arithmetic.
 // Tokens at or past `end` are never loaded (their slots may hold NaN), and only the blocks that
 // hold tokens of [start, end) are looked up in the block table (unused entries may be -1).
 // The KV policy (PagedKV, DenseKV) maps a logical block to its first token row in the cache.
@@ -159,7 +160,9 @@ struct CacheVec {
   static constexpr int VALUES = 16 / sizeof(C), ELEMS = VALUES, GROUPS = 0, PER_ELEM = 1;
   static constexpr bool QUANTIZED = is_fp8<C>;  // values are dequantized (fp8 pairs), else read as they are
   static constexpr int LANE_VECS = 4;           // row-mapped K: vectors of a token's row per lane
-  __device__ __forceinline__ static Vec load(const C* row, int v) { return *reinterpret_cast<const Vec*>(row + v * ELEMS); }
+  __device__ __forceinline__ static Vec load(const C* row, int v) {
+    return *reinterpret_cast<const Vec*>(row + v * ELEMS);
+  }
   __device__ __forceinline__ static const unsigned char* scale_row(const unsigned char*, long long, int, int) {
     return nullptr;
   }
