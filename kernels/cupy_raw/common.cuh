@@ -10,16 +10,19 @@
 //   V: a token row is split across min(head_dim / VEC, 32) lanes in 16-byte vectors; a warp
 //      takes several token rows at once; rows, then warps, are summed (shuffles, then shared memory).
 // ROW_MAPPED (cupy.rows): the thread mapping ignores the block size. K: TGS = NUM_VECS / 4 lanes per
-//   token (4 vectors each, 64 bytes for head dim 128 in fp16), a warp loads UK passes of 32 / TGS
-//   tokens (8 vectors per lane, 4 KiB per warp) before any math; V: each lane loads UV token rows
-//   before any math. Each token row is found through the table on its own (an L1 hit), so a block
-//   size of 1 keeps as many bytes in flight as 256; the block size only sets the index arithmetic.
+//   token (4 vectors each, 64 bytes for head dim 128 in fp16; NVFP4: one 32-value vector each), a warp
+//   loads UK passes of 32 / TGS tokens (8 vectors per lane, 4 KiB per warp) before any math; V: each lane
+//   loads UV token rows (128 bytes) before any math. Each token row is found through the table on its
+//   own (an L1 hit), so a block size of 1 keeps as many bytes in flight as 256; the block size only sets
+//   the index arithmetic.
 // Tokens at or past `end` are never loaded (their slots may hold NaN), and only the blocks that
 // hold tokens of [start, end) are looked up in the block table (unused entries may be -1).
 // The KV policy (PagedKV, DenseKV) maps a logical block to its first token row in the cache.
 //
 // Precisions: T is the query's and output's type (float, __half, __nv_bfloat16), KV the cache's (T,
-// or __nv_fp8_e4m3 / __nv_fp8_e5m2: 16 values per 16-byte vector, dequantized to float in pairs).
+// or __nv_fp8_e4m3 / __nv_fp8_e5m2: 16 values per 16-byte vector, dequantized to float in pairs, or
+// pa::Nvfp4: 32 e2m1 values per 16-byte K vector with their two e4m3 block scales loaded beside them, 16 per
+// 8-byte V vector; CacheVec says what attend loads for each).
 // Options (AttentionOptions): the kernel's Opt type carries a compile-time bitmask (Options<FLAGS>,
 // pa::OPT_*) and the runtime values (pa::OptionArgs); with FLAGS = 0 no option code is compiled.
 // k_scale costs nothing here: the launcher folds it into `scale`. v_scale multiplies the output,
@@ -103,6 +106,17 @@ __device__ __forceinline__ float e4m3(unsigned char bits) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(bits, __NV_E4M3)));
 }
 
+// 16 NVFP4 values (8 bytes of e2m1 pairs, element 2i in the low nibble) times their e4m3 block scale, as
+// floats, to f[0..16).
+__device__ __forceinline__ void unpack_fp4(const uint2& p, unsigned char block_scale, float* f) {
+  const float s = e4m3(block_scale);
+  const unsigned words[2] = {p.x, p.y};
+#pragma unroll
+  for (int w = 0; w < 2; ++w)
+#pragma unroll
+    for (int b = 0; b < 8; ++b) f[8 * w + b] = e2m1((words[w] >> (4 * b)) & 15u) * s;
+}
+
 // The VEC values of one 16-byte vector as floats.
 template <typename KV>
 __device__ __forceinline__ void unpack(const Pack16<KV>& p, float (&f)[16 / sizeof(KV)]) {
@@ -119,6 +133,97 @@ __device__ __forceinline__ void unpack(const Pack16<KV>& p, float (&f)[16 / size
     for (int e = 0; e < 16 / (int)sizeof(KV); ++e) f[e] = to_float(p.v[e]);
   }
 }
+
+// The vectors attend() loads from a cache of element type C, and what one holds: VALUES values in ELEMS
+// elements of C, with GROUPS NVFP4 block scales (Scales: their e4m3 bytes, loaded beside the codes).
+// The query's type and fp8: 16 bytes (Pack16), no scales. NVFP4: 16 bytes (32 values, two scale groups)
+// when every row's codes are a multiple of 16 bytes (HEAD_DIM % 32 == 0) and not NARROW, else 8 bytes (16
+// values, one group). The V phase asks for NARROW vectors: a lane keeps TILE accumulators per value it
+// loads, and 16 values (fp8's count) keep them in registers at TILE 8.
+template <int GROUPS>
+struct Fp4Bits;
+template <>
+struct Fp4Bits<1> {
+  using Vec = uint2;
+  using Scales = unsigned char;
+};
+template <>
+struct Fp4Bits<2> {
+  using Vec = uint4;
+  using Scales = unsigned short;  // little-endian: the first group's scale in the low byte
+};
+
+template <typename C, int HEAD_DIM, bool NARROW = false>
+struct CacheVec {
+  using Vec = Pack16<C>;
+  using Scales = unsigned char;  // never loaded
+  static constexpr int VALUES = 16 / sizeof(C), ELEMS = VALUES, GROUPS = 0, PER_ELEM = 1;
+  static constexpr bool QUANTIZED = is_fp8<C>;  // values are dequantized (fp8 pairs), else read as they are
+  static constexpr int LANE_VECS = 4;           // row-mapped K: vectors of a token's row per lane
+  __device__ __forceinline__ static Vec load(const C* row, int v) {
+    return *reinterpret_cast<const Vec*>(row + v * ELEMS);
+  }
+  __device__ __forceinline__ static const unsigned char* scale_row(const unsigned char*, long long, int, int) {
+    return nullptr;
+  }
+  __device__ __forceinline__ static Scales load_scales(const unsigned char*, int) { return 0; }
+  __device__ __forceinline__ static void dequantize(const Vec& p, Scales, float (&f)[VALUES]) { unpack(p, f); }
+  // Where q_smem keeps query value d of a head, and the float4 chunk e of vector v (see the NVFP4 case).
+  static constexpr bool SWIZZLED = false;
+  __device__ __forceinline__ static int q_position(int d) { return d; }
+  __device__ __forceinline__ static int q_chunk(int, int e) { return e; }
+};
+
+template <int HEAD_DIM, bool NARROW>
+struct CacheVec<Nvfp4, HEAD_DIM, NARROW> {
+  static_assert(HEAD_DIM % 16 == 0, "an NVFP4 cache needs head_dim to be a multiple of 16 (one scale per 16 values)");
+  static constexpr int GROUPS = !NARROW && HEAD_DIM % 32 == 0 ? 2 : 1;
+  using Vec = typename Fp4Bits<GROUPS>::Vec;
+  using Scales = typename Fp4Bits<GROUPS>::Scales;
+  static constexpr int VALUES = 16 * GROUPS, ELEMS = VALUES / 2, PER_ELEM = 2;  // two codes a byte
+  static constexpr bool QUANTIZED = true;
+  // row-mapped K: 32 values of a token's row per lane (float16's share): ptxas keeps a lane's share of the
+  // query tile in registers, and with more (4 32-value vectors) it ran out: 255 registers and 1.6 KB of
+  // spills at head dim 128, 0.3-1 KB at 64-96 with 64 values; 32 values: 156-165 registers, no spills, 64..512
+  static constexpr int LANE_VECS = 32 / VALUES;
+  __device__ __forceinline__ static Vec load(const Nvfp4* row, int v) {
+    return *reinterpret_cast<const Vec*>(row + v * ELEMS);
+  }
+  // The block scales of cache row `row` (a slot) and KV head `kv_head`: HEAD_DIM / 16 bytes.
+  __device__ __forceinline__ static const unsigned char* scale_row(const unsigned char* scales, long long row,
+                                                                   int kv_head, int num_kv_heads) {
+    return scales + (row * num_kv_heads + kv_head) * (HEAD_DIM / 16);
+  }
+  __device__ __forceinline__ static Scales load_scales(const unsigned char* row_scales, int v) {
+    return *reinterpret_cast<const Scales*>(row_scales + v * GROUPS);
+  }
+  // 32-value vectors are 128 bytes of staged query: every lane of a token's group would read the same banks
+  // (2-way conflicts at head dim 128, 8-way at 512). q_smem rotates vector v's float4 chunks by v (chunk e at
+  // (e + v) % 8), so up to 8 lanes reading chunk e of different vectors hit 8 different bank quads.
+  static constexpr bool SWIZZLED = GROUPS == 2;
+  __device__ __forceinline__ static int q_position(int d) {
+    if constexpr (SWIZZLED) {
+      const int v = d / VALUES, e = d % VALUES / 4;
+      return v * VALUES + (e + v) % (VALUES / 4) * 4 + d % 4;
+    }
+    return d;
+  }
+  __device__ __forceinline__ static int q_chunk(int v, int e) {
+    if constexpr (SWIZZLED) return (e + v) % (VALUES / 4);
+    return e;
+  }
+  __device__ __forceinline__ static void dequantize(const Vec& p, Scales s, float (&f)[VALUES]) {
+    if constexpr (GROUPS == 2) {
+      unpack_fp4(make_uint2(p.x, p.y), (unsigned char)(s & 0xffu), f);
+      unpack_fp4(make_uint2(p.z, p.w), (unsigned char)(s >> 8), f + 16);
+    } else {
+      unpack_fp4(p, s, f);
+    }
+  }
+};
+
+// Lane bytes in flight the row-mapped phases aim at: 8 16-byte vectors (UK, UV below).
+constexpr int ROW_BYTES_IN_FLIGHT = 128;
 
 // ---- options: which are compiled in (FLAGS), and their runtime values
 // pa::OPT_* (the bits), pa::OptionArgs (the option arguments, in the option table's order),
@@ -252,25 +357,27 @@ struct DenseKV {
 };
 
 // qk[g] += q_g . (the lane's K vectors): kp[jj] is vector `first + jj * TGS` of the token's row
-// (vectors past NUM_VECS are skipped); q_smem holds TILE staged query heads, HEAD_DIM apart.
-template <int HEAD_DIM, int TILE, int TGS, int N, typename T>
-__device__ __forceinline__ void accumulate_qk(const Pack16<T> (&kp)[N], const float* q_smem, int first,
+// (vectors past NUM_VECS are skipped), ks[jj] its NVFP4 block scales (CacheVec<T, HEAD_DIM>; unread for
+// other caches); q_smem holds TILE staged query heads, HEAD_DIM apart.
+template <int HEAD_DIM, int TILE, int TGS, typename T, int N, typename V, typename S>
+__device__ __forceinline__ void accumulate_qk(const V (&kp)[N], const S (&ks)[N], const float* q_smem, int first,
                                               float (&qk)[TILE]) {
-  constexpr int VEC = 16 / sizeof(T);
+  using RV = CacheVec<T, HEAD_DIM>;
+  constexpr int VEC = RV::VALUES;
   constexpr int NUM_VECS = HEAD_DIM / VEC;
 #pragma unroll
   for (int jj = 0; jj < N; ++jj) {
     const int v = first + jj * TGS;
-    if constexpr (is_fp8<T>) {  // dequantize the vector once, then TILE dot products
+    if constexpr (RV::QUANTIZED) {  // dequantize the vector once, then TILE dot products
       if (v < NUM_VECS) {
         float kf[VEC];
-        unpack(kp[jj], kf);
+        RV::dequantize(kp[jj], ks[jj], kf);
 #pragma unroll
         for (int g = 0; g < TILE; ++g) {
           const float4* q4 = reinterpret_cast<const float4*>(q_smem + g * HEAD_DIM + v * VEC);
 #pragma unroll
           for (int e = 0; e < VEC / 4; ++e) {
-            const float4 qq = q4[e];
+            const float4 qq = q4[RV::q_chunk(v, e)];
             qk[g] += qq.x * kf[4 * e] + qq.y * kf[4 * e + 1] + qq.z * kf[4 * e + 2] + qq.w * kf[4 * e + 3];
           }
         }
@@ -323,7 +430,8 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
                                                     const float* q_smem, float scale, const Opt& opt,
                                                     const float (&slopes)[TILE], int start, int end,
                                                     float* logits, int logits_stride, float (&qk_max)[TILE]) {
-  constexpr int VEC = 16 / sizeof(T);
+  using RV = CacheVec<T, HEAD_DIM>;
+  constexpr int VEC = RV::VALUES;
   constexpr int NUM_VECS = HEAD_DIM / VEC;
   constexpr int TGS = BLOCK_SIZE < WARP ? WARP / BLOCK_SIZE : 1;
   constexpr int GROUPS_PER_WARP = WARP / TGS;
@@ -348,16 +456,21 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
       for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
       if (valid) {
         const T* k = k_head + (row0 + offset) * kv_stride;
+        const unsigned char* k_scales = RV::scale_row(opt.k_block_scales, row0 + offset, kv_head, num_kv_heads);
         // K_CHUNK vectors in flight, then their math: bounds registers when one lane holds a whole row.
 #pragma unroll 1
         for (int j0 = 0; j0 < K_VECS; j0 += K_CHUNK) {
-          Pack16<T> kp[K_CHUNK];
+          typename RV::Vec kp[K_CHUNK];
+          typename RV::Scales ks[K_CHUNK];
 #pragma unroll
           for (int jj = 0; jj < K_CHUNK; ++jj) {
             const int v = lane_in_group + (j0 + jj) * TGS;
-            if (v < NUM_VECS) kp[jj] = *reinterpret_cast<const Pack16<T>*>(k + v * VEC);
+            if (v < NUM_VECS) {
+              kp[jj] = RV::load(k, v);
+              if constexpr (RV::GROUPS != 0) ks[jj] = RV::load_scales(k_scales, v);
+            }
           }
-          accumulate_qk<HEAD_DIM, TILE, TGS>(kp, q_smem, lane_in_group + j0 * TGS, qk);
+          accumulate_qk<HEAD_DIM, TILE, TGS, T>(kp, ks, q_smem, lane_in_group + j0 * TGS, qk);
         }
       }
       store_logits<TILE, TGS>(qk, scale, opt, slopes, token, valid, lane_in_group == 0, token - start, logits,
@@ -366,11 +479,11 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
   }
 }
 
-// Lanes per token in the row-mapped K phase: 4 vectors each (a power of two, at most a warp).
-template <int NUM_VECS>
+// Lanes per token in the row-mapped K phase: LANE_VECS vectors each (a power of two, at most a warp).
+template <int NUM_VECS, int LANE_VECS = 4>
 __host__ __device__ constexpr int row_group_size() {
   int tgs = 1;
-  while (tgs * 2 <= NUM_VECS / 4 && tgs < WARP) tgs *= 2;
+  while (tgs * 2 <= NUM_VECS / LANE_VECS && tgs < WARP) tgs *= 2;
   return tgs;
 }
 
@@ -383,27 +496,36 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
                                                   const float* q_smem, float scale, const Opt& opt,
                                                   const float (&slopes)[TILE], int start, int end,
                                                   float* logits, int logits_stride, float (&qk_max)[TILE]) {
-  constexpr int VEC = 16 / sizeof(T);
+  using RV = CacheVec<T, HEAD_DIM>;
+  constexpr int VEC = RV::VALUES;
   constexpr int NUM_VECS = HEAD_DIM / VEC;
-  constexpr int TGS = row_group_size<NUM_VECS>();
+  constexpr int TGS = row_group_size<NUM_VECS, RV::LANE_VECS>();
   constexpr int K_VECS = (NUM_VECS + TGS - 1) / TGS;  // vectors per lane per token
   constexpr int TOKENS_PER_PASS = WARP / TGS;
-  constexpr int UK = K_VECS >= 8 ? 1 : 8 / K_VECS;    // passes whose loads are in flight together
+  // passes whose loads are in flight together: ROW_BYTES_IN_FLIGHT per lane (8 16-byte vectors)
+  constexpr int LANE_BYTES = K_VECS * (int)sizeof(typename RV::Vec);
+  constexpr int UK = LANE_BYTES >= ROW_BYTES_IN_FLIGHT ? 1 : ROW_BYTES_IN_FLIGHT / LANE_BYTES;
   constexpr int CHUNK = UK * TOKENS_PER_PASS;
   constexpr int NUM_WARPS = THREADS / WARP;
   const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   const int group = lane / TGS, lane_in_group = lane % TGS;
   for (int c0 = start + warp * CHUNK; c0 < end; c0 += NUM_WARPS * CHUNK) {
-    Pack16<T> kp[UK][K_VECS];
+    typename RV::Vec kp[UK][K_VECS];
+    typename RV::Scales ks[UK][K_VECS];  // NVFP4: each vector's block scales, loaded beside it
 #pragma unroll
     for (int u = 0; u < UK; ++u) {
       const int t = c0 + u * TOKENS_PER_PASS + group;
       if (t < end) {
-        const T* k = k_head + kv.row(t) * kv_stride;
+        const long long row = kv.row(t);
+        const T* k = k_head + row * kv_stride;
+        const unsigned char* k_scales = RV::scale_row(opt.k_block_scales, row, kv_head, num_kv_heads);
 #pragma unroll
         for (int j = 0; j < K_VECS; ++j) {
           const int v = lane_in_group + j * TGS;
-          if (v < NUM_VECS) kp[u][j] = *reinterpret_cast<const Pack16<T>*>(k + v * VEC);
+          if (v < NUM_VECS) {
+            kp[u][j] = RV::load(k, v);
+            if constexpr (RV::GROUPS != 0) ks[u][j] = RV::load_scales(k_scales, v);
+          }
         }
       }
     }
@@ -413,40 +535,47 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
       float qk[TILE];
 #pragma unroll
       for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
-      if (t < end) accumulate_qk<HEAD_DIM, TILE, TGS>(kp[u], q_smem, lane_in_group, qk);
+      if (t < end) accumulate_qk<HEAD_DIM, TILE, TGS, T>(kp[u], ks[u], q_smem, lane_in_group, qk);
       store_logits<TILE, TGS>(qk, scale, opt, slopes, t, t < end, lane_in_group == 0, t - start, logits,
                               logits_stride, qk_max, t < end ? opt.k_token(kv.row(t), kv_head, num_kv_heads) : 1.f);
     }
   }
 }
 
-// The lane's share of one V row: vectors lane_in_row + j * LPT, j < V_VECS (past NUM_VECS: not loaded).
-template <int NUM_VECS, int LPT, int V_VECS, typename T>
-__device__ __forceinline__ void load_value_row(const T* __restrict__ vrow, int lane_in_row, Pack16<T> (&vp)[V_VECS]) {
-  constexpr int VEC = 16 / sizeof(T);
+// The lane's share of one V row: vectors lane_in_row + j * LPT, j < V_VECS (past NUM_VECS: not loaded), of
+// RV = CacheVec<C, HEAD_DIM, true>; NVFP4: their block scales vs[j] from the row's scales `row_scales`.
+template <typename RV, int NUM_VECS, int LPT, int V_VECS, typename T>
+__device__ __forceinline__ void load_value_row(const T* __restrict__ vrow, const unsigned char* row_scales,
+                                               int lane_in_row, typename RV::Vec (&vp)[V_VECS],
+                                               typename RV::Scales (&vs)[V_VECS]) {
 #pragma unroll
   for (int j = 0; j < V_VECS; ++j) {
     const int v = lane_in_row + j * LPT;
-    if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) vp[j] = *reinterpret_cast<const Pack16<T>*>(vrow + v * VEC);
+    if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
+      vp[j] = RV::load(vrow, v);
+      if constexpr (RV::GROUPS != 0) vs[j] = RV::load_scales(row_scales, v);
+    }
   }
 }
 
-// acc[g][j * VEC + e] += p_g * v[e] for the lane's V vectors; p_g = probs[g * probs_stride] (times the
-// row's V scale v_token_scale when SCALED: per-token scales).
-template <int TILE, int NUM_VECS, int LPT, bool SCALED = false, int V_VECS, int ACC, typename T>
-__device__ __forceinline__ void accumulate_pv(const Pack16<T> (&vp)[V_VECS], const float* probs, int probs_stride,
-                                              int lane_in_row, float (&acc)[TILE][ACC], float v_token_scale = 1.f) {
-  constexpr int VEC = 16 / sizeof(T);
+// acc[g][j * VEC + e] += p_g * v[e] for the lane's V vectors (RV's, with their NVFP4 block scales vs);
+// p_g = probs[g * probs_stride] (times the row's V scale v_token_scale when SCALED: per-token scales).
+template <typename RV, int TILE, int NUM_VECS, int LPT, bool SCALED = false, int V_VECS, int ACC, typename V,
+          typename S>
+__device__ __forceinline__ void accumulate_pv(const V (&vp)[V_VECS], const S (&vs)[V_VECS], const float* probs,
+                                              int probs_stride, int lane_in_row, float (&acc)[TILE][ACC],
+                                              float v_token_scale = 1.f) {
+  constexpr int VEC = RV::VALUES;
   float p[TILE];
 #pragma unroll
   for (int g = 0; g < TILE; ++g) p[g] = SCALED ? probs[g * probs_stride] * v_token_scale : probs[g * probs_stride];
 #pragma unroll
   for (int j = 0; j < V_VECS; ++j) {
     const int v = lane_in_row + j * LPT;
-    if constexpr (is_fp8<T>) {  // dequantize the vector once
+    if constexpr (RV::QUANTIZED) {  // dequantize the vector once
       if (V_VECS * LPT == NUM_VECS || v < NUM_VECS) {
         float vf[VEC];
-        unpack(vp[j], vf);
+        RV::dequantize(vp[j], vs[j], vf);
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
 #pragma unroll
@@ -481,8 +610,9 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
                        OutT* __restrict__ out, long long out_head_stride,
                        float* __restrict__ max_out, float* __restrict__ sum_out, long long stats_stride,
                        float* __restrict__ lse_out = nullptr) {
-  constexpr int VEC = 16 / sizeof(T);
-  static_assert(HEAD_DIM % VEC == 0, "head_dim * sizeof(T) must be a multiple of 16 bytes");
+  using VRV = CacheVec<T, HEAD_DIM, true>;  // the V phase's vectors (NVFP4: 16 values, one block scale)
+  constexpr int VEC = VRV::VALUES;
+  static_assert(HEAD_DIM % VEC == 0, "head_dim * sizeof(T) must be a multiple of 16 bytes (NVFP4: 8 bytes)");
   constexpr int NUM_VECS = HEAD_DIM / VEC;
   // V phase: LPT lanes per token row, ROWS rows per warp.
   constexpr int LPT = NUM_VECS < WARP ? NUM_VECS : WARP;
@@ -498,10 +628,17 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   __shared__ float red_sum[TILE][NUM_WARPS];
 
   const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
-  const long long kv_stride = (long long)num_kv_heads * HEAD_DIM;  // between token rows
+  // elements of T between token rows (NVFP4: bytes, two values each)
+  const long long kv_stride = (long long)num_kv_heads * HEAD_DIM / VRV::PER_ELEM;
 
-  for (int i = tid; i < TILE * HEAD_DIM; i += NUM_THREADS)
-    q_smem[i] = i / HEAD_DIM < num_heads_here ? to_float(q[i]) : 0.f;
+  using KRV = CacheVec<T, HEAD_DIM>;  // the K phase's vectors: q_smem's layout is theirs (KRV::q_position)
+  for (int i = tid; i < TILE * HEAD_DIM; i += NUM_THREADS) {
+    const float x = i / HEAD_DIM < num_heads_here ? to_float(q[i]) : 0.f;
+    if constexpr (KRV::SWIZZLED)
+      q_smem[i - i % HEAD_DIM + KRV::q_position(i % HEAD_DIM)] = x;
+    else
+      q_smem[i] = x;
+  }
   __syncthreads();
 
   // ---- K: logits[g][t - start] = opt.logit(q_g . k_t): scale, soft-cap, ALiBi
@@ -512,7 +649,7 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
     qk_max[g] = neg_inf();
     slopes[g] = g < num_heads_here ? opt.slope(g) : 0.f;
   }
-  const T* k_head = key_cache + (long long)kv_head * HEAD_DIM;
+  const T* k_head = key_cache + (long long)kv_head * HEAD_DIM / VRV::PER_ELEM;
   if constexpr (ROW_MAPPED)
     row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, slopes, start, end,
                                                   logits, logits_stride, qk_max);
@@ -558,35 +695,46 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
   for (int g = 0; g < TILE; ++g)
 #pragma unroll
     for (int x = 0; x < V_VECS * VEC; ++x) acc[g][x] = 0.f;
-  const T* v_head = value_cache + (long long)kv_head * HEAD_DIM;
+  const T* v_head = value_cache + (long long)kv_head * HEAD_DIM / VRV::PER_ELEM;
   if (row < ROWS) {
     if constexpr (ROW_MAPPED) {
-      // UV rows per lane in flight (8 vectors) before their math; rows past `end` are neither
-      // loaded nor used (their slots may hold NaN).
-      constexpr int UV = V_VECS >= 8 ? 1 : 8 / V_VECS;
+      // UV rows per lane in flight (ROW_BYTES_IN_FLIGHT: 8 16-byte vectors, 16 NVFP4 8-byte ones) before
+      // their math; rows past `end` are neither loaded nor used (their slots may hold NaN).
+      constexpr int LANE_BYTES = V_VECS * (int)sizeof(typename VRV::Vec);
+      constexpr int UV = LANE_BYTES >= ROW_BYTES_IN_FLIGHT ? 1 : ROW_BYTES_IN_FLIGHT / LANE_BYTES;
       constexpr int CHUNK = UV * ROWS;
       for (int c0 = start + warp * CHUNK; c0 < end; c0 += NUM_WARPS * CHUNK) {
-        Pack16<T> vp[UV][V_VECS];
+        typename VRV::Vec vp[UV][V_VECS];
+        typename VRV::Scales vs[UV][V_VECS];  // NVFP4: each vector's block scale, loaded beside it
 #pragma unroll
         for (int u = 0; u < UV; ++u) {
           const int t = c0 + u * ROWS + row;
-          if (t < end) load_value_row<NUM_VECS, LPT>(v_head + kv.row(t) * kv_stride, lane_in_row, vp[u]);
+          if (t < end) {
+            const long long vrow = kv.row(t);
+            load_value_row<VRV, NUM_VECS, LPT>(v_head + vrow * kv_stride,
+                                               VRV::scale_row(opt.v_block_scales, vrow, kv_head, num_kv_heads),
+                                               lane_in_row, vp[u], vs[u]);
+          }
         }
 #pragma unroll
         for (int u = 0; u < UV; ++u) {
           const int t = c0 + u * ROWS + row;
           if (t < end)
-            accumulate_pv<TILE, NUM_VECS, LPT, KV_SCALED>(vp[u], logits + t - start, logits_stride, lane_in_row, acc,
-                                                          opt.v_token(kv.row(t), kv_head, num_kv_heads));
+            accumulate_pv<VRV, TILE, NUM_VECS, LPT, KV_SCALED>(vp[u], vs[u], logits + t - start, logits_stride,
+                                                               lane_in_row, acc,
+                                                               opt.v_token(kv.row(t), kv_head, num_kv_heads));
         }
       }
     } else {
       for (int t = start + warp * ROWS + row; t < end; t += NUM_WARPS * ROWS) {
-        Pack16<T> vp[V_VECS];
+        typename VRV::Vec vp[V_VECS];
+        typename VRV::Scales vs[V_VECS];
         const long long vrow = kv.first_row(t / BLOCK_SIZE) + t % BLOCK_SIZE;
-        load_value_row<NUM_VECS, LPT>(v_head + vrow * kv_stride, lane_in_row, vp);
-        accumulate_pv<TILE, NUM_VECS, LPT, KV_SCALED>(vp, logits + t - start, logits_stride, lane_in_row, acc,
-                                                      opt.v_token(vrow, kv_head, num_kv_heads));
+        load_value_row<VRV, NUM_VECS, LPT>(v_head + vrow * kv_stride,
+                                           VRV::scale_row(opt.v_block_scales, vrow, kv_head, num_kv_heads),
+                                           lane_in_row, vp, vs);
+        accumulate_pv<VRV, TILE, NUM_VECS, LPT, KV_SCALED>(vp, vs, logits + t - start, logits_stride, lane_in_row, acc,
+                                                           opt.v_token(vrow, kv_head, num_kv_heads));
       }
     }
   }

@@ -6,9 +6,9 @@ twin of the best CUDA C design (TWIN: cupy.rows; K/V read once per GQA group, sp
 busy, bytes in flight independent of the block size), so paged-vs-dense isolates the cost of the
 block table. gqa.cu and dense.cu share pa::attend, so the twin does the same arithmetic in the same order.
 Limits: as cupy.rows (any block size 1..4096, head dims 32..512, float32/float16/bfloat16 queries,
-caches of the query's dtype or fp8 e4m3fn/e5m2 with per-tensor or per-token scales, every option; any GQA
-ratio). Per-token scales are gathered with their rows. With a window only the window's tokens are
-gathered (the slots before it stay NaN and are never read).
+caches of the query's dtype, fp8 e4m3fn/e5m2 with per-tensor or per-token scales or NVFP4, every option;
+any GQA ratio). Per-token scales and NVFP4 block scales are gathered with their rows. With a window only
+the window's tokens are gathered (the slots before it stay NaN and are never read).
 Template: dense_attention<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0>, as gqa's (OPTS = 0:
 the plain kernel, unchanged machine code); launch_partition() as gqa.
 Design expectation: within a few percent of its paged twin at every block size (one 4-byte table
@@ -24,9 +24,7 @@ from . import common, gqa, rows
 PATH = common.KERNEL_DIR / "dense.cu"
 NAME = "cupy.dense"
 LIMITS = rows.LIMITS
-# Global load requests a warp has in flight before their math (the performance model's Little's law): the
-# row mapping issues 8 16-byte vectors per lane (UK passes x K_VECS in common.cuh's rows path) for K, then for V.
-LOADS_IN_FLIGHT = 8
+LOADS_IN_FLIGHT = rows.LOADS_IN_FLIGHT  # the twin's loads: 8 requests per warp before their math, 16 with NVFP4
 TWIN = rows  # the paged design this baseline mirrors (bit for bit: tests/test_cupy_family.py)
 ROW_MAPPED = TWIN is rows
 TUNABLES = gqa.TUNABLES
@@ -43,14 +41,16 @@ def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None,
 
 def contiguous_cache(cache: np.ndarray, block_tables: np.ndarray, context_lens: np.ndarray,
                      first=None) -> np.ndarray:
-    """[num_seqs, max_context, num_kv_heads, head_dim]: each sequence's tokens in order, NaN past its end.
+    """[num_seqs, max_context, num_kv_heads, head_dim]: each sequence's tokens in order, NaN past its end
+    (an NVFP4 cache's uint8 codes cannot hold NaN: code 0 there, beside NaN block scales).
 
     first (optional, [num_seqs]): only tokens first[s].. are gathered (a window); the slots before stay NaN,
     and the table entries of blocks wholly before them (-1 when freed) are never read.
     """
     block_size = cache.shape[1]
     max_context = int(context_lens.max())
-    out = np.full((len(context_lens), max_context) + cache.shape[2:], np.nan, dtype=cache.dtype)
+    fill = 0 if cache.dtype == np.uint8 else np.nan
+    out = np.full((len(context_lens), max_context) + cache.shape[2:], fill, dtype=cache.dtype)
     for s, n in enumerate(context_lens):
         tokens = np.arange(0 if first is None else int(first[s]), int(n))
         out[s, tokens] = cache[block_tables[s, tokens // block_size], tokens % block_size]
@@ -67,9 +67,13 @@ def prepare(problem, backend: str, partition_size: int | None = None, *,
         values = contiguous_cache(p.value_cache, p.block_tables, p.context_lens, first)
         uploaded = tuple(common.to_device(a, backend) for a in (p.query, keys, values, p.context_lens))
         query, key_cache, value_cache, context_lens = uploaded
-        # Per-token scales follow their rows into the contiguous layout (flattened [seq, token, KV head]).
+        # Per-token scales and NVFP4 block scales follow their rows into the contiguous layout (flattened
+        # [seq, token, KV head(, group)]); e4m3 block scales go as their bytes, as the option table passes them.
         scales = {name: contiguous_cache(getattr(p.options, name), p.block_tables, p.context_lens, first).reshape(-1)
                   for name in ("k_scales", "v_scales") if getattr(p.options, name) is not None}
+        scales.update({name: contiguous_cache(getattr(p.options, name), p.block_tables, p.context_lens,
+                                              first).view(np.uint8).reshape(-1)
+                       for name in ("k_block_scales", "v_block_scales") if getattr(p.options, name) is not None})
         options = common.option_args(p, backend, replace=scales)
         args = (*scratch, query, key_cache, value_cache, context_lens, np.int32(keys.shape[1]),
                 np.int32(p.block_size), np.int32(p.num_heads), np.int32(p.num_kv_heads), common.kernel_scale(p),

@@ -5,7 +5,9 @@ Idea: the group's queries sit in shared memory; each K vector loaded feeds TILE 
 V vector TILE accumulators (TILE = the group size rounded up to a power of two, at most 8; larger
 groups take ceil(group / 8) blocks per KV head). Split-KV partitions and reduce as in v2.
 Limits: as v2 (block sizes 1..256, head dims 32..512, float32/float16/bfloat16 queries, caches of the
-query's dtype or fp8 e4m3fn/e5m2, every option of common.SUPPORT; any GQA ratio, no context bound; the
+query's dtype or fp8 e4m3fn/e5m2, every option of common.SUPPORT; any GQA ratio, no context bound) and NVFP4
+caches (common.cuh's CacheVec<pa::Nvfp4>, the loads cupy.rows makes: 16-byte K vectors of 32 values with
+their two block scales, 8-byte V vectors with one; every head dim and option here, kv_scales fp8 only); the
 tile shrinks to fit shared memory: 4 query heads per block at head dim 512, gqa.max_tile). With a
 window, partitions start at the window's start and blocks before it are never looked up.
 Template: paged_attention_gqa<BLOCK_SIZE, HEAD_DIM, TILE, T, ROW_MAPPED, C = T, OPTS = 0> (query type,
@@ -21,13 +23,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from sandbox.problem.dtypes import NVFP4
 from sandbox.variant import Limits
 
 from . import common
 
 PATH = common.KERNEL_DIR / "gqa.cu"
 NAME = "cupy.gqa"
-LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, **common.SUPPORT)
+LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS,
+                **dict(common.SUPPORT, kv_dtypes=common.SUPPORT["kv_dtypes"] + (NVFP4,)))
 MAX_TILE = 8
 REPORT_GROUP = 4
 TUNABLES = {"threads": common.ATTEND_THREADS}  # the partition kernel's threads per block, the default first

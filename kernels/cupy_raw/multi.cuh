@@ -77,16 +77,6 @@ struct Staged<pa::Nvfp4> {
   static constexpr int VALUES = 16, PER_ELEM = 2;
 };
 
-// 16 NVFP4 values (8 bytes of e2m1 pairs) times their e4m3 block scale, as floats, to f[0..16).
-__device__ __forceinline__ void unpack_fp4(const uint2& p, unsigned char block_scale, float* f) {
-  const float s = pa::e4m3(block_scale);
-  const unsigned words[2] = {p.x, p.y};
-#pragma unroll
-  for (int w = 0; w < 2; ++w)
-#pragma unroll
-    for (int b = 0; b < 8; ++b) f[8 * w + b] = pa::e2m1((words[w] >> (4 * b)) & 15u) * s;
-}
-
 // The 16 / sizeof(C) values of one 16-byte vector, as floats, to f[0..].
 template <typename C>
 __device__ __forceinline__ void unpack16(const pa::Pack16<C>& p, float* f) {
@@ -247,8 +237,8 @@ __device__ __forceinline__ void tile_attention(
         float* vd = v_s + tt * KS + (i % NV) * VEC;
         if (c0 + tt < end) {
           if constexpr (FP4) {
-            unpack_fp4(kp[j], ksc[j], kd);
-            unpack_fp4(vp[j], vsc[j], vd);
+            pa::unpack_fp4(kp[j], ksc[j], kd);  // common.cuh, shared with cupy.rows
+            pa::unpack_fp4(vp[j], vsc[j], vd);
           } else {
             unpack16(kp[j], kd);
             unpack16(vp[j], vd);

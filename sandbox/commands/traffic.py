@@ -82,9 +82,14 @@ def problem_for(shape, block_size: int, seed: int):
     if shape.group_size:
         return shapes_mod.shared_problem(shape, block_size, seed)
     kv_shape = (shape.num_seqs, shape.context_len, shape.num_kv_heads, shape.head_dim)
-    cache = np.full(kv_shape, 0.25, dtype=np.float32).astype(dtypes.dtype(shape.kv_dtype))
     rows = shape.num_seqs * shape.query_len
     query = np.full((rows, shape.num_heads, shape.head_dim), 0.5, np.float32).astype(dtypes.dtype(shape.dtype))
+    if shape.kv_dtype == dtypes.NVFP4:  # packed e2m1 codes (two 1.0s a byte) with e4m3 block scales 1.0 beside them
+        cache = np.full(kv_shape[:3] + (shape.head_dim // 2,), 0x22, np.uint8)
+        scales = np.ones(kv_shape[:3] + (shape.head_dim // 16,), np.float32).astype(dtypes.dtype("float8_e4m3fn"))
+        tokens = shapes_mod.Tokens(shape, query, cache, cache, seed, shape.attention_options(), scales, scales)
+        return shapes_mod.paged_problem(tokens, block_size)
+    cache = np.full(kv_shape, 0.25, dtype=np.float32).astype(dtypes.dtype(shape.kv_dtype))
     tokens = shapes_mod.Tokens(shape, query, cache, cache, seed, shape.attention_options())
     return shapes_mod.paged_problem(tokens, block_size)
 

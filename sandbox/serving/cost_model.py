@@ -127,6 +127,8 @@ class ModelCost(AnalyticCost):
             problem = self._unit(block_size, FIRST_POINT << point)
             result = traffic(name, problem, self.gpu, sample_seqs=None)
             declared = getattr(registry.get(name).module, "LOADS_IN_FLIGHT", None)
+            if callable(declared):  # a count that depends on the problem (cupy.rows' cache format, cupy.tc's head dim)
+                declared = declared(problem)
             loads = int(declared) if declared is not None else model.DEFAULT_LOADS_IN_FLIGHT
             # The attention FLOPs, shared among the kernels by their global loads (as traffic() does).
             flops = 2.0 * problem.multiply_adds()
