@@ -69,8 +69,10 @@ def _window_problems():
 def test_every_variant_declares_full_support_and_keeps_its_shapes():
     for name, module in ATTENTION.items():
         limits = module.LIMITS
+        # gqa's template (gqa.cu, common.cuh's rows path) also reads NVFP4; v1 and v2 do not
+        kv_dtypes = common.SUPPORT["kv_dtypes"] + (("nvfp4",) if module in (gqa, rows, dense) else ())
         assert (limits.dtypes, limits.kv_dtypes, limits.options) == (
-            common.SUPPORT["dtypes"], common.SUPPORT["kv_dtypes"], common.SUPPORT["options"]), name
+            common.SUPPORT["dtypes"], kv_dtypes, common.SUPPORT["options"]), name
         assert set(KERNEL_SUPPORT["options"]) < set(common.SUPPORT["options"])
         any_block_size = name in ("cupy.rows", "cupy.dense")  # row-mapped: a runtime block size
         assert limits.block_sizes == (None if any_block_size else common.POW2_BLOCK_SIZES), name

@@ -75,7 +75,11 @@ def test_cuda_c_bits_and_arguments_come_from_the_table():
         text = path.read_text()
         assert "enum : int { OPT_" not in text, f"{path.name} defines option bits of its own"
         if "Options<OPTS>" in text or "<OPTS>" in text:
-            assert "PA_OPTION_PARAMS" in text, f"{path.name} lists option parameters by hand"
+            # the negative controls of cupy.v1 take its parameter list from kernels/wrong/v1_body.cuh
+            assert "PA_OPTION_PARAMS" in text or "(WRONG_V1_PARAMS(" in text, \
+                f"{path.name} lists option parameters by hand"
+    v1_body = (cupy_common.KERNEL_DIR.parent / "wrong" / "v1_body.cuh").read_text()
+    assert re.search(r"#define WRONG_V1_PARAMS\(table_width\)[^#]*PA_OPTION_PARAMS\n", v1_body)
     assert "OPT_WINDOW = " not in (cupy_common.KERNEL_DIR / "common.cuh").read_text()
 
 
