@@ -54,13 +54,8 @@ DEEP = (
     "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.gqa-asan]",  # rows, v1, multi
     "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.dense-asan]",
     "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.v2-asan]",
-    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.gqa-racecheck]",  # v1, rows
-    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.dense-racecheck]",
-    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.v2-racecheck]",
     # the negative controls' clean runs under the executor's modes (the property tests reject them in ci)
     "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]wrong.*",
-    "tests/test_cpucuda_racecheck.py::test_every_removed_barrier_is_reported[[]tc.cu#*",  # the other files' in ci
-    "tests/test_cpucuda_racecheck.py::test_every_removed_barrier_is_reported[[]mla_tc.cu#*",
 )
 
 
