@@ -50,10 +50,6 @@ DEEP = (
     "tests/test_numba_family.py::test_each_option_matches_the_reference[[]*-numba.split]",
     "tests/test_numba_family.py::test_each_option_matches_the_reference[[]*-numba.multi]",
     "tests/test_numba_family.py::test_every_numba_kernel_compiles_for_real_gpus[[]sm_90-*",  # bf16/e4m3/options at sm_90
-    "tests/test_cupy_family.py::test_every_cu_compiles_for_gpu_targets[[]*-sm_80]",  # sm_90 and the options' sm_80
-    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.gqa-asan]",  # rows, v1, multi
-    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.dense-asan]",
-    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]cupy.v2-asan]",
     # the negative controls' clean runs under the executor's modes (the property tests reject them in ci)
     "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]wrong.*",
 )
