@@ -88,8 +88,10 @@ DECODE = dict(seed=11, num_seqs=8, num_heads=8, num_kv_heads=8, head_dim=128, bl
 
 @pytest.fixture
 def default_opt(monkeypatch):
-    """Normal launches at the executor's default -O2 (conftest.py lowers the suite's to -O0 to compile faster)."""
+    """Normal and racecheck launches at the executor's default -O2 (conftest.py lowers the suite's to -O0 to
+    compile faster)."""
     monkeypatch.setenv("SANDBOX_CPUCUDA_OPT", "-O2")
+    monkeypatch.setenv("SANDBOX_CPUCUDA_RACECHECK_OPT", "-O2")
 
 
 def _decode_workload(name: str, racecheck: bool):

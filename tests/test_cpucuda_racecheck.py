@@ -435,3 +435,19 @@ def test_every_removed_barrier_is_reported(tmp_path, filename, index):
                     assert re.search(r"data race \((read|write)-after-(read|write)\)", str(exc))
                     return
     pytest.fail(f"removing the __syncthreads() at {filename}:{line} was not reported (ran {tried})")
+
+
+def test_racecheck_optimisation_level_comes_from_its_variable(monkeypatch):
+    """SANDBOX_CPUCUDA_RACECHECK_OPT replaces the racecheck build's level (the suite compiles at -O0), and a
+    bad value is refused naming the variable; the normal mode's variable does not reach it."""
+    from sandbox.cpucuda.compiler import mode_flags
+
+    monkeypatch.setenv("SANDBOX_CPUCUDA_OPT", "-O3")
+    monkeypatch.setenv("SANDBOX_CPUCUDA_RACECHECK_OPT", "-O1")
+    flags = mode_flags("race")
+    assert "-O1" in flags and not {"-O0", "-O2", "-O3"} & set(flags) and "-fsanitize=thread" in flags
+    monkeypatch.delenv("SANDBOX_CPUCUDA_RACECHECK_OPT")
+    assert "-O2" in mode_flags("race") and "-O3" not in mode_flags("race")
+    monkeypatch.setenv("SANDBOX_CPUCUDA_RACECHECK_OPT", "fast")
+    with pytest.raises(ValueError, match="SANDBOX_CPUCUDA_RACECHECK_OPT='fast'"):
+        mode_flags("race")

@@ -190,15 +190,19 @@ def entry_code(names: list[str]) -> str:
 
 
 def mode_flags(mode: str) -> list[str]:
-    """The g++ flags of ``mode`` (its BuildMode's; ``SANDBOX_CPUCUDA_OPT`` replaces the normal mode's -O2)."""
+    """The g++ flags of ``mode`` (its BuildMode's). ``SANDBOX_CPUCUDA_OPT`` replaces the normal mode's -O2,
+    ``SANDBOX_CPUCUDA_RACECHECK_OPT`` the racecheck build's (the checker sees the same accesses at any level:
+    what the optimiser keeps in registers never reached memory; traffic builds keep their -O2, whose
+    accesses are what the counts describe)."""
     flags = list(build_mode(mode).flags)
     if build_mode(mode).recorder:  # traffic.py's or racecheck.py's instrumentation flags, with the recorder's hash
         flags += _recorder(mode).compile_flags()
-    if mode == "normal" and os.environ.get("SANDBOX_CPUCUDA_OPT"):
-        level = os.environ["SANDBOX_CPUCUDA_OPT"]
+    variable = {"normal": "SANDBOX_CPUCUDA_OPT", "race": "SANDBOX_CPUCUDA_RACECHECK_OPT"}.get(mode)
+    level = os.environ.get(variable, "") if variable else ""
+    if level:
         if level not in ("-O0", "-O1", "-O2", "-O3"):
-            raise ValueError(f"SANDBOX_CPUCUDA_OPT={level!r}: use -O0, -O1, -O2 or -O3")
-        flags = [level]
+            raise ValueError(f"{variable}={level!r}: use -O0, -O1, -O2 or -O3")
+        flags = [level] if mode == "normal" else [level if f in ("-O1", "-O2", "-O3") else f for f in flags]
     return flags
 
 
