@@ -19,10 +19,12 @@ from hypothesis import HealthCheck, settings
 # the executor's default -O2). At -O0 each compiles in under half the time of -O1 (code generation is 95% of
 # it) and runs a few times slower, which the tests' small problems do not feel; every check here is about
 # results, not speed (`make sweep` and `make bench` keep -O2; ASan, racecheck and traffic builds have their
-# own flags). A value the caller set wins. Racecheck builds likewise (their g++ time 77 -> ~45 s of a cold
-# suite): the checker sees every access at -O0 too, and the benchmarks measuring its cost set -O2 themselves.
+# own flags). A value the caller set wins. Racecheck and ASan builds likewise (their g++ time in a cold suite
+# 77 -> ~45 s and 42 -> ~25 s): the checkers see every access at -O0 too, and the benchmarks measuring
+# racecheck's cost set -O2 themselves.
 os.environ.setdefault("SANDBOX_CPUCUDA_OPT", "-O0")
 os.environ.setdefault("SANDBOX_CPUCUDA_RACECHECK_OPT", "-O0")
+os.environ.setdefault("SANDBOX_CPUCUDA_ASAN_OPT", "-O0")
 
 import sandbox  # noqa: E402,F401  (chooses the Numba simulator before anything imports numba.cuda)
 from sandbox.devices.backends import gpu_present  # noqa: E402

@@ -451,3 +451,6 @@ def test_racecheck_optimisation_level_comes_from_its_variable(monkeypatch):
     monkeypatch.setenv("SANDBOX_CPUCUDA_RACECHECK_OPT", "fast")
     with pytest.raises(ValueError, match="SANDBOX_CPUCUDA_RACECHECK_OPT='fast'"):
         mode_flags("race")
+    monkeypatch.setenv("SANDBOX_CPUCUDA_ASAN_OPT", "-O0")  # ASan's -O1 likewise
+    flags = mode_flags("asan")
+    assert "-O0" in flags and "-O1" not in flags and "-fsanitize=address" in flags

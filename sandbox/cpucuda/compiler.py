@@ -191,13 +191,14 @@ def entry_code(names: list[str]) -> str:
 
 def mode_flags(mode: str) -> list[str]:
     """The g++ flags of ``mode`` (its BuildMode's). ``SANDBOX_CPUCUDA_OPT`` replaces the normal mode's -O2,
-    ``SANDBOX_CPUCUDA_RACECHECK_OPT`` the racecheck build's (the checker sees the same accesses at any level:
-    what the optimiser keeps in registers never reached memory; traffic builds keep their -O2, whose
-    accesses are what the counts describe)."""
+    ``SANDBOX_CPUCUDA_RACECHECK_OPT`` the racecheck build's -O2 and ``SANDBOX_CPUCUDA_ASAN_OPT`` the ASan
+    build's -O1 (the checkers see every access that reaches memory at any level: what the optimiser keeps in
+    registers never did); traffic builds keep their -O2, whose accesses are what the counts describe."""
     flags = list(build_mode(mode).flags)
     if build_mode(mode).recorder:  # traffic.py's or racecheck.py's instrumentation flags, with the recorder's hash
         flags += _recorder(mode).compile_flags()
-    variable = {"normal": "SANDBOX_CPUCUDA_OPT", "race": "SANDBOX_CPUCUDA_RACECHECK_OPT"}.get(mode)
+    variable = {"normal": "SANDBOX_CPUCUDA_OPT", "race": "SANDBOX_CPUCUDA_RACECHECK_OPT",
+                "asan": "SANDBOX_CPUCUDA_ASAN_OPT"}.get(mode)
     level = os.environ.get(variable, "") if variable else ""
     if level:
         if level not in ("-O0", "-O1", "-O2", "-O3"):
