@@ -194,16 +194,16 @@ def mode_flags(mode: str) -> list[str]:
     ``SANDBOX_CPUCUDA_RACECHECK_OPT`` the racecheck build's -O2 and ``SANDBOX_CPUCUDA_ASAN_OPT`` the ASan
     build's -O1 (the checkers see every access that reaches memory at any level: what the optimiser keeps in
     registers never did); traffic builds keep their -O2, whose accesses are what the counts describe."""
-    flags = list(build_mode(mode).flags)
-    if build_mode(mode).recorder:  # traffic.py's or racecheck.py's instrumentation flags, with the recorder's hash
+    spec = build_mode(mode)
+    flags = list(spec.flags)
+    if spec.recorder:  # traffic.py's or racecheck.py's instrumentation flags, with the recorder's hash
         flags += _recorder(mode).compile_flags()
-    variable = {"normal": "SANDBOX_CPUCUDA_OPT", "race": "SANDBOX_CPUCUDA_RACECHECK_OPT",
-                "asan": "SANDBOX_CPUCUDA_ASAN_OPT"}.get(mode)
-    level = os.environ.get(variable, "") if variable else ""
+    level = os.environ.get(spec.opt_variable, "") if spec.opt_variable else ""
     if level:
-        if level not in ("-O0", "-O1", "-O2", "-O3"):
-            raise ValueError(f"{variable}={level!r}: use -O0, -O1, -O2 or -O3")
-        flags = [level] if mode == "normal" else [level if f in ("-O1", "-O2", "-O3") else f for f in flags]
+        levels = ("-O0", "-O1", "-O2", "-O3")
+        if level not in levels:
+            raise ValueError(f"{spec.opt_variable}={level!r}: use -O0, -O1, -O2 or -O3")
+        flags = [level if f in levels else f for f in flags]
     return flags
 
 

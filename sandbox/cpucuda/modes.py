@@ -40,14 +40,17 @@ class BuildMode:
     runner: str | None = None   # "asan": a child process with that sanitizer; None: in process
     whole_module: bool = True   # False: sanitizer builds compile several times slower, so one kernel each
     recorder: str | None = None  # "traffic", "racecheck": the module whose RECORDER and compile_flags() it adds
+    opt_variable: str | None = None  # the environment variable whose -O level replaces the mode's own
 
 
 BUILD_MODES = {m.name: m for m in (
-    BuildMode("normal", ("-O2",)),  # SANDBOX_CPUCUDA_OPT=-O1 compiles big template modules about twice as fast
-    BuildMode("asan", ("-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"), 4, "asan", False),
+    # SANDBOX_CPUCUDA_OPT=-O1 compiles big template modules about twice as fast
+    BuildMode("normal", ("-O2",), opt_variable="SANDBOX_CPUCUDA_OPT"),
+    BuildMode("asan", ("-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"), 4, "asan", False,
+              opt_variable="SANDBOX_CPUCUDA_ASAN_OPT"),
     # racecheck and traffic: in process, flags from racecheck/traffic.compile_flags() (instrumentation that
     # feeds race_checker.cpp / traffic_recorder.cpp)
-    BuildMode("race", (), 1, None, False, "racecheck"),
+    BuildMode("race", (), 1, None, False, "racecheck", opt_variable="SANDBOX_CPUCUDA_RACECHECK_OPT"),
     BuildMode("traffic", (), 1, None, False, "traffic"),
 )}
 
