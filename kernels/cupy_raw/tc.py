@@ -38,6 +38,7 @@ MMA_SHAPE = (16, 16, 16)
 LIMITS = Limits(max_query_len=None, head_dims=tuple(d for d in common.HEAD_DIMS if d <= 256),
                 dtypes=("float16", "bfloat16"), kv_dtypes=FP8_DTYPES, options=common.SUPPORT["options"])
 
+
 def chunk_tokens(head_dim: int) -> int:
     """Tokens staged per step: tc::Shape<HEAD_DIM>::CHUNK (CHUNK * head_dim <= 4096, at most 64)."""
     chunk = 64
@@ -91,8 +92,8 @@ def kernel_name(head_dim: int, dtype, kv_dtype=None, flags: int = 0) -> str:
 
 
 def prepare(problem, backend: str, partition_size: int | None = None) -> multi.MultiPrepared:
-    shared = (static_shared_bytes(problem.head_dim, common.option_flags(problem)), f"a tile of {ROWS} query rows, {chunk_tokens(problem.head_dim)}"
-              "-token chunks")
+    shared = (static_shared_bytes(problem.head_dim, common.option_flags(problem)),
+              f"a tile of {ROWS} query rows, {chunk_tokens(problem.head_dim)}-token chunks")
     return multi.prepare_work(NAME, PATH, problem, backend, work_for(problem, partition_size), kernel=KERNEL,
                               static_shared=shared)
 
