@@ -109,6 +109,9 @@ def test_cascade_reads_a_shared_prefix_once_per_group():
     cascade = sandbox.traffic("cupy.cascade", problem, census=False)
     assert kv_requested_bytes(multi) == kv_bytes(problem)
     assert kv_requested_bytes(multi) - kv_requested_bytes(cascade) == saved
+    # the ideal counts each shared prefix block once, as the cascade reads it (no kernel needs less from DRAM)
+    assert multi["ideal_bytes"] == cascade["ideal_bytes"] == problem.bytes_moved() - saved
+    assert cascade["metrics"]["dram__bytes_read.sum"] >= kv_bytes(problem) - saved
 
 
 def test_the_uncoalesced_negative_control_is_flagged_by_its_sectors_per_request():

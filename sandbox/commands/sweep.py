@@ -71,8 +71,8 @@ def add_arguments(parser) -> None:
                              f"{timing.CPU_QUICK_TIMING.max_repeats})")
     parser.add_argument("--traffic", default="auto", choices=traffic_columns.MODES,
                         help="which points get the traffic columns (counted on the CPU, modelled on --model-device): "
-                             "auto = the CUDA C variants' points of the first shape (on a GPU at block size 16); all = every "
-                             "variant's (the Numba simulator's capture: 5-30 s per point); none (default auto)")
+                             "auto = every point on the CPU, on a GPU the first shape at block size 16; all = every "
+                             "point; none (default auto)")
     parser.add_argument("--model-device", default="h200", metavar="GPU",
                         help="the GPU the traffic columns model: h200 or h100 (default h200)")
     parser.add_argument("--no-torch", action="store_true", help="leave torch.sdpa out even where torch is importable")

@@ -141,22 +141,41 @@ class DecodeProblem:
         """sandbox.run's / reference.paged_attention's keyword arguments: the options and query_start."""
         return dict(self.options.kwargs(), query_start=self.query_start)
 
-    def bytes_moved(self) -> int:
+    def bytes_moved(self, shared_once: bool = False) -> int:
         """Bytes a step really needs: K/V of the tokens read (each once, as stored: NVFP4's packed codes), the
         arrays beside the cache for those slots (per-token scales, NVFP4 block scales), query, output and the
-        table entries read."""
-        tokens_read = self.context_lens.astype(np.int64) - self.first_read_tokens()
+        table entries read.
+
+        shared_once: count a physical cache slot once however many sequences read it (prefix blocks shared
+        through the tables): the least any kernel must bring from DRAM, the traffic profiler's ideal. False:
+        once per sequence reading it, what a kernel that knows nothing of sharing is credited with."""
+        first = self.first_read_tokens()
+        tokens_read = self.context_lens.astype(np.int64) - first
         row_bytes = self.key_cache.shape[3] * self.kv_dtype.itemsize  # one (token, KV head) row of K or of V
         slots = self.num_blocks * self.block_size * self.num_kv_heads
         beside = sum(getattr(self.options, f.name).nbytes // slots for f in FIELDS
                      if f.per_slot and getattr(self.options, f.name) is not None)
-        kv = int(tokens_read.sum()) * self.num_kv_heads * (2 * row_bytes + beside)
+        rows = self.distinct_slots_read() if shared_once else int(tokens_read.sum())
+        kv = rows * self.num_kv_heads * (2 * row_bytes + beside)
         q_and_out = 2 * self.query.size * self.query.dtype.itemsize
-        first_block = self.first_read_tokens() // self.block_size
+        first_block = first // self.block_size
         end_block = (self.context_lens.astype(np.int64) + self.block_size - 1) // self.block_size
         table = int((end_block - first_block).sum()) * 4
         starts = 0 if self.query_start is None else self.query_start.nbytes
         return kv + q_and_out + table + self.context_lens.nbytes + starts
+
+    def ideal_bytes(self) -> int:
+        """The least a step must move to and from DRAM (the traffic profiler's ideal): bytes_moved() with each
+        physical cache slot counted once."""
+        return self.bytes_moved(shared_once=True)
+
+    def distinct_slots_read(self) -> int:
+        """How many physical cache slots (block, offset) the sequences read, each counted once."""
+        first = self.first_read_tokens()
+        positions = [np.arange(lo, hi, dtype=np.int64) for lo, hi in zip(first, self.context_lens.astype(np.int64))]
+        slots = [self.block_tables[s, pos // self.block_size].astype(np.int64) * self.block_size
+                 + pos % self.block_size for s, pos in enumerate(positions)]
+        return int(np.unique(np.concatenate(slots)).size) if slots else 0
 
     def multiply_adds(self) -> int:
         """Multiply-adds of Q.K and P.V: every query head's tokens times the tokens they read (a bound:

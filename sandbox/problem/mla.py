@@ -120,6 +120,11 @@ class MLAProblem:
         starts = 0 if self.query_start is None else self.query_start.nbytes
         return len(self.read_slots()) * row_bytes + self.query.nbytes + out + meta + self.context_lens.nbytes + starts
 
+    def ideal_bytes(self) -> int:
+        """The least a step must move to and from DRAM (the traffic profiler's ideal): bytes_moved(), whose
+        latent rows are distinct slots already."""
+        return self.bytes_moved()
+
     def flops(self) -> int:
         """2 x (Q.K over 576 dims + P.V over 512) per (query row, head, token attended); causal rows counted exactly."""
         return 2 * self.num_heads * (rec.LATENT_DIMS + rec.VALUE_DIMS) * int(self.tokens_per_row().sum())

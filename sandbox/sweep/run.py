@@ -6,8 +6,7 @@ exists only where the shape's kind is the variant's (registry problem kinds).
 One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
 output is compared with the expected output (MLA: out and lse) -> only if correct, timed repeats (CUDA events and
 an L2 flush on a GPU; wall clock on the CPU) -> its traffic counted on the CPU and modelled on an H200
-(sweep/traffic_columns.py: the CUDA C variants' points of the first shape, on a GPU at block size 16;
---traffic) -> one row
+(sweep/traffic_columns.py: every point on the CPU, on a GPU the first shape's block size 16; --traffic) -> one row
 appended to sweep.csv at once.
 
 A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
@@ -390,7 +389,7 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
 def validate(config: "SweepConfig") -> None:
     """Refuse what cannot be run, before a run folder exists (ValueError, one line)."""
     from ..analysis import gpus
-    traffic_columns.wanted(config.traffic, "", False)  # ValueError naming --traffic
+    traffic_columns.wanted(config.traffic, False)  # ValueError naming --traffic
     try:
         gpus.get(config.model_device)
     except ValueError as exc:
@@ -513,15 +512,14 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
                         row.update(status="unsupported", note=why_not)
                     else:
                         timing_config = config.gpu_timing if backend == "gpu" else config.cpu_timing
-                        counted = traffic_columns.wanted(config.traffic, c.family, shape is config.shapes[0], on_gpu,
-                                                         block_size)
+                        counted = traffic_columns.wanted(config.traffic, shape is config.shapes[0], on_gpu, block_size)
                         point = (tuning.candidate(c, data, block_size, backend, env, timing_config)
                                  if tuning is not None else c)
                         row = run_point(point, backend, data, block_size, env, timing_config,
                                         config.model_device if counted else None)
                         row["config"] = point.config
                         if not counted and row["status"] == "ok" and not c.per_shape:
-                            row["traffic_note"] = traffic_columns.skipped_note(config.traffic, c.name, c.family)
+                            row["traffic_note"] = traffic_columns.skipped_note(config.traffic, c.name)
                         if tuning is not None:
                             tuning.record(row)
                         add_paging_overhead(row, dense_times, config.dense_baseline)

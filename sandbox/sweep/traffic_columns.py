@@ -1,7 +1,7 @@
 """A sweep point's traffic columns: memory traffic counted on the CPU and the modelled time on a GPU.
 
     COLUMNS                             what every sweep.csv row carries (empty where nothing was counted)
-    wanted(mode, family, first_shape, on_gpu, block_size)   whether a point gets them under --traffic MODE
+    wanted(mode, first_shape, on_gpu, block_size)   whether a point gets them under --traffic MODE
     record(row, name, problem, device, config=None)   fills them in for one correct point
 
 The columns are sandbox.analysis.traffic.variant.columns()'s (docs/performance-model.md): DRAM bytes,
@@ -10,14 +10,13 @@ bank conflicts, the model's time, fraction of DRAM bandwidth and binding level o
 traffic_s (CPU seconds the count took) and traffic_note (why a point has none, or what to know: the
 sampled sequences behind the counts, a simulator-only path).
 
-Counted at correct points of decode variants with a kernel. cupy.* runs on the CPU executor in traffic
-mode, in a GPU sweep too (the counts do not depend on where a point was timed): about 2.3 CPU seconds a
-point at the CPU shapes with a cold executor cache, most of it g++ building the instrumented
-instantiation. So --traffic auto counts the sweep's first shape only, at block sizes 1, 16 and 128 on
-the CPU (CPU_BLOCK_SIZES: the smallest, the goals' and a large one, as the README's traffic table; the
-CPU preset's 1x300 decode shape) and at block size 16 only on a GPU, whose sweep has seconds per point
-(the presets' goal shape): the goal's point, its measured time beside the modelled one. numba.* runs under the Numba simulator's capture at a GPU's thread count: 5-30 CPU seconds a point
-at the CPU shapes, so only under --traffic all, and only where numba.cuda is the simulator (a CPU sweep).
+Counted at correct points of decode variants with a kernel, on the CPU at every point under --traffic auto:
+cupy.* on the CPU executor in traffic mode (about 0.3 wall seconds a point over the CPU preset, g++
+building the instrumented instantiations included), numba.* under the Numba simulator's capture at a
+GPU's thread count (1-2.3 CPU seconds a point at the CPU shapes); together about 2.5 minutes of the CPU
+sweep. A GPU sweep has seconds per point of the presets' goal-sized shapes, where one count takes tens of
+CPU seconds: there --traffic auto counts the first shape at block size 16 only (the goal's point, its
+measured time beside the modelled one), the CUDA C variants only (numba.cuda is in real mode there).
 Large problems count the blocks of SAMPLE_SEQS sequences (whole sharing groups) and scale, as
 `sandbox traffic` does. A count that fails is a note, never a failed point: the point's correctness and
 time stand.
@@ -39,31 +38,29 @@ MODES = ("auto", "all", "none")
 # them (there 1.008x the ideal bytes counting 1 sequence, 1.012x counting 8).
 SAMPLE_SEQS = 2
 GPU_BLOCK_SIZE = 16  # the goals' block size: the one a GPU sweep's --traffic auto counts
-CPU_BLOCK_SIZES = (1, 16, 128)  # what a CPU sweep's --traffic auto counts at its first shape
 
 
-def wanted(mode: str, family: str, first_shape: bool, on_gpu: bool = False, block_size: int | None = None) -> bool:
-    """--traffic auto: the CUDA C variants' points at the sweep's first shape, at CPU_BLOCK_SIZES (on a GPU
-    at block size 16 only; block_size None: any); all: every variant's points; none: no point."""
+def wanted(mode: str, first_shape: bool, on_gpu: bool = False, block_size: int | None = None) -> bool:
+    """--traffic auto: every point on the CPU; on a GPU the sweep's first shape at block size 16 (block_size
+    None: any); all: every point; none: no point. Points that cannot be counted say why (why_not)."""
     if mode not in MODES:
         raise ValueError(f"--traffic must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "none":
         return False
-    sizes = (GPU_BLOCK_SIZE,) if on_gpu else CPU_BLOCK_SIZES
-    return mode == "all" or (family == "cupy" and first_shape and (block_size is None or block_size in sizes))
+    if mode == "all" or not on_gpu:
+        return True
+    return first_shape and (block_size is None or block_size == GPU_BLOCK_SIZE)
 
 
-def skipped_note(mode: str, name: str, family: str) -> str:
+def skipped_note(mode: str, name: str) -> str:
     """What traffic_note says at a point wanted() left out."""
     reason = why_not(name)
     if reason is not None:
         return reason
     if mode == "none":
         return "not counted (--traffic none)"
-    if family == "numba" and mode == "auto":
-        return "not counted: the simulator's capture costs 5-30 s per point (--traffic all counts it)"
-    return (f"not counted outside the sweep's first shape and its block sizes {', '.join(map(str, CPU_BLOCK_SIZES))} "
-            f"(on a GPU: {GPU_BLOCK_SIZE}; --traffic all counts every point)")
+    return (f"not counted: a GPU sweep's --traffic auto counts its first shape at block size {GPU_BLOCK_SIZE} "
+            f"(--traffic all counts every point)")
 
 
 def why_not(name: str) -> str | None:

@@ -4,7 +4,8 @@
         "metrics"      the call's kernels summed (Nsight Compute's names, metrics.METRICS)
         "kernels"      per launch: name, grid, block, metrics, sites, registers, static/dynamic shared bytes,
                        occupancy, blocks_per_sm, limiter (the compile census of that instantiation)
-        "ideal_bytes"  query + K/V of every token read once + table entries + output (bytes_moved())
+        "ideal_bytes"  query + K/V of every physical slot read, once + table entries + output
+                       (problem.ideal_bytes(): a prefix shared through the tables counts once)
         "model"        time_us, fraction_of_dram_bw, bound, assumptions, levels_us, kernels
         "scale", "notes"  how many times the counted blocks stand for the grid, and what to know
     columns(name, problem, device="h200", config=None) -> dict   the per-point columns a sweep records (COLUMNS)
@@ -306,7 +307,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
                                                      for k in kernels if "census_error" in k]
     return dict(variant=name, config=tunables.describe(variant.configuration(config)), device=gpu.name,
                 problem=problem.describe(), metrics=_scaled(call.metrics, scale),
-                kernels=kernels, ideal_bytes=int(problem.bytes_moved()), model=_model.predict(model_inputs, gpu),
+                kernels=kernels, ideal_bytes=int(problem.ideal_bytes()), model=_model.predict(model_inputs, gpu),
                 scale=scale, notes=notes)
 
 
