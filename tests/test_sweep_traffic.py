@@ -42,6 +42,17 @@ def test_a_cpu_sweep_records_the_traffic_columns_at_every_point_of_both_families
     assert checks[0]["modelled_status"].startswith("not modelled") and GOAL in checks[0]["modelled_status"]
 
 
+def test_the_mla_points_are_counted_too_in_cuda_c(tmp_path):
+    outcome, rows = sweep(tmp_path, "--shapes", "mla:1x16x1xbf16", "--block-sizes", "16", "--no-plots",
+                          "--no-resources", "--variants", "cupy.mla,numba.mla")
+    assert outcome.exit_code == 0
+    by = {r["variant"]: r for r in rows}
+    mla = by["cupy.mla"]
+    assert float(mla["model_time_us"]) > 0 and float(mla["kv_sectors_per_request"]) > 0  # the latent rows' loads
+    assert int(mla["dram_bytes"]) >= int(by["cupy.mla"]["ideal_bytes"]) * 0.99
+    assert by["numba.mla"]["model_time_us"] == "" and "decode variants" in by["numba.mla"]["traffic_note"]
+
+
 def test_traffic_modes_and_refusals():
     small = shapes.parse_shape("2x24x4/2x32xfp16")
     assert traffic_columns.wanted("auto", first_shape=False, block_size=8)  # the CPU counts every point

@@ -10,13 +10,14 @@ bank conflicts, the model's time, fraction of DRAM bandwidth and binding level o
 traffic_s (CPU seconds the count took) and traffic_note (why a point has none, or what to know: the
 sampled sequences behind the counts, a simulator-only path).
 
-Counted at correct points of decode variants with a kernel, on the CPU at every point under --traffic auto:
-cupy.* on the CPU executor in traffic mode (about 0.3 wall seconds a point over the CPU preset, g++
-building the instrumented instantiations included), numba.* under the Numba simulator's capture at a
-GPU's thread count (1-2.3 CPU seconds a point at the CPU shapes); together about 2.5 minutes of the CPU
-sweep. A GPU sweep has seconds per point of the presets' goal-sized shapes, where one count takes tens of
-CPU seconds: there --traffic auto counts the first shape at block size 16 only (the goal's point, its
-measured time beside the modelled one), the CUDA C variants only (numba.cuda is in real mode there).
+Counted at correct points of variants with a kernel, on the CPU at every point under --traffic auto:
+cupy.* (decode and MLA) on the CPU executor in traffic mode (about 0.3 wall seconds a point over the
+CPU preset, g++ building the instrumented instantiations included), numba.* (decode only) under the
+Numba simulator's capture at a GPU's thread count (1-2.3 CPU seconds a point at the CPU shapes);
+together about 2.5 minutes of the CPU sweep. A GPU sweep has seconds per point of the presets'
+goal-sized shapes, where one count takes tens of CPU seconds: there --traffic auto counts the first
+shape at block size 16 only (the goal's point, its measured time beside the modelled one), the CUDA C
+variants only (numba.cuda is in real mode there).
 Large problems count the blocks of SAMPLE_SEQS sequences (whole sharing groups) and scale, as
 `sandbox traffic` does. A count that fails is a note, never a failed point: the point's correctness and
 time stand.
@@ -66,14 +67,14 @@ def skipped_note(mode: str, name: str) -> str:
 def why_not(name: str) -> str | None:
     """Why `name`'s points cannot be counted in this process (None: they can)."""
     variant = registry.get(name)
-    if getattr(variant, "problem", "decode") != "decode":
-        return "traffic counts the decode variants"
     if variant.family == "numpy":
         return "no kernel: NumPy gathers on the host"
-    if variant.family == "numba" and not backends.numba_simulated():
-        return "the Numba capture needs the simulator (numba.cuda is in real mode here)"
     if variant.family not in ("cupy", "numba"):
         return f"no traffic capture for the {variant.family} family"
+    if variant.family == "numba" and getattr(variant, "problem", "decode") != "decode":
+        return "the Numba capture counts the decode variants (MLA's are counted in CUDA C: cupy.mla, cupy.mla_tc)"
+    if variant.family == "numba" and not backends.numba_simulated():
+        return "the Numba capture needs the simulator (numba.cuda is in real mode here)"
     return None
 
 

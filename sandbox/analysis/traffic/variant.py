@@ -34,7 +34,7 @@ from .count import count
 SAMPLE_SEQS = 8
 COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
            "bank_conflicts", "model_time_us", "model_fraction_of_bw", "model_bound")
-_KV = ("key_cache", "value_cache")
+_CACHE_TARGETS = ("key_cache", "value_cache", "cache")  # decode's K and V; MLA's latent rows
 
 
 # ---------------------------------------------------------------- sampling sequences of the same work shape
@@ -312,9 +312,10 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
 
 
 def kv_sectors_per_request(result: dict) -> float:
-    """Sectors per request of the K and V loads (sites reading key_cache / value_cache), over every kernel."""
+    """Sectors per request of the cache's loads (sites reading key_cache / value_cache, MLA's latent cache), over
+    every kernel."""
     sites = [s for k in result["kernels"] for s in k["sites"]
-             if s["op"] == "load" and s["space"] == "global" and s["target"] in _KV]
+             if s["op"] == "load" and s["space"] == "global" and s["target"] in _CACHE_TARGETS]
     requests = sum(s["requests"] for s in sites)
     return sum(s["sectors"] for s in sites) / requests if requests else 0.0
 
