@@ -11,9 +11,8 @@ traffic_s (CPU seconds the count took) and traffic_note (why a point has none, o
 sampled sequences behind the counts, a simulator-only path).
 
 Counted at correct points of variants with a kernel, on the CPU at every point under --traffic auto:
-cupy.* (decode and MLA) on the CPU executor in traffic mode (about 0.3 wall seconds a point over the
-CPU preset, g++ building the instrumented instantiations included), numba.* (decode only) under the
-Numba simulator's capture at a GPU's thread count (1-2.3 CPU seconds a point at the CPU shapes);
+cupy.* on the CPU executor in traffic mode (about 0.3 wall seconds a point over the CPU preset, g++
+building the instrumented instantiations included), numba.* under the Numba simulator's capture at a GPU's thread count (1-2.3 CPU seconds a point at the CPU shapes);
 together about 2.5 minutes of the CPU sweep. A GPU sweep has seconds per point of the presets'
 goal-sized shapes, where one count takes tens of CPU seconds: there --traffic auto counts the first
 shape at block size 16 only (the goal's point, its measured time beside the modelled one), the CUDA C
@@ -71,8 +70,6 @@ def why_not(name: str) -> str | None:
         return "no kernel: NumPy gathers on the host"
     if variant.family not in ("cupy", "numba"):
         return f"no traffic capture for the {variant.family} family"
-    if variant.family == "numba" and getattr(variant, "problem", "decode") != "decode":
-        return "the Numba capture counts the decode variants (MLA's are counted in CUDA C: cupy.mla, cupy.mla_tc)"
     if variant.family == "numba" and not backends.numba_simulated():
         return "the Numba capture needs the simulator (numba.cuda is in real mode here)"
     return None

@@ -10,8 +10,7 @@ the median GPU time of prepare + timed launches (a wrong output disqualifies a c
 modelled GPU time of its memory traffic (sandbox.traffic(name, problem, config=)["model"]["time_us"]: the CPU's
 emulation times say nothing about a GPU). The sweep's row for the point then runs the best one, and tuned.json
 (rewritten as each point finishes) records it with every configuration's score, or why it was refused. A
-variant without tunables is not explored (one configuration); an MLA variant on the CPU keeps its defaults
-(the model counts decode variants only), and the row says so.
+variant without tunables is not explored (one configuration).
 
 tuned.json: {"objective": "gpu_time_us" | "model_time_us", "points": [{"variant", "shape", "block_size",
 "config": {...}, "ranked": [{"config": {...}, "score": float} | {"config": {...}, "refused": "why"}]}]}.
@@ -135,8 +134,6 @@ def explore_point(c, module, data, block_size: int, resolved: str, env, timing_c
         return grid[0], [], ""
     problem = data.problem(block_size)
     on_gpu = resolved == "gpu"
-    if not on_gpu and c.problem != "decode":
-        return grid[0], [], "not tuned: the traffic model counts decode variants only (defaults)"
     ranked = []
     for config in grid:
         try:

@@ -151,14 +151,14 @@ def _capture_cupy(name, problem, counted, census: bool, config, device, kind: st
     return launches, grids, resources
 
 
-def _capture_numba(name, problem, counted, census: bool, config, device):
+def _capture_numba(name, problem, counted, census: bool, config, device, kind: str = "decode"):
     try:
         from . import numba_sim
     except ImportError as exc:
         raise RuntimeError(f"{name}: Numba traffic capture not available (sandbox.analysis.traffic.numba_sim "
                            f"cannot be imported: {exc})") from None
     from sandbox.devices.backends import numba_simulated
-    from sandbox.variant import runner
+    from sandbox.variant import mla_runner, runner
 
     if not numba_simulated():
         raise RuntimeError(f"{name}: the Numba traffic capture needs the Numba CUDA simulator, and numba.cuda is "
@@ -168,8 +168,9 @@ def _capture_numba(name, problem, counted, census: bool, config, device):
     # The capture's own helpers where it has them: blocks of a GPU's size (the simulator's launchers cap
     # them otherwise), and one block counted per class of identical-work blocks (numba_sample).
     sizes = getattr(numba_sim, "gpu_thread_counts", contextlib.nullcontext)
+    prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
     with sizes():
-        prepared, _ = runner.prepare(name, problem, "cpu", config)
+        prepared, _ = prepare(name, problem, "cpu", config)
     represent = _numba_representatives(problem, gpus.get(device).l2_bytes)
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
@@ -197,7 +198,7 @@ def _numba_representatives(problem, l2_bytes: int):
         from . import numba_sample
     except ImportError:
         return None
-    if problem.max_query_len != 1:
+    if not hasattr(problem, "key_cache") or problem.max_query_len != 1:  # MLA, several query tokens: every block
         return None
     kv_bytes = problem.key_cache.nbytes + problem.value_cache.nbytes
     return numba_sample.decode_representatives(problem, across_heads=kv_bytes > l2_bytes)
@@ -272,9 +273,6 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
         raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
                          "memory accesses; choose a cupy.* or numba.* variant")
     kind = getattr(variant, "problem", "decode")
-    if kind == "mla" and variant.family != "cupy":
-        raise ValueError(f"{name}: traffic counts MLA's CUDA C variants (cupy.*) on the CPU executor; the Numba "
-                         "capture counts the decode variants")
     problem.validate()
     variant.limits.check(name, problem, "cpu")
     sampler = mla_sample if kind == "mla" else sample
@@ -282,7 +280,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     if variant.family == "cupy":
         launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
     else:
-        launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu)
+        launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu, kind)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
