@@ -159,3 +159,19 @@ def test_estimates_count_the_blocks_that_will_be_simulated():
     assert numba_sample.estimate_seconds(p, "numba.gqa") == pytest.approx(per_seq / 8)
     assert numba_sample.estimate_seconds(p, "numba.block") == pytest.approx(per_seq / 32)
     assert numba_sample.estimate_seconds(p, "numba.naive") == pytest.approx(2 * per_seq)
+
+
+def test_numba_mla_is_counted_at_a_gpus_thread_count_and_reads_what_cupy_mla_reads():
+    import sandbox
+    from sandbox.problem.mla import MLAProblem
+
+    problem = MLAProblem.random(seed=4, num_seqs=2, num_heads=4, block_size=16, max_context_len=24,
+                                share_prefix=False)
+    numba_mla = sandbox.traffic("numba.mla", problem, census=False)
+    cupy_mla = sandbox.traffic("cupy.mla", problem, census=False)
+    (kernel,) = numba_mla["kernels"]
+    assert tuple(kernel["block"]) == (128, 1, 1)  # not the simulator's 8 threads: whole warps, as on a GPU
+    assert numba_mla["ideal_bytes"] == cupy_mla["ideal_bytes"] == problem.bytes_moved()
+    # every latent row once from DRAM in both families (they differ only in the query's and table's sectors)
+    read = [r["metrics"]["dram__bytes_read.sum"] for r in (numba_mla, cupy_mla)]
+    assert abs(read[0] - read[1]) <= 256 and min(read) >= len(problem.read_slots()) * problem.latent_cache.shape[2]

@@ -28,6 +28,12 @@ THREADS = ("auto", 32, 64, 128, 256)
 AUTO = "auto"
 
 
+def gpu_sized_simulation() -> bool:
+    """Whether the simulator sizes "auto" blocks as a GPU does (raised to MAX_THREADS by the traffic capture's
+    numba_sim.gpu_thread_counts(), so the counted warps are whole)."""
+    return SIM_MAX_THREADS >= MAX_THREADS
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 

@@ -224,9 +224,9 @@ class MLALaunch(launch.Launch):
 
 
 def auto_threads(simulated: bool, threads=launch.AUTO) -> int:
-    """The launched threads per block: the tunable's count, or ("auto") SIM_THREADS simulated, else sized for
-    HEADS x CHUNK pairs."""
-    if threads == launch.AUTO and simulated:
+    """The launched threads per block: the tunable's count, or ("auto") SIM_THREADS simulated, else (and in a
+    traffic capture, which sizes blocks as a GPU does) sized for HEADS x CHUNK pairs."""
+    if threads == launch.AUTO and simulated and not launch.gpu_sized_simulation():
         return SIM_THREADS
     return launch.launch_threads(HEADS * CHUNK * 4, simulated, threads)
 

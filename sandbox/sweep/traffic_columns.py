@@ -12,11 +12,11 @@ sampled sequences behind the counts, a simulator-only path).
 
 Counted at correct points of variants with a kernel, on the CPU at every point under --traffic auto:
 cupy.* on the CPU executor in traffic mode (about 0.3 wall seconds a point over the CPU preset, g++
-building the instrumented instantiations included), numba.* under the Numba simulator's capture at a GPU's thread count (1-2.3 CPU seconds a point at the CPU shapes);
-together about 2.5 minutes of the CPU sweep. A GPU sweep has seconds per point of the presets'
-goal-sized shapes, where one count takes tens of CPU seconds: there --traffic auto counts the first
-shape at block size 16 only (the goal's point, its measured time beside the modelled one), the CUDA C
-variants only (numba.cuda is in real mode there).
+building the instrumented instantiations included), numba.* under the Numba simulator's capture at a
+GPU's thread count (1-2.3 CPU seconds a point at the CPU shapes); together about 2.5 minutes of the CPU
+sweep. A GPU sweep has seconds per point of the presets' goal-sized shapes, where one count takes tens
+of CPU seconds: there --traffic auto counts the first shape at block size 16 only (the goal's point,
+its measured time beside the modelled one), the CUDA C variants only (numba.cuda is in real mode there).
 Large problems count the blocks of SAMPLE_SEQS sequences (whole sharing groups) and scale, as
 `sandbox traffic` does. A count that fails is a note, never a failed point: the point's correctness and
 time stand.

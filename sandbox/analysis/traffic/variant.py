@@ -236,10 +236,13 @@ def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
 
 def _numba_census(name, problem, config=None) -> dict:
     from sandbox.analysis import resources
+    if hasattr(problem, "kv_dtype"):  # decode: the cache's dtype where it is not the query's
+        kv_dtype = None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name
+    else:  # MLA: the fp8 record (compile_report names it float8_e4m3fn) or the query's dtype
+        kv_dtype = "float8_e4m3fn" if problem.fp8 else None
     try:
-        (row,) = resources.collect([name], [problem.block_size], problem.head_dim, problem.dtype.name,
-                                   kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name,
-                                   config=config)
+        (row,) = resources.collect([name], [problem.block_size], getattr(problem, "head_dim", 576), problem.dtype.name,
+                                   kv_dtype=kv_dtype, config=config)
     except Exception as exc:
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300])
     keys = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "threads_per_block",
