@@ -12,7 +12,7 @@ from sandbox.serving import run as serving_run
 from sandbox.serving.kv_paged import PagedKV
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU_SWEEP = ROOT / "results" / "20261202T130243Z-sweep"      # the curated CPU run (tracked)
+CPU_SWEEP = ROOT / "results" / "20261202T131641Z-sweep"      # the curated CPU run (tracked)
 
 
 @pytest.fixture
