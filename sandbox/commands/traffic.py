@@ -25,7 +25,6 @@ from ..devices import cost
 from ..analysis.traffic import metrics as M
 from ..analysis.traffic import variant as V
 from ..problem import dtypes
-from ..problem.decode import DecodeProblem
 from ..sweep import mla_shapes, shapes as shapes_mod
 from ..variant import registry
 from ..variant import tunables
@@ -98,8 +97,9 @@ def problem_for(shape, block_size: int, seed: int):
 def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
     """The multiply-adds a count simulates: the CPU executor's sampled sequences (V.sample), the Numba capture's
     represented blocks (numba_sample.estimate_seconds)."""
-    if registry.get(name).family == "numba":
-        if not isinstance(problem, DecodeProblem):  # MLA: the capture simulates every block
+    variant = registry.get(name)
+    if variant.family == "numba":
+        if getattr(variant, "problem", "decode") == "mla":  # the capture simulates every block
             return problem.multiply_adds()
         from ..analysis.traffic import numba_sample
         return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)

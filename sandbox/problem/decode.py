@@ -171,11 +171,8 @@ class DecodeProblem:
 
     def distinct_slots_read(self) -> int:
         """How many physical cache slots (block, offset) the sequences read, each counted once."""
-        first = self.first_read_tokens()
-        positions = [np.arange(lo, hi, dtype=np.int64) for lo, hi in zip(first, self.context_lens.astype(np.int64))]
-        slots = [self.block_tables[s, pos // self.block_size].astype(np.int64) * self.block_size
-                 + pos % self.block_size for s, pos in enumerate(positions)]
-        return int(np.unique(np.concatenate(slots)).size) if slots else 0
+        return int(_read_slots(self.block_tables, self.context_lens, self.first_read_tokens(), self.num_blocks,
+                               self.block_size).sum())
 
     def multiply_adds(self) -> int:
         """Multiply-adds of Q.K and P.V: every query head's tokens times the tokens they read (a bound:

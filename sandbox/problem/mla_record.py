@@ -27,6 +27,7 @@ ROPE_DIMS = 64
 LATENT_DIMS = NOPE_DIMS + ROPE_DIMS
 VALUE_DIMS = NOPE_DIMS
 TILE_DIMS = 128
+CODE_DTYPE = "float8_e4m3fn"  # the nope codes' dtype: how resources / sass name the record's fp8
 NUM_TILES = NOPE_DIMS // TILE_DIMS
 SCALES_AT = NOPE_DIMS                   # byte offset of the 4 float32 scales
 ROPE_AT = SCALES_AT + 4 * NUM_TILES     # byte offset of the 64 bfloat16 RoPE values

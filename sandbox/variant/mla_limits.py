@@ -48,7 +48,7 @@ class MLALimits:
     @property
     def kv_dtypes(self) -> tuple[str, ...]:
         """The fp8 formats as `resources`/`sass` name them: the record's codes are float8_e4m3fn."""
-        return ("float8_e4m3fn",) if rec.FORMAT in self.kv_formats else ()
+        return (rec.CODE_DTYPE,) if rec.FORMAT in self.kv_formats else ()
 
     @property
     def options(self) -> tuple[str, ...]:

@@ -171,10 +171,10 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
     with sizes():
         prepared, _ = prepare(name, problem, "cpu", config)
-    represent = _numba_representatives(problem, gpus.get(device).l2_bytes)
+    represent = _numba_representatives(problem, gpus.get(device).l2_bytes) if kind == "decode" else None
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
-    res = _numba_census(name, problem, config) if census else dict(census_error="not asked for (census=False)")
+    res = _numba_census(name, problem, kind, config) if census else dict(census_error="not asked for (census=False)")
     return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block) for r in launches]
 
 
@@ -198,7 +198,7 @@ def _numba_representatives(problem, l2_bytes: int):
         from . import numba_sample
     except ImportError:
         return None
-    if not hasattr(problem, "key_cache") or problem.max_query_len != 1:  # MLA, several query tokens: every block
+    if problem.max_query_len != 1:
         return None
     kv_bytes = problem.key_cache.nbytes + problem.value_cache.nbytes
     return numba_sample.decode_representatives(problem, across_heads=kv_bytes > l2_bytes)
@@ -234,15 +234,16 @@ def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
                 occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter)
 
 
-def _numba_census(name, problem, config=None) -> dict:
+def _numba_census(name, problem, kind: str, config=None) -> dict:
     from sandbox.analysis import resources
-    if hasattr(problem, "kv_dtype"):  # decode: the cache's dtype where it is not the query's
-        kv_dtype = None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name
-    else:  # MLA: the fp8 record (compile_report names it float8_e4m3fn) or the query's dtype
-        kv_dtype = "float8_e4m3fn" if problem.fp8 else None
+    from sandbox.problem import mla_record
+    if kind == "mla":  # resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype
+        shape = dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
+    else:
+        shape = dict(head_dim=problem.head_dim,
+                     kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
     try:
-        (row,) = resources.collect([name], [problem.block_size], getattr(problem, "head_dim", 576), problem.dtype.name,
-                                   kv_dtype=kv_dtype, config=config)
+        (row,) = resources.collect([name], [problem.block_size], dtype=problem.dtype.name, config=config, **shape)
     except Exception as exc:
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300])
     keys = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "threads_per_block",
