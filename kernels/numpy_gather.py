@@ -16,10 +16,11 @@ import numpy as np
 
 from reference.formats import dequantize_nvfp4
 from sandbox.problem.dtypes import KV_FORMATS, QUERY_DTYPES
-from sandbox.problem.options import FEATURES
 from sandbox.variant import Limits
 
-LIMITS = Limits(block_sizes=None, head_dims=None, dtypes=QUERY_DTYPES, kv_dtypes=KV_FORMATS, options=FEATURES,
+# Every option of the table, each written out below (no score hook: a new score modifier needs its line here too).
+OPTIONS = ("window", "softcap", "alibi", "kv_scale", "sinks", "lse", "kv_scales")
+LIMITS = Limits(block_sizes=None, head_dims=None, dtypes=QUERY_DTYPES, kv_dtypes=KV_FORMATS, options=OPTIONS,
                 backends=("cpu",), max_query_len=None)
 
 

@@ -235,40 +235,43 @@ __device__ __forceinline__ int first_token(int flags, int context_len, int windo
   return (flags & OPT_WINDOW) != 0 && context_len - 1 - window_left > 0 ? context_len - 1 - window_left : 0;
 }
 
+// Where a logit sits: the query token's position and head, the token's position and KV head (FlashInfer's
+// LogitsTransform context), and the query head's HeadParams (the score modifiers' per-head values, generated
+// from the option table: ALiBi's slope, ...; a kernel loads them once per head it serves, Options::head).
+// Every score modifier of the option table reads what it needs from it.
+struct ScoreAt {
+  int q_pos, kv_pos, q_head, kv_head;
+  HeadParams head;
+};
+
 // Options<FLAGS>: the option arguments (OptionArgs) plus what the kernels derive from them; fields of
 // options not in FLAGS are never read. A kernel builds one per block (for the query heads it serves) and
-// hands it to attend; an option enters the math through the hooks below (first_token, slope, logit),
-// and negative controls derive from it to change one rule.
+// hands it to attend; an option enters the math through the hooks below (first_token, logit, ...), and
+// negative controls derive from it to change one rule.
 template <int FLAGS>
 struct Options : OptionArgs {
   static constexpr int flags = FLAGS;
-  float inv_cap;        // OPT_SOFTCAP: 1 / soft_cap (logit = cap * tanh(logit / cap))
-  const float* alibi;   // OPT_ALIBI: the served heads' slopes (alibi[g] for head g of the tile)
   const float* sink;    // OPT_SINKS: the served heads' sink logits (sink[g] for head g of the tile)
-  int position;         // the query token's position (decode: context_len - 1); ALiBi adds slope * (t - position)
+  int first_head;       // the first query head the block serves (served head g is first_head + g)
+  int position;         // the query token's position (decode: context_len - 1)
   // OPT_WINDOW: only tokens t >= position - window_left; OPT_VSCALE: output *= v_scale (V = value * v_scale)
 
   __device__ __forceinline__ Options(const OptionArgs& args, int first_head, int context_len)
-      : OptionArgs(args), inv_cap(0.f), alibi(nullptr), sink(nullptr), position(context_len - 1) {
-    if constexpr ((FLAGS & OPT_SOFTCAP) != 0) inv_cap = 1.f / soft_cap;
-    if constexpr ((FLAGS & OPT_ALIBI) != 0) alibi = alibi_slopes + first_head;
+      : OptionArgs(args), sink(nullptr), first_head(first_head), position(context_len - 1) {
     if constexpr ((FLAGS & OPT_SINKS) != 0) sink = sinks + first_head;
   }
 
   // The first token the query reads: the window's start (0 without a window).
   __device__ __forceinline__ int first_token() const { return pa::first_token(FLAGS, position + 1, window_left); }
 
-  // ALiBi slope of served head g (0 without ALiBi).
-  __device__ __forceinline__ float slope(int g) const {
-    if constexpr ((FLAGS & OPT_ALIBI) != 0) return alibi[g];
-    return 0.f;
-  }
+  // The per-head values of query head q_head the score modifiers in FLAGS read (those not in FLAGS are 0).
+  __device__ __forceinline__ HeadParams head(int q_head) const { return PA_HEAD_PARAMS(q_head); }
 
-  // The logit of token `token` from its dot product q . k: scale, then soft-cap, then ALiBi.
-  __device__ __forceinline__ float logit(float dot, float scale, float slope_g, int token) const {
+  // The logit of the token at `at` from its dot product q . k: the scale, then every score modifier in FLAGS
+  // in the option table's order (PA_SCORE_HOOKS, generated from the rows' ScoreHook.cuda: soft-cap, ALiBi).
+  __device__ __forceinline__ float logit(float dot, float scale, const ScoreAt& at) const {
     float s = dot * scale;
-    if constexpr ((FLAGS & OPT_SOFTCAP) != 0) s = soft_cap * tanhf(s * inv_cap);
-    if constexpr ((FLAGS & OPT_ALIBI) != 0) s += slope_g * (float)(token - position);
+    PA_SCORE_HOOKS
     return s;
   }
 
@@ -402,14 +405,18 @@ __device__ __forceinline__ void accumulate_qk(const V (&kp)[N], const S (&ks)[N]
 // the running max and writes logits[g][token - start] (index = token - start).
 template <int TILE, int TGS, typename Opt>
 __device__ __forceinline__ void store_logits(float (&qk)[TILE], float scale, const Opt& opt,
-                                             const float (&slopes)[TILE], int token, bool valid, bool writer,
+                                             int kv_head, int heads_here, const HeadParams (&heads)[TILE], int token,
+                                             bool valid, bool writer,
                                              int index, float* logits, int logits_stride, float (&qk_max)[TILE],
                                              float k_token_scale = 1.f) {
 #pragma unroll
   for (int g = 0; g < TILE; ++g) {
     float dot = group_sum<TGS>(qk[g]);
     if constexpr ((Opt::flags & OPT_KV_SCALES) != 0) dot *= k_token_scale;
-    qk[g] = opt.logit(dot, scale, slopes[g], token);
+    // a padding head of the tile (g >= heads_here) is named as the first: its logits are never used, and no
+    // modifier reads past the heads' arrays
+    qk[g] = opt.logit(dot, scale, ScoreAt{opt.position, token, opt.first_head + (g < heads_here ? g : 0), kv_head,
+                                          heads[g]});
   }
   if (valid) {
 #pragma unroll
@@ -428,7 +435,8 @@ template <int BLOCK_SIZE, int HEAD_DIM, int TILE, int THREADS, typename T, typen
 __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
                                                     int kv_head, int num_kv_heads,
                                                     const float* q_smem, float scale, const Opt& opt,
-                                                    const float (&slopes)[TILE], int start, int end,
+                                                    int heads_here, const HeadParams (&heads)[TILE], int start,
+                                                    int end,
                                                     float* logits, int logits_stride, float (&qk_max)[TILE]) {
   using RV = CacheVec<T, HEAD_DIM>;
   constexpr int VEC = RV::VALUES;
@@ -473,7 +481,7 @@ __device__ __forceinline__ void block_mapped_logits(const KV& kv, const T* __res
           accumulate_qk<HEAD_DIM, TILE, TGS, T>(kp, ks, q_smem, lane_in_group + j0 * TGS, qk);
         }
       }
-      store_logits<TILE, TGS>(qk, scale, opt, slopes, token, valid, lane_in_group == 0, token - start, logits,
+      store_logits<TILE, TGS>(qk, scale, opt, kv_head, heads_here, heads, token, valid, lane_in_group == 0, token - start, logits,
                               logits_stride, qk_max, valid ? opt.k_token(row0 + offset, kv_head, num_kv_heads) : 1.f);
     }
   }
@@ -494,7 +502,8 @@ template <int BLOCK_SIZE, int HEAD_DIM, int TILE, int THREADS, typename T, typen
 __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restrict__ k_head, long long kv_stride,
                                                   int kv_head, int num_kv_heads,
                                                   const float* q_smem, float scale, const Opt& opt,
-                                                  const float (&slopes)[TILE], int start, int end,
+                                                  int heads_here, const HeadParams (&heads)[TILE], int start,
+                                                  int end,
                                                   float* logits, int logits_stride, float (&qk_max)[TILE]) {
   using RV = CacheVec<T, HEAD_DIM>;
   constexpr int VEC = RV::VALUES;
@@ -536,7 +545,7 @@ __device__ __forceinline__ void row_mapped_logits(const KV& kv, const T* __restr
 #pragma unroll
       for (int g = 0; g < TILE; ++g) qk[g] = 0.f;
       if (t < end) accumulate_qk<HEAD_DIM, TILE, TGS, T>(kp[u], ks[u], q_smem, lane_in_group, qk);
-      store_logits<TILE, TGS>(qk, scale, opt, slopes, t, t < end, lane_in_group == 0, t - start, logits,
+      store_logits<TILE, TGS>(qk, scale, opt, kv_head, heads_here, heads, t, t < end, lane_in_group == 0, t - start, logits,
                               logits_stride, qk_max, t < end ? opt.k_token(kv.row(t), kv_head, num_kv_heads) : 1.f);
     }
   }
@@ -643,18 +652,19 @@ __device__ void attend(const KV kv, const T* __restrict__ key_cache, const T* __
 
   // ---- K: logits[g][t - start] = opt.logit(q_g . k_t): scale, soft-cap, ALiBi
   float* logits = smem;
-  float qk_max[TILE], slopes[TILE];
+  float qk_max[TILE];
+  HeadParams heads[TILE];  // the score modifiers' per-head values (ALiBi's slope, ...), loaded once
 #pragma unroll
   for (int g = 0; g < TILE; ++g) {
     qk_max[g] = neg_inf();
-    slopes[g] = g < num_heads_here ? opt.slope(g) : 0.f;
+    heads[g] = opt.head(opt.first_head + (g < num_heads_here ? g : 0));
   }
   const T* k_head = key_cache + (long long)kv_head * HEAD_DIM / VRV::PER_ELEM;
   if constexpr (ROW_MAPPED)
-    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, slopes, start, end,
+    row_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, num_heads_here, heads, start, end,
                                                   logits, logits_stride, qk_max);
   else
-    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, slopes, start, end,
+    block_mapped_logits<BLOCK_SIZE, HEAD_DIM, TILE, THREADS>(kv, k_head, kv_stride, kv_head, num_kv_heads, q_smem, scale, opt, num_heads_here, heads, start, end,
                                                     logits, logits_stride, qk_max);
 #pragma unroll
   for (int g = 0; g < TILE; ++g) {

@@ -36,7 +36,7 @@ import re
 import numpy as np
 
 from sandbox.devices import backends
-from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS
+from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS, SCORE_HOOKS
 from sandbox.variant import KERNEL_SUPPORT, Unsupported
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
@@ -75,18 +75,29 @@ def option_prelude() -> str:
         namespace pa { enum : int { OPT_WINDOW = 1, ... };  struct OptionArgs { int window_left; ... }; }
         #define PA_OPTION_PARAMS int window_left, ...        (a kernel's option parameters, in table order)
         #define PA_OPTION_ARGS pa::OptionArgs{window_left, ...}  (those parameters gathered)
+        namespace pa { struct HeadParams { float alibi_slope; ... }; }  (the score modifiers' per-head values)
+        #define PA_HEAD_PARAMS(q_head) pa::HeadParams{...}  (those of query head q_head, 0 outside FLAGS)
+        #define PA_SCORE_HOOKS if constexpr ((FLAGS & OPT_SOFTCAP) != 0) { s = ...; } ...
+                                 (the score modifiers' ScoreHook.cuda in table order, for pa::Options::logit)
     """
     def param(arg):
         restrict = " __restrict__" if arg.ctype.endswith("*") else ""
         return f"{arg.ctype}{restrict} {arg.name}"
 
     bits = ", ".join(f"{name} = {bit}" for name, bit in KERNEL_FLAGS)
+    per_head = [(flag, name, expression) for (flag, _), hook in SCORE_HOOKS for name, expression in hook.cuda_head]
+    head_members = " ".join(f"float {name};" for _, name, _ in per_head) or "char none;"
+    head_values = [f"(FLAGS & pa::{flag}) != 0 ? ({expression}) : 0.f" for flag, _, expression in per_head] or ["0"]
     members = " ".join(f"{arg.ctype} {arg.name};" for arg in KERNEL_ARGS)
     return "\n".join([
         "// Generated from the option table (sandbox/problem/option_table.py) by kernels/cupy_raw/common.py.",
         f"namespace pa {{ enum : int {{ {bits} }}; struct OptionArgs {{ {members} }}; }}",
         f"#define PA_OPTION_PARAMS {', '.join(param(a) for a in KERNEL_ARGS)}",
         f"#define PA_OPTION_ARGS pa::OptionArgs{{{', '.join(a.name for a in KERNEL_ARGS)}}}",
+        f"namespace pa {{ struct HeadParams {{ {head_members} }}; }}",
+        "#define PA_HEAD_PARAMS(q_head) pa::HeadParams{" + ", ".join(head_values) + "}",
+        "#define PA_SCORE_HOOKS " + " ".join(f"if constexpr ((FLAGS & pa::{flag}) != 0) {{ {hook.cuda} }}"
+                                             for (flag, _), hook in SCORE_HOOKS),
         ""])
 
 

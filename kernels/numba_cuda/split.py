@@ -49,11 +49,9 @@ MAX_PARTITION_SIZE = 8192  # float32 logits of one partition in 32 KB of shared 
 def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0, sink_per_partition: bool = False):
     """The partition kernel's body. sink_per_partition (the negative control
     kernels/wrong/numba_split_sink_per_partition.py): each partition adds the sink to its own denominator."""
-    adjust = options.logit_hook(flags)
-    use_alibi = bool(flags & options.OPT_ALIBI)
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[kv_dtype]
-    score_tokens, exponentiate, weigh_values = token_range.make(load_kv, adjust, bool(flags & options.OPT_KV_SCALES))
+    score_tokens, exponentiate, weigh_values = token_range.make(load_kv, options.score_hook(flags), bool(flags & options.OPT_KV_SCALES))
     wrong_sink = sink_per_partition and bool(flags & options.OPT_SINKS)
 
     def partition_body(query, key_cache, value_cache, block_tables, context_lens, scale,
@@ -65,7 +63,7 @@ def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0, sink_per_part
         start, or 0). part_max/part_sum [num_seqs, num_heads, max_partitions], part_out [..., head_dim]
         (normalized; v_scale is the merge's).
         """
-        window_left, soft_cap = opts.window_left, opts.soft_cap
+        window_left = opts.window_left
         seq = cuda.blockIdx.x
         head = cuda.blockIdx.y
         part = cuda.blockIdx.z
@@ -84,7 +82,6 @@ def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0, sink_per_part
                 part_sum[seq, head, part] = ZERO
             return
         end = min(start + partition_size, context_len)
-        slope = opts.alibi_slopes[head] if use_alibi else ZERO
         q = cuda.shared.array(MAX_HEAD_DIM, float32)
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         logits = cuda.shared.array(0, float32)
@@ -93,7 +90,7 @@ def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0, sink_per_part
             q[d] = load_q(query[seq, head, d]) * scale
         cuda.syncthreads()
 
-        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, soft_cap, slope,
+        local_max = score_tokens(q, key_cache, block_tables, seq, head, kv_head, start, end, position, opts,
                                  logits, tid, threads, opts.k_scales)
         top = block_max(local_max, scratch)
         local_sum = exponentiate(logits, end - start, top, tid, threads)

@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 
 from ..problem.dtypes import FP8_DTYPES, QUERY_DTYPES
-from ..problem.options import FEATURES
+from ..problem.options import FEATURES, OPTIONS
 
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # What the strategy and check draw for a variant that takes any block size (Limits.block_sizes None): the
@@ -47,9 +47,12 @@ class Unsupported(ValueError):
     """
 DTYPES = ("float32", "float16")
 # What the Numba and CUDA C kernels implement (Limits(**KERNEL_SUPPORT)): every query dtype, both fp8 caches
-# with per-tensor scales, and the options that change the logits or scale K/V. A kernel that implements more
-# of the option table (sinks, lse, kv_scales, the nvfp4 cache) names it in its own Limits.
-KERNEL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES, options=("window", "softcap", "alibi", "kv_scale"))
+# with per-tensor scales, the window, the per-tensor scales and every score modifier of the table (a row with a
+# ScoreHook: softcap, alibi, ...; each family's score hook runs them all). A kernel that implements more of the
+# option table (sinks, lse, kv_scales, the nvfp4 cache) names it in its own Limits.
+KERNEL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES,
+                      options=tuple(row.feature for row in OPTIONS
+                                    if row.feature in ("window", "kv_scale") or row.score is not None))
 assert set(KERNEL_SUPPORT["options"]) <= set(FEATURES), "KERNEL_SUPPORT names a feature the option table lacks"
 
 
