@@ -6,6 +6,7 @@
                 hypothesis strategy)
     options     AttentionOptions (k/v scales, sliding window, soft-cap, ALiBi)
     dtypes      query and cache dtypes (ml_dtypes' bfloat16 and fp8)
+    tables      random block tables (shuffled, shared prefixes, allocator-made) for every problem kind
     validate    every input checked before any launch, errors naming the argument and the bound
     strategies  the hypothesis strategy every property test draws from (imported on its own: hypothesis)
 """

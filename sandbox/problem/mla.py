@@ -29,7 +29,8 @@ import numpy as np
 from . import dtypes
 from . import mla_record as rec
 from .decode import EXTREME_QUERY_GAIN, _query_lengths, _uniform
-from .mla_paging import allocator_tables, draw_indices, private_tables
+from .mla_paging import allocator_tables, draw_indices
+from .tables import private_tables
 from .mla_validate import row_positions, token_slots, validate_mla_inputs
 
 

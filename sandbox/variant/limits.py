@@ -28,15 +28,10 @@ from typing import Protocol
 
 import numpy as np
 
-from ..problem.dtypes import FP8_DTYPES, QUERY_DTYPES
+from ..problem.dtypes import BASE_DTYPES, FP8_DTYPES, QUERY_DTYPES
 from ..problem.options import FEATURES, OPTIONS
+from ..problem.validate import ANY_BLOCK_SIZES, OTHER_BLOCK_SIZES, POW2_BLOCK_SIZES  # noqa: F401 (re-exported)
 
-POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-# What the strategy and check draw for a variant that takes any block size (Limits.block_sizes None): the
-# powers of two and as many sizes that are not (FlashAttention 3 takes 1, 2, 3 or 19; FlashMLA's tests use
-# 2, 61, 69; hybrid models in vLLM use blocks of 528 and 2112 tokens). Any size in 1..4096 is valid.
-OTHER_BLOCK_SIZES = (3, 5, 19, 61, 69, 100, 528, 2112)
-ANY_BLOCK_SIZES = POW2_BLOCK_SIZES + OTHER_BLOCK_SIZES
 
 
 class Unsupported(ValueError):
@@ -45,7 +40,7 @@ class Unsupported(ValueError):
     Raise it (not a bare ValueError) from `prepare` to refuse: the sweep records the point as
     `unsupported`; any other exception from a variant is an `error`.
     """
-DTYPES = ("float32", "float16")
+DTYPES = BASE_DTYPES
 # What the Numba and CUDA C kernels implement (Limits(**KERNEL_SUPPORT)): every query dtype, both fp8 caches
 # with per-tensor scales, the window, the per-tensor scales and every score modifier of the table (a row with a
 # ScoreHook: softcap, alibi, ...; each family's score hook runs them all). A kernel that implements more of the
