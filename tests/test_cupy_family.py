@@ -17,7 +17,7 @@ import pytest
 import reference
 from kernels.cupy_raw import common, dense, gqa, rows, v1, v2
 from kernels.cupy_raw import write_cache as cupy_write_cache
-from kernels.wrong import cupy_ignores_table, cupy_off_by_one
+from kernels.wrong.cupy_controls import ignores_table as cupy_ignores_table, off_by_one as cupy_off_by_one
 from sandbox.devices import backends
 from sandbox.analysis import nvrtc
 from sandbox.variant import registry

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from kernels.cupy_raw import cascade, common, multi
-from kernels.wrong import cupy_cascade_partial_block, cupy_causal_off_by_one
+from kernels.wrong import cupy_cascade_partial_block
+from kernels.wrong.cupy_controls import causal_off_by_one as cupy_causal_off_by_one
 from sandbox.paging import cascade_plan
 from sandbox import cpucuda
 from sandbox.analysis import nvrtc

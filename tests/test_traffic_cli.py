@@ -34,7 +34,7 @@ def test_report_csv_and_json(capsys, tmp_path):
                      "--csv", str(out_csv), "--json", str(out_json), "--sites", "3"]) == 0
     text = capsys.readouterr().out
     assert "== cupy.gqa" in text and "== cupy.v1" in text and "MODEL (H200 SXM), not a measurement" in text
-    assert "kernels/cupy_raw/common.cuh:" in text and "key_cache" in text and "bound by" in text
+    assert "kernels/cupy_raw/codecs.cuh:" in text and "key_cache" in text and "bound by" in text
     assert "  assumes: device H200 SXM" in text and "LOADS_IN_FLIGHT" in text  # the model prints its assumptions
     rows = list(csv.DictReader(out_csv.open()))
     assert [r["variant"] for r in rows] == ["cupy.gqa", "cupy.gqa", "cupy.v1"]  # gqa: partition + reduce

@@ -15,7 +15,7 @@ executor also caches its compiled .so files on disk. On the CPU executor a launc
 dim and dtype): g++ pays its fixed cost once per batch. On a GPU only the requested kernel is
 compiled (NVRTC's cost is per instantiation, and a batch would cost every request the whole batch).
 
-Precisions and options (see common.cuh): a kernel is a template over the query's type T, the
+Precisions and options (see codecs.cuh, options.cuh): a kernel is a template over the query's type T, the
 cache's type C (T, or fp8) and OPTS, a bitmask of the options compiled in; OPTS = 0 (no option
 in use) is the plain kernel, whose option code is not compiled. The option table
 (sandbox/problem/option_table.py) is the one definition of the bits and of the option arguments:
@@ -41,7 +41,7 @@ from sandbox.variant import KERNEL_SUPPORT, Unsupported
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
 OPTIONS = ("-std=c++17",)
-NUM_THREADS = 128     # pa::NUM_THREADS in common.cuh: the default threads per block, and the reduce kernels'
+NUM_THREADS = 128     # pa::NUM_THREADS in warp.cuh: the default threads per block, and the reduce kernels'
 NUM_WARPS = 4
 # Threads per block pa::attend is correct for (the THREADS template argument; TUNABLES["threads"], default first).
 ATTEND_THREADS = (128, 64, 256)
@@ -50,7 +50,7 @@ ATTEND_THREADS = (128, 64, 256)
 SHARED_LIMIT_BYTES = 48 * 1024
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
           "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2",
-          "uint8": "pa::Nvfp4"}  # uint8: an NVFP4 cache's packed e2m1 pairs (common.cuh)
+          "uint8": "pa::Nvfp4"}  # uint8: an NVFP4 cache's packed e2m1 pairs (codecs.cuh)
 # pa::OPT_* (option_prelude): the options compiled into a kernel (its OPTS template argument), from the table.
 OPT = dict(KERNEL_FLAGS)
 OPT_WINDOW = OPT["OPT_WINDOW"]  # the reduce kernels' window (partitions start at the window's start)
@@ -126,7 +126,9 @@ def load_source(path) -> str:
         for number, line in enumerate(file.read_text().splitlines(), start=1):
             m = _INCLUDE.match(line)
             if m:
-                lines.append(expand(file.parent / m.group(1)))
+                inlined = expand(file.parent / m.group(1))  # "" when already inlined (#pragma once)
+                if inlined:
+                    lines.append(inlined)
                 lines.append(f'#line {number + 1} "{shown(file)}"')
             else:  # `#pragma once` becomes a blank line, so every later line keeps its number
                 lines.append("" if line.strip() == "#pragma once" else line)
@@ -283,7 +285,7 @@ def check_shared(name: str, dynamic_bytes: int, static_bytes: int, what: str) ->
 
 
 def attend_static_shared_bytes(head_dim: int, tile: int, threads: int = NUM_THREADS) -> int:
-    """Static shared memory of pa::attend (common.cuh): q tile + two [TILE][threads / 32] reduction arrays."""
+    """Static shared memory of pa::attend (attend.cuh): q tile + two [TILE][threads / 32] reduction arrays."""
     return 4 * (tile * head_dim + 2 * tile * (threads // 32))
 
 

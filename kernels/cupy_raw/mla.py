@@ -53,7 +53,7 @@ def merge_name(dtype) -> str:
     return f"mla_merge<{CTYPES[np.dtype(dtype).name]}>"
 
 
-# The negative controls' instantiations (kernels/wrong/cupy_mla_*.py: bfloat16 over a bf16 cache, FLAW 1 dense,
+# The negative controls' instantiations (kernels/wrong/cupy_controls.py's mla_* rows: bfloat16 over a bf16 cache, FLAW 1 dense,
 # FLAW 2 sparse), compiled in the same executor batch as cupy.mla's own.
 CONTROL_KERNELS = ((1, False), (2, True))
 

@@ -238,7 +238,7 @@ __device__ __forceinline__ void tile_attention(
         float* vd = v_s + tt * KS + (i % NV) * VEC;
         if (c0 + tt < end) {
           if constexpr (FP4) {
-            pa::unpack_fp4(kp[j], ksc[j], kd);  // common.cuh, shared with cupy.rows
+            pa::unpack_fp4(kp[j], ksc[j], kd);  // codecs.cuh, shared with cupy.rows
             pa::unpack_fp4(vp[j], vsc[j], vd);
           } else {
             unpack16(kp[j], kd);

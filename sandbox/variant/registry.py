@@ -40,24 +40,25 @@ VARIANTS = {
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
-# Named wrong.<family>.<flaw> so the family (and so the backend) is the broken kernel's own.
+# Named wrong.<family>.<flaw> so the family (and so the backend) is the broken kernel's own. "module:name" is a
+# row of a table of controls (kernels/wrong/cupy_controls.py), a module-like object.
 WRONG_VARIANTS = {
     "wrong.numba.ignores_table": "kernels.wrong.numba_ignores_table",
     "wrong.numba.off_by_one": "kernels.wrong.numba_off_by_one",
     "wrong.numba.causal_off_by_one": "kernels.wrong.numba_causal_off_by_one",
     "wrong.numba.split_sink_per_partition": "kernels.wrong.numba_split_sink_per_partition",
-    "wrong.cupy.ignores_table": "kernels.wrong.cupy_ignores_table",
-    "wrong.cupy.off_by_one": "kernels.wrong.cupy_off_by_one",
-    "wrong.cupy.causal_off_by_one": "kernels.wrong.cupy_causal_off_by_one",
+    "wrong.cupy.ignores_table": "kernels.wrong.cupy_controls:ignores_table",
+    "wrong.cupy.off_by_one": "kernels.wrong.cupy_controls:off_by_one",
+    "wrong.cupy.causal_off_by_one": "kernels.wrong.cupy_controls:causal_off_by_one",
     "wrong.cupy.cascade_partial_block": "kernels.wrong.cupy_cascade_partial_block",
-    "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_window_off_by_one",
-    "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
-    "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
-    "wrong.cupy.uncoalesced_k": "kernels.wrong.cupy_uncoalesced_k",
-    "wrong.cupy.lse_base2": "kernels.wrong.cupy_lse_base2",
-    "wrong.cupy.neighbour_head_scale": "kernels.wrong.cupy_neighbour_head_scale",
-    "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_mla_v_from_rope",
-    "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
+    "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_controls:window_off_by_one",
+    "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_controls:softcap_before_scale",
+    "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_controls:alibi_flipped",
+    "wrong.cupy.uncoalesced_k": "kernels.wrong.cupy_controls:uncoalesced_k",
+    "wrong.cupy.lse_base2": "kernels.wrong.cupy_controls:lse_base2",
+    "wrong.cupy.neighbour_head_scale": "kernels.wrong.cupy_controls:neighbour_head_scale",
+    "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_controls:mla_v_from_rope",
+    "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_controls:mla_invalid_as_slot0",
 }
 
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
@@ -147,7 +148,8 @@ def get(name: str, problem: str | None = None) -> Variant:
     if path is None:
         valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS))
         raise ValueError(f"unknown variant {name!r}; valid names: {valid}")
-    variant = Variant(name, importlib.import_module(path))
+    module, _, row = path.partition(":")
+    variant = Variant(name, getattr(importlib.import_module(module), row) if row else importlib.import_module(module))
     if problem is not None and variant.problem != problem:
         entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}
         raise ValueError(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
