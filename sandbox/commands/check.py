@@ -34,6 +34,7 @@ from ..checking.check import check_problem, edge_block_sizes, edge_case_problems
 from ..checking import mla_check
 from ..problem.option_schema import Context
 from ..problem.options import OPTIONS
+from ..problem import kinds
 from ..problem.decode import DecodeProblem
 from . import add_config_argument, resolve_configs
 
@@ -173,7 +174,7 @@ def main(args) -> int:
         worst: dict[str, float] = {}
         for _, p, r in results:
             if r.comparison is not None:
-                key = mla_check.error_key(p) if variant.problem == "mla" else error_key(p)
+                key = variant.kind.part("error_key")(p)
                 worst[key] = max(worst.get(key, 0.0), r.comparison.max_abs_err)
         status = "PASS" if not bad else "FAIL"
         ran = f" [{', '.join(m for m in modes)}]" if modes and variant.family == "cupy" else ""
@@ -190,13 +191,8 @@ def main(args) -> int:
 
 def run_checks(name: str, variant, backend: str, args, config: dict | None) -> list:
     """[(label, problem, CheckResult)] of the variant's problems, a progress bar counting them."""
-    if variant.problem == "mla":  # per format: bfloat16, float16, bfloat16:fp8_record, ...
-        problems = mla_check.mla_check_problems(variant.limits, args.seed, args.random, variant.family == "numba")
-        check = mla_check.check_mla_problem
-    else:
-        problems = problems_for(variant, args.seed, args.random)
-        check = check_problem
-    problems = list(problems)
+    problems = list(variant.kind.part("check_problems")(variant, args.seed, args.random))
+    check = variant.kind.part("check")
     results = []
     with progress.bar(len(problems), name, enabled=not args.no_progress) as bar:
         for label, problem in problems:
@@ -206,3 +202,14 @@ def run_checks(name: str, variant, backend: str, args, config: dict | None) -> l
             results.append((label, problem, check(name, problem, backend, config)))
             bar.update()
     return results
+
+
+def _mla_check_problems(variant, seed: int, num_random: int):
+    """Per format: bfloat16, float16, bfloat16:fp8_record, ..."""
+    return mla_check.mla_check_problems(variant.limits, seed, num_random, variant.family == "numba")
+
+
+# The check command's part of each problem kind (sandbox/problem/kinds.py): its problems, how one is checked,
+# and the label the worst error is reported per.
+kinds.DECODE.attach(check_problems=problems_for, check=check_problem, error_key=error_key)
+kinds.MLA.attach(check_problems=_mla_check_problems, check=mla_check.check_mla_problem, error_key=mla_check.error_key)

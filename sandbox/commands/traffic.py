@@ -99,10 +99,7 @@ def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
     represented blocks (numba_sample.estimate_seconds)."""
     variant = registry.get(name)
     if variant.family == "numba":
-        if getattr(variant, "problem", "decode") == "mla":  # the capture simulates every block
-            return problem.multiply_adds()
-        from ..analysis.traffic import numba_sample
-        return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
+        return variant.kind.part("numba_counted_multiply_adds")(problem, name)
     counted, _, _ = V.sample(problem, sample)
     return counted.multiply_adds()
 

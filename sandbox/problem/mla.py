@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
 
 import numpy as np
 
@@ -39,7 +38,6 @@ from .mla_validate import row_positions, token_slots, validate_mla_inputs
 class MLAProblem:
     """One MLA decode step (several query tokens allowed) over a paged latent cache; see the module docstring."""
 
-    kind: ClassVar[str] = "mla"  # what MLALimits.check and the registry's problem kinds match
     query: np.ndarray
     latent_cache: np.ndarray
     block_tables: np.ndarray

@@ -8,6 +8,8 @@ the step needs (MLAProblem.bytes_moved(): each latent row read once, query, outp
 """
 from __future__ import annotations
 
+from ..problem import kinds
+
 H200_BYTES_PER_S = 4.8e12
 H200_CUDA_CORE_FLOPS = 67e12
 H200_TENSOR_CORE_FLOPS = 989e12
@@ -27,7 +29,7 @@ def bound(nbytes: float, flops: float, peak: float) -> tuple[float, str]:
 def mla_table(rows) -> list[str]:
     """One line per correct MLA point: time, MB read, GFLOP, FLOP/byte, achieved GB/s and GFLOP/s, and the
     modelled H200 bound on CUDA cores and on tensor cores."""
-    points = [r for r in rows if r.get("problem") == "mla" and r["status"] == "ok" and r.get("flops")]
+    points = [r for r in rows if r.get("problem") == kinds.MLA.name and r["status"] == "ok" and r.get("flops")]
     if not points:
         return []
     body = []

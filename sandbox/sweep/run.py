@@ -30,7 +30,8 @@ from typing import Callable
 import numpy as np
 
 from ..devices import backends
-from ..variant import mla_runner, registry, runner
+from ..problem import kinds
+from ..variant import registry
 from ..checking.compare import compare
 from ..results import CsvAppender, new_run_dir
 from ..problem.validate import MAX_BLOCK_SIZE
@@ -86,7 +87,7 @@ class Candidate:
     @classmethod
     def from_registry(cls, name: str) -> "Candidate":
         v = registry.get(name)
-        prepare = mla_runner.prepare_mla if v.problem == "mla" else runner.prepare
+        prepare = v.kind.part("prepare")
 
         def prepare_with(problem, backend, config=None):
             return prepare(name, problem, backend, config)[0]
@@ -217,6 +218,11 @@ class _ShapeData:
                 truth = shapes_mod.expected_output(self.tokens)
             self._expected = (key, truth)
         return self._expected[1]
+
+
+# The sweep's part of each problem kind (sandbox/problem/kinds.py): the arrays it builds once per shape.
+kinds.DECODE.attach(shape_data=_ShapeData)
+kinds.MLA.attach(shape_data=mla_shapes.MLAShapeData)
 
 
 def _blank_row(candidate: Candidate, shape, block_size, label: str, on_gpu: bool) -> dict:
@@ -494,7 +500,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     try:
         for shape in config.shapes:
             kind = shape_kind(shape)
-            data = (mla_shapes.MLAShapeData if kind == "mla" else _ShapeData)(shape, config.seed)
+            data = kinds.named(kind).part("shape_data")(shape, config.seed)
             for index, block_size in enumerate(config.block_sizes):
                 for c in candidates:
                     if (c.per_shape and index > 0) or c.problem != kind:  # a decode variant at an MLA shape: no row

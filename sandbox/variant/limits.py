@@ -24,11 +24,12 @@ parts_us "partition=... reduce=..."). Without launch_parts those columns stay em
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from ..problem.dtypes import BASE_DTYPES, FP8_DTYPES, QUERY_DTYPES
+from ..problem.kinds import DECODE
 from ..problem.options import FEATURES, OPTIONS
 from ..problem.validate import ANY_BLOCK_SIZES, OTHER_BLOCK_SIZES, POW2_BLOCK_SIZES  # noqa: F401 (re-exported)
 
@@ -62,6 +63,9 @@ class Limits:
         "alibi", "kv_scale", "sinks", "lse", ...).
     max_query_len: query tokens per sequence (1: decode only; None: any, with query_start).
     """
+
+    kind: ClassVar = DECODE  # the kind of problem (sandbox.problem.kinds) a variant with these limits solves
+    problem: ClassVar[str] = DECODE.name
 
     block_sizes: tuple[int, ...] | None = POW2_BLOCK_SIZES  # None: any block size in 1..4096
     head_dims: tuple[int, ...] | None = None

@@ -2,7 +2,7 @@
 
 Adding a variant is one module plus one line here. Modules load lazily, so importing the
 sandbox never imports numba.cuda or CuPy. Each variant solves one kind of problem (PROBLEMS), read
-from its LIMITS (`LIMITS.problem`: "decode" for Limits, "mla" for MLALimits); variants(problem=...)
+from its LIMITS (`LIMITS.kind`: sandbox.problem.kinds.DECODE for Limits, MLA for MLALimits); variants(problem=...)
 walks one kind, so the decode suites never meet an MLA variant and the other way round.
 """
 from __future__ import annotations
@@ -12,10 +12,11 @@ import importlib
 import re
 import types
 
+from ..problem.kinds import KINDS, ProblemKind
 from . import tunables
 from .limits import Limits
 
-PROBLEMS = ("decode", "mla")
+PROBLEMS = tuple(kind.name for kind in KINDS)
 
 VARIANTS = {
     "numpy.gather": "kernels.numpy_gather",
@@ -86,9 +87,14 @@ class Variant:
         return getattr(self.module, "LIMITS", Limits())
 
     @property
+    def kind(self) -> ProblemKind:
+        """The kind of problem it solves (sandbox.problem.kinds): its LIMITS' (DECODE for Limits, MLA for MLALimits)."""
+        return self.limits.kind
+
+    @property
     def problem(self) -> str:
-        """The kind of problem it solves: "decode" (DecodeProblem, sandbox.run) or "mla" (MLAProblem, sandbox.run_mla)."""
-        return getattr(self.limits, "problem", "decode")
+        """The name of its kind: "decode" (DecodeProblem, sandbox.run) or "mla" (MLAProblem, sandbox.run_mla)."""
+        return self.kind.name
 
     @property
     def summary(self) -> str:
@@ -151,8 +157,7 @@ def get(name: str, problem: str | None = None) -> Variant:
     module, _, row = path.partition(":")
     variant = Variant(name, getattr(importlib.import_module(module), row) if row else importlib.import_module(module))
     if problem is not None and variant.problem != problem:
-        entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}
-        raise ValueError(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
+        raise ValueError(f"{name} solves {variant.problem} problems ({variant.kind.entry}), not {problem}; "
                          f"{problem} variants: {', '.join(variants(problem=problem))}")
     return variant
 

@@ -7,6 +7,7 @@ from ..devices import backends
 from . import registry
 from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem
+from ..problem.kinds import DECODE
 
 
 def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
@@ -63,3 +64,6 @@ def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=N
     problem = DecodeProblem(*(contiguous(x) for x in (query, key_cache, value_cache, block_tables, context_lens)),
                             scale, options=attention, query_start=contiguous(query_start))
     return run_problem(name, problem, backend, config)
+
+
+DECODE.attach(prepare=prepare)  # the variant layer's part of the decode kind (sandbox/problem/kinds.py)

@@ -26,6 +26,7 @@ import functools
 
 import numpy as np
 
+from ...problem import kinds, mla_record
 from .. import gpus, model as _model
 from ..occupancy import occupancy
 from . import metrics as M
@@ -134,12 +135,11 @@ def mla_sample(problem, sample_seqs: int | None):
 
 # ---------------------------------------------------------------- captures per family
 
-def _capture_cupy(name, problem, counted, census: bool, config, device, kind: str = "decode"):
+def _capture_cupy(name, problem, counted, census: bool, config, device, kind: kinds.ProblemKind = kinds.DECODE):
     from kernels.cupy_raw import common
     from sandbox.cpucuda import traffic_capture
-    from sandbox.variant import mla_runner, runner
 
-    prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
+    prepare = kind.part("prepare")
     with common.cpu_options(traffic=True):
         whole, _ = prepare(name, problem, "cpu", config)
         part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
@@ -151,14 +151,13 @@ def _capture_cupy(name, problem, counted, census: bool, config, device, kind: st
     return launches, grids, resources
 
 
-def _capture_numba(name, problem, counted, census: bool, config, device, kind: str = "decode"):
+def _capture_numba(name, problem, counted, census: bool, config, device, kind: kinds.ProblemKind = kinds.DECODE):
     try:
         from . import numba_sim
     except ImportError as exc:
         raise RuntimeError(f"{name}: Numba traffic capture not available (sandbox.analysis.traffic.numba_sim "
                            f"cannot be imported: {exc})") from None
     from sandbox.devices.backends import numba_simulated
-    from sandbox.variant import mla_runner, runner
 
     if not numba_simulated():
         raise RuntimeError(f"{name}: the Numba traffic capture needs the Numba CUDA simulator, and numba.cuda is "
@@ -168,10 +167,10 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     # The capture's own helpers where it has them: blocks of a GPU's size (the simulator's launchers cap
     # them otherwise), and one block counted per class of identical-work blocks (numba_sample).
     sizes = getattr(numba_sim, "gpu_thread_counts", contextlib.nullcontext)
-    prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
+    prepare = kind.part("prepare")
     with sizes():
         prepared, _ = prepare(name, problem, "cpu", config)
-    represent = _numba_representatives(problem, gpus.get(device).l2_bytes) if kind == "decode" else None
+    represent = kind.part("numba_representatives")(problem, gpus.get(device).l2_bytes)
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
     res = _numba_census(name, problem, kind, config) if census else dict(census_error="not asked for (census=False)")
@@ -234,14 +233,18 @@ def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
                 occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter)
 
 
-def _numba_census(name, problem, kind: str, config=None) -> dict:
+def _decode_census_shape(problem) -> dict:
+    return dict(head_dim=problem.head_dim, kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
+
+
+def _mla_census_shape(problem) -> dict:
+    """resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype."""
+    return dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
+
+
+def _numba_census(name, problem, kind: kinds.ProblemKind, config=None) -> dict:
     from sandbox.analysis import resources
-    from sandbox.problem import mla_record
-    if kind == "mla":  # resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype
-        shape = dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
-    else:
-        shape = dict(head_dim=problem.head_dim,
-                     kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
+    shape = kind.part("census_shape")(problem)
     try:
         (row,) = resources.collect([name], [problem.block_size], dtype=problem.dtype.name, config=config, **shape)
     except Exception as exc:
@@ -276,10 +279,10 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     if variant.family == "numpy":
         raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
                          "memory accesses; choose a cupy.* or numba.* variant")
-    kind = getattr(variant, "problem", "decode")
+    kind = variant.kind
     problem.validate()
     variant.limits.check(name, problem, "cpu")
-    sampler = mla_sample if kind == "mla" else sample
+    sampler = kind.part("traffic_sample")
     counted, scale, note = sampler(problem, sample_seqs if variant.family == "cupy" else None)
     if variant.family == "cupy":
         launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
@@ -338,3 +341,19 @@ def columns(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
             config: dict | None = None) -> dict:
     """What a sweep point records: summary(traffic(name, problem, device, config=config)) (keys: COLUMNS)."""
     return summary(traffic(name, problem, device, sample_seqs, config=config))
+
+
+def _decode_numba_multiply_adds(problem, name: str) -> int:
+    """The multiply-adds the Numba capture simulates: its represented blocks (numba_sample.estimate_seconds)."""
+    from . import numba_sample  # loads the simulator's capture helpers: only when a Numba count is sized
+    return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
+
+
+# The traffic counter's part of each problem kind (sandbox/problem/kinds.py): how a count samples sequences,
+# which blocks the Numba capture simulates (None: every one) and the multiply-adds that costs, the census's
+# shape keywords.
+kinds.DECODE.attach(traffic_sample=sample, numba_representatives=_numba_representatives,
+                    numba_counted_multiply_adds=_decode_numba_multiply_adds, census_shape=_decode_census_shape)
+kinds.MLA.attach(traffic_sample=mla_sample, numba_representatives=lambda problem, l2_bytes: None,
+                 numba_counted_multiply_adds=lambda problem, name: problem.multiply_adds(),
+                 census_shape=_mla_census_shape)
