@@ -101,10 +101,14 @@ class _Prepared:
         self.out = paged_attention_gather(self.problem)
 
     def result(self):
-        if self.problem.options.return_lse:
-            out, lse = self.out
-            return out.astype(self.problem.dtype), lse
-        return self.out.astype(self.problem.dtype)
+        out = self.out[0] if self.problem.options.return_lse else self.out
+        return out.astype(self.problem.dtype)
+
+    def lse(self):
+        """float32 [num_query_tokens, num_heads] (sandbox.variant.limits.Prepared)."""
+        if not self.problem.options.return_lse:
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        return self.out[1]
 
 
 def prepare(problem, backend: str) -> _Prepared:

@@ -21,6 +21,7 @@ from sandbox.variant import registry
 from sandbox.checking.check import expected_output
 from sandbox.checking.compare import assert_close, compare
 from sandbox.problem import DecodeProblem
+from sandbox.variant.runner import outputs
 
 SMALL = dict(num_heads=8, num_kv_heads=2, head_dim=64, dtype="float32")
 
@@ -28,7 +29,7 @@ SMALL = dict(num_heads=8, num_kv_heads=2, head_dim=64, dtype="float32")
 def _run(module, problem, **kwargs):
     prepared = module.prepare(problem, "cpu", **kwargs)
     prepared.launch()
-    return prepared, prepared.result()
+    return prepared, outputs(prepared, problem)
 
 
 def _assert_right(module, problem, **kwargs):

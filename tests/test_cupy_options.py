@@ -25,6 +25,7 @@ from sandbox.checking.check import check_problem, expected_output
 from sandbox.checking.compare import assert_close
 from sandbox.problem import DecodeProblem
 from sandbox.variant import KERNEL_SUPPORT
+from sandbox.variant.runner import outputs
 
 ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 SPLIT_KV = ("cupy.v2", "cupy.gqa", "cupy.rows", "cupy.dense")
@@ -48,7 +49,7 @@ def _run(module, problem, partition_size=None, **cpu_options):
         kwargs = {} if partition_size is None else dict(partition_size=partition_size)
         prepared = module.prepare(problem, "cpu", **kwargs)
         prepared.launch()
-        return prepared.result()
+        return outputs(prepared, problem)
 
 
 WINDOW = 11

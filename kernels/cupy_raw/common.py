@@ -323,7 +323,8 @@ def partition_for(block_size: int, partition_size: int | None) -> int:
 
 class Prepared:
     """Launches (kernel, grid, block, args, shared_mem) run in order by launch(); result() downloads `out`
-    (in `out_dtype`: a GPU holds bfloat16 as raw uint16), and with `lse` (return_lse) returns (out, lse)."""
+    (in `out_dtype`: a GPU holds bfloat16 as raw uint16), lse() the log-sum-exp `lse` the launches write (the
+    problem's return_lse, or every MLA problem; None: not computed, lse() refuses)."""
 
     def __init__(self, launches, out, keep=(), out_dtype=None, lse=None):
         self.launches = launches
@@ -336,12 +337,14 @@ class Prepared:
         for kernel, grid, block, args, shared_mem in self.launches:
             kernel(grid, block, args, shared_mem=shared_mem)
 
-    def result(self):
+    def result(self) -> np.ndarray:
         out = np.asarray(backends.to_host(self.out))
-        out = out if self.out_dtype is None else out.view(self.out_dtype)
+        return out if self.out_dtype is None else out.view(self.out_dtype)
+
+    def lse(self) -> np.ndarray:
         if self.lse_device is None:
-            return out
-        return out, np.asarray(backends.to_host(self.lse_device))
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        return np.asarray(backends.to_host(self.lse_device))
 
 
 class SplitKVPrepared(Prepared):

@@ -74,15 +74,11 @@ def partition_tokens(partition_size: int | None) -> int:
 
 
 class MLAPrepared(common.Prepared):
-    """The attention kernel, then (when a row has several partitions) the merge; lse() beside result()."""
+    """The attention kernel, then (when a row has several partitions) the merge; lse() beside result() (always)."""
 
     def __init__(self, launches, out, lse, keep, problem):
-        super().__init__(launches, out, keep=keep, out_dtype=problem.dtype)
-        self.lse_out = lse
+        super().__init__(launches, out, keep=keep, out_dtype=problem.dtype, lse=lse)
         self.problem = problem
-
-    def lse(self) -> np.ndarray:
-        return np.asarray(common.backends.to_host(self.lse_out))
 
     def launch_parts(self):
         names = ("partition", "merge")

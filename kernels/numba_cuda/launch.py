@@ -122,8 +122,13 @@ class Launch:
 
     def result(self):
         out = self.outputs.copy_to_host()
-        out = out if self.out_dtype is None else host_view(out, self.out_dtype)
-        return out if self.lse_out is None else (out, self.lse_out.copy_to_host())
+        return out if self.out_dtype is None else host_view(out, self.out_dtype)
+
+    def lse(self):
+        """float32 [num_query_tokens, num_heads] (sandbox.variant.limits.Prepared)."""
+        if self.lse_out is None:
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        return self.lse_out.copy_to_host()
 
 
 def returned_lse(problem, lse):

@@ -201,7 +201,7 @@ class SplitLaunch:
         part_sum = cuda.device_array(shape, "float32")
         part_out = cuda.device_array(shape + (p.head_dim,), "float32")
         self.out = launch.output_array(p)
-        self.lse = launch.lse_array(p)
+        self.lse_device = launch.lse_array(p)
         self.returns_lse = p.options.return_lse
         self.out_dtype = p.dtype
         self.partials = (part_max, part_sum, part_out)
@@ -214,7 +214,7 @@ class SplitLaunch:
                                        args + (partition_size,) + self.partials, None, name="numba.split partition")
         opts = args[6]
         self.merge = launch.Launch(merge_kernel, shape[:2], merge_threads, 0,
-                                   self.partials + (opts.v_scale, opts.sinks, self.out, self.lse), None,
+                                   self.partials + (opts.v_scale, opts.sinks, self.out, self.lse_device), None,
                                    name="numba.split merge")
 
     def launch(self) -> None:
@@ -222,8 +222,13 @@ class SplitLaunch:
         self.merge.launch()
 
     def result(self):
-        out = codecs.host_view(self.out.copy_to_host(), self.out_dtype)
-        return (out, self.lse.copy_to_host()) if self.returns_lse else out
+        return codecs.host_view(self.out.copy_to_host(), self.out_dtype)
+
+    def lse(self):
+        """float32 [num_seqs, num_heads] (sandbox.variant.limits.Prepared)."""
+        if not self.returns_lse:
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        return self.lse_device.copy_to_host()
 
 
 def partition_for(partition_size, block_size: int) -> int:

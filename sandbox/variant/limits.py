@@ -5,8 +5,9 @@ A variant is one module with:
     prepare(problem, backend) -> Prepared           untimed: layout conversion, upload, compile
 and Prepared has:
     launch() -> None                                the only timed part (asynchronous on a GPU)
-    result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes); with
-                problem.options.return_lse (feature "lse"): (out, lse float32 [num_query_tokens, num_heads])
+    result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes)
+    lse() -> np.ndarray float32 [num_query_tokens, num_heads], with problem.options.return_lse (feature "lse")
+                (MLA variants the same, always: one protocol, see Prepared below)
 Optional:
     compile_report(block_size, head_dim, dtype, arch) -> dict   static resources (see sandbox.analysis.resources)
     Prepared.launch_parts() -> [(name, callable), ...]          each kernel launch of launch(), alone
@@ -115,6 +116,12 @@ class Limits:
 
 
 class Prepared(Protocol):
+    """What prepare returns, for every kind of problem: launch() (timed), result() -> out, and lse() -> float32
+    [num_query_tokens, num_heads], the natural log-sum-exp of each row's logits (decode: only when the problem's
+    options ask for it, return_lse; MLA: always). One protocol: result() is never a tuple."""
+
     def launch(self) -> None: ...
 
     def result(self) -> np.ndarray: ...
+
+    def lse(self) -> np.ndarray: ...

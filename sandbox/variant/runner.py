@@ -41,8 +41,14 @@ def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config
                                   config)
     prepared = variant.prepare(problem, resolved, config)
     prepared.launch()
-    result = prepared.result()
-    return tuple(np.asarray(x) for x in result) if isinstance(result, tuple) else np.asarray(result)
+    return outputs(prepared, problem)
+
+
+def outputs(prepared, problem: DecodeProblem):
+    """What sandbox.run returns from a launched prepared variant (the one LSE protocol, limits.Prepared): out,
+    or with problem.options.return_lse, (out, prepared.lse())."""
+    out = np.asarray(prepared.result())
+    return (out, np.asarray(prepared.lse())) if problem.options.return_lse else out
 
 
 def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
