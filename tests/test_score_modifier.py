@@ -60,3 +60,11 @@ def test_an_unshipped_score_modifier_reaches_every_kernel_through_one_row():
 def test_the_extra_row_is_absent_from_shipped_runs():
     from sandbox.problem.options import FEATURES
     assert "first_token_bias" not in FEATURES
+
+
+def test_a_malformed_extra_rows_variable_is_refused_by_name():
+    env = dict(os.environ, SANDBOX_EXTRA_OPTION_ROWS="score_modifier_row", PYTHONPATH=str(TESTS.parent))
+    done = subprocess.run([sys.executable, "-c", "import sandbox"], cwd=TESTS.parent, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert "SANDBOX_EXTRA_OPTION_ROWS must be 'package.module:NAME[,...]', got 'score_modifier_row'" in done.stderr
