@@ -87,15 +87,8 @@ def guard(what: str, multiply_adds: int, family: str, backend: str, force: bool 
 def shape_multiply_adds(shape) -> int:
     """A sweep shape's multiply-adds before its problem is built (an upper bound: every query token reads the
     whole context): decode SEQSxTOKENSxHEADS/KVxHEADDIM (a shared prompt's suffix tokens counted), MLA (576 + 512
-    dims per head and token read, topk tokens when sparse)."""
-    rows = shape.num_seqs * shape.query_len
-    if getattr(shape, "kind", "decode") == "mla":
-        tokens = min(shape.topk, shape.context_len) if shape.topk else shape.context_len
-        return rows * shape.num_heads * (576 + 512) * tokens
-    from ..sweep.shapes import SUFFIX_MAX
-
-    tokens = shape.context_len + (SUFFIX_MAX if shape.group_size else 0)
-    return 2 * rows * shape.num_heads * shape.head_dim * tokens
+    dims per head and token read, topk tokens when sparse): the shape's own bound (its multiply_adds_bound)."""
+    return shape.multiply_adds_bound()
 
 
 def _duration(seconds: float) -> str:

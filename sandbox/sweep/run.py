@@ -60,7 +60,7 @@ PEER_FAMILIES = ("torch",)
 
 def shape_kind(shape) -> str:
     """"decode" (sandbox/sweep/shapes.py) or "mla" (sandbox/sweep/mla_shapes.py): the variants it races."""
-    return getattr(shape, "kind", "decode")
+    return getattr(shape, "kind", kinds.DECODE.name)
 
 
 def backend_label(family: str, resolved: str) -> str:
@@ -573,8 +573,8 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
     if config.plots:
         meta["plots"] = plots.write_all(run_dir, rows, resource_rows, env.copy, on_gpu, meta.get("gpu"), log,
                                         config.dense_baseline, config.model_device)
-    kinds = {shape_kind(shape) for shape in config.shapes}  # a variant whose kind has no shape here: not raced
-    raced = [n for n in config.variants if registry.get(n).problem in kinds]
+    shape_kinds = {shape_kind(shape) for shape in config.shapes}  # a variant whose kind has no shape here: not raced
+    raced = [n for n in config.variants if registry.get(n).problem in shape_kinds]
     without_ok = [] if interrupted else variants_without_ok(rows, raced, not_raced)
     text = summary_mod.render(rows, env.copy, on_gpu, meta.get("gpu"), goal_report, config.dense_baseline,
                               resource_rows, read=env.read, interrupted=interrupted, without_ok=without_ok,
