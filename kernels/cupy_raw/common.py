@@ -35,6 +35,7 @@ import re
 
 import numpy as np
 
+from sandbox.analysis import nvrtc
 from sandbox.devices import backends
 from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS
 from sandbox.variant import KERNEL_SUPPORT, Unsupported
@@ -226,7 +227,6 @@ def vec_elems(dtype) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _compiled(path: str, expressions: tuple, arch: str):
-    from sandbox.analysis import nvrtc
     return nvrtc.compile_cubin(load_source(path), expressions, arch=arch, options=OPTIONS, name=pathlib.Path(path).name)
 
 

@@ -36,6 +36,7 @@ from sandbox.problem.dtypes import NVFP4
 from sandbox.variant import Limits, Unsupported
 
 from . import common
+from sandbox.devices import backends
 
 PATH = common.KERNEL_DIR / "multi.cu"
 NAME = "cupy.multi"
@@ -255,7 +256,6 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
 def backends_full(shape, backend):
     """A float32 scratch array filled with NaN: a slot the merge reads without a tile having written it
     poisons the output."""
-    from sandbox.devices import backends
     return backends.to_device(np.full(shape, np.nan, np.float32), backend)
 
 

@@ -39,6 +39,7 @@ from sandbox.variant.mla_limits import MLALimits
 
 from . import codecs, device, launch, reports
 from .device import NEG_INF, ZERO
+from sandbox.variant import Unsupported
 
 LIMITS = MLALimits()
 TUNABLES = {"threads": launch.THREADS}  # "auto" (SIM_THREADS simulated) or threads per block
@@ -253,8 +254,6 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     """Resources of the kernel for a query dtype; kv_dtype "float8_e4m3fn" names the fp8 record (None: the
     query's dtype). head_dim and block_size are ignored (576; a runtime value)."""
     from numba import types
-
-    from sandbox.variant import Unsupported
 
     q = codecs.dtype_name(dtype)
     if q not in LIMITS.dtypes:

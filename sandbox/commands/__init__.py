@@ -4,6 +4,7 @@ import fnmatch
 
 from ..problem.validate import MAX_BLOCK_SIZE
 from ..variant import tunables
+from ..variant import registry
 
 FAMILIES = ("numpy", "numba", "cupy", "wrong")
 
@@ -70,7 +71,6 @@ def resolve_configs(names, config: dict) -> dict:
     """{name: resolved configuration} for each variant, defaults filled in; a parameter a variant does not
     declare, or a value it does not allow, is a ValueError naming the variant, the parameter and what it
     allows, before anything runs or is written."""
-    from ..variant import registry
 
     out = {}
     for name in names:

@@ -17,6 +17,10 @@ from sandbox.memory import beam, distributions, paper
 from sandbox.memory.arena import RESERVE_POLICIES
 from sandbox.memory.simulate import DEFAULT_MAX_NUM_SEQS
 from sandbox.memory.study import DEFAULT_BLOCK_SIZES, StudyConfig
+from sandbox.memory import sharing
+from sandbox.memory.study import request_lengths, validate
+from sandbox.memory.example import render_seed_example, run_seed_example
+from sandbox.memory.study import run_study
 
 QUICK = dict(num_requests=300, sharing_requests=60)
 DEFAULTS = dict(num_requests=2000, sharing_requests=500)
@@ -119,8 +123,6 @@ def summary(result: dict) -> str:
 
 def calibration(args: argparse.Namespace, config: StudyConfig) -> str:
     """The beam model's calibration table on the study's first sharing_requests requests."""
-    from sandbox.memory import sharing
-    from sandbox.memory.study import request_lengths, validate
 
     validate(config)
     target = paper.FIG15.get(config.distribution) if not config.trace else None
@@ -145,12 +147,9 @@ def calibration(args: argparse.Namespace, config: StudyConfig) -> str:
 
 def main(args: argparse.Namespace) -> int:
     if args.example == "seed":
-        from sandbox.memory.example import render_seed_example, run_seed_example
-
         example = run_seed_example()
         print(json.dumps(example, indent=2) if args.json else render_seed_example(example))
         return 0
-    from sandbox.memory.study import run_study
 
     try:
         config = config_from_args(args)

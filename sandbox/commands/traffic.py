@@ -30,6 +30,7 @@ from ..variant import registry
 from ..variant import tunables
 from ..variant.limits import Unsupported
 from . import add_config_argument, align, block_size_list, resolve_configs, select_names
+from ..analysis.traffic import numba_sample
 
 DEFAULT_SHAPE = shapes_mod.GOAL_SHAPE
 DEFAULT_BLOCK_SIZES = (16,)
@@ -101,7 +102,6 @@ def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
     if variant.family == "numba":
         if getattr(variant, "problem", "decode") == "mla":  # the capture simulates every block
             return problem.multiply_adds()
-        from ..analysis.traffic import numba_sample
         return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
     counted, _, _ = V.sample(problem, sample)
     return counted.multiply_adds()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from .grid import CheckedModule
 
 BACKENDS = ("auto", "gpu", "cpu")
 
@@ -127,7 +128,6 @@ def raw_module(backend: str, code: str, options=(), name_expressions=None, **cpu
     Either is wrapped in sandbox.devices.grid.CheckedModule: every launch of a kernel it returns checks its
     grid and block against CUDA's limits first (ValueError naming the kernel and the dimension).
     """
-    from .grid import CheckedModule
     if backend == "gpu":
         import cupy
         return CheckedModule(cupy.RawModule(code=code, options=tuple(options), name_expressions=name_expressions))

@@ -38,6 +38,10 @@ from ..variant.limits import Unsupported
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
 from . import traffic_columns
 from . import tune as tune_mod
+from ..checking.check import expected_output
+from ..analysis import gpus
+from ..devices import cost
+from . import plots, static_resources, summary as summary_mod
 
 DENSE_BASELINE = "cupy.dense"
 
@@ -211,7 +215,6 @@ class _ShapeData:
         key = block_size if self.shape.group_size else "every block size"
         if self._expected[0] != key:
             if self.shape.group_size:
-                from ..checking.check import expected_output
                 truth = expected_output(self.problem(block_size))
             else:
                 truth = shapes_mod.expected_output(self.tokens)
@@ -388,7 +391,6 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
 
 def validate(config: "SweepConfig") -> None:
     """Refuse what cannot be run, before a run folder exists (ValueError, one line)."""
-    from ..analysis import gpus
     traffic_columns.wanted(config.traffic, False)  # ValueError naming --traffic
     try:
         gpus.get(config.model_device)
@@ -406,7 +408,6 @@ def validate(config: "SweepConfig") -> None:
 def estimate_points(config: "SweepConfig") -> None:
     """Each shape's cost per CPU family (sandbox/devices/cost.py), before anything is created: announced past
     the warning bound, refused (ValueError) past the hard one unless config.force."""
-    from ..devices import cost
 
     families = {}
     for name in config.variants:
@@ -548,7 +549,6 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
 def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment, on_gpu: bool,
            interrupted: bool, log, not_raced: set = frozenset()) -> SweepOutcome:
     """Resources, goals, plots, summary and the final meta.json (also after an interruption)."""
-    from . import plots, static_resources, summary as summary_mod
 
     resource_rows = []
     if config.resources and not interrupted:

@@ -9,6 +9,7 @@ from ..problem import dtypes
 from . import goals as goals_mod
 from .mla_summary import mla_table
 from .model_summary import measured_vs_model, model_tables
+from .text_table import table
 
 CPU_BANNER = "CPU EMULATION: wall-clock times of the Numba simulator / CUDA C executor / NumPy, NOT GPU performance"
 
@@ -21,15 +22,6 @@ def fmt_us(value) -> str:
     if value < 1000:
         return f"{value:.1f}"
     return f"{value:.0f}"
-
-
-def table(header: list[str], body: list[list[str]], indent: str = "  ") -> list[str]:
-    """Left-aligned first column, right-aligned others."""
-    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
-    def line(r):
-        cells = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(r)]
-        return indent + "  ".join(cells).rstrip()
-    return [line(header), *map(line, body)]
 
 
 def _cell(row, best_key) -> str:

@@ -5,6 +5,7 @@ from ..devices import backends
 from . import registry
 from .limits import Unsupported
 from ..problem.validate import validate_write_inputs
+from ..devices.other_mode import call_in_numba_mode
 
 # What a writer module may declare in WRITES beyond caches of the inputs' dtype and per-tensor fp8: "kv_scales"
 # (fp8 with a scale per token and KV head, chosen by the writer) and "nvfp4" (packed e2m1 with e4m3 block scales).
@@ -33,7 +34,6 @@ def write_cache(name, key_cache, value_cache, key, value, slot_mapping, k_scale=
     given = {k: v for k, v in scales.items() if v is not None}
     resolved = backends.resolve(backend, writer.family)
     if writer.family == "numba" and backends.numba_needs_other_process(resolved):
-        from ..devices.other_mode import call_in_numba_mode
         return call_in_numba_mode(resolved == "cpu", "sandbox.variant.cache_write:write_cache",
                                   name, key_cache, value_cache, key, value, slot_mapping, k_scale, v_scale, resolved,
                                   **given)

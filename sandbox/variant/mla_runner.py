@@ -6,6 +6,7 @@ import numpy as np
 from ..devices import backends
 from ..problem.mla import MLAProblem
 from . import registry
+from ..devices.other_mode import call_in_numba_mode
 
 
 def prepare_mla(name: str, problem: MLAProblem, backend: str = "auto", config: dict | None = None):
@@ -35,7 +36,6 @@ def run_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", retur
     variant.limits.check(name, problem, resolved)
     variant.configuration(config)  # an undeclared tunable is refused here, in this process
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
-        from ..devices.other_mode import call_in_numba_mode
         return call_in_numba_mode(resolved == "cpu", "sandbox.variant.mla_runner:run_mla_problem", name, problem,
                                   resolved, return_lse, config)
     prepared = variant.prepare(problem, resolved, config)

@@ -7,6 +7,7 @@ from ..devices import backends
 from . import registry
 from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem
+from ..devices.other_mode import call_in_numba_mode
 
 
 def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
@@ -35,7 +36,6 @@ def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config
     variant.limits.check(name, problem, resolved)
     variant.configuration(config)  # an undeclared tunable is refused here, in this process
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
-        from ..devices.other_mode import call_in_numba_mode
         return call_in_numba_mode(resolved == "cpu", "sandbox.variant.runner:run_problem", name, problem, resolved,
                                   config)
     prepared = variant.prepare(problem, resolved, config)

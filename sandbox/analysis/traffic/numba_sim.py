@@ -3,7 +3,7 @@
     with numba_sim.capture() as launches:
         launch = variant.prepare(problem, "cpu")
         launch.launch()
-    launches  # one sandbox.analysis.traffic.raw.RawLaunch per simulated kernel launch, in order
+    launches  # one sandbox.cpucuda.raw.RawLaunch per simulated kernel launch, in order
 
 Modules: numba_sim (this: the API), numba_patches (what is patched in the simulator),
 numba_launch (one launch: the hot path, the finished RawLaunch), numba_traced (traced arrays, sites,
@@ -40,7 +40,7 @@ import numpy as np
 from . import numba_patches
 from .numba_launch import GPU_REDUCTION, SIMULATOR_ONLY, LaunchRecorder, SimulationTooLong  # noqa: F401
 from .numba_traced import GlobalAddresses
-from .raw import RawLaunch
+from sandbox.cpucuda.raw import RawLaunch
 
 _active = None
 _active_lock = threading.Lock()

@@ -29,7 +29,13 @@ import numpy as np
 from .. import gpus, model as _model
 from ..occupancy import occupancy
 from . import metrics as M
+from . import numba_sample
 from .count import count
+from sandbox.analysis import nvrtc, resources
+from sandbox.cpucuda import modes as cpucuda_modes, traffic_capture
+from sandbox.devices.backends import numba_simulated
+from sandbox.problem import mla_record
+from sandbox.variant import mla_runner, registry, runner, tunables
 
 SAMPLE_SEQS = 8
 COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
@@ -135,16 +141,12 @@ def mla_sample(problem, sample_seqs: int | None):
 # ---------------------------------------------------------------- captures per family
 
 def _capture_cupy(name, problem, counted, census: bool, config, device, kind: str = "decode"):
-    from kernels.cupy_raw import common
-    from sandbox.cpucuda import traffic_capture
-    from sandbox.variant import mla_runner, runner
-
     prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
-    with common.cpu_options(traffic=True):
+    with cpucuda_modes(traffic=True):  # the executor's one switch: every kernel launched inside is counted
         whole, _ = prepare(name, problem, "cpu", config)
         part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
-    with traffic_capture() as launches:
-        part.launch()
+        with traffic_capture() as launches:
+            part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
     resources = [_cupy_census(kernel, block, shared) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
@@ -157,8 +159,6 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     except ImportError as exc:
         raise RuntimeError(f"{name}: Numba traffic capture not available (sandbox.analysis.traffic.numba_sim "
                            f"cannot be imported: {exc})") from None
-    from sandbox.devices.backends import numba_simulated
-    from sandbox.variant import mla_runner, runner
 
     if not numba_simulated():
         raise RuntimeError(f"{name}: the Numba traffic capture needs the Numba CUDA simulator, and numba.cuda is "
@@ -194,10 +194,6 @@ def _numba_representatives(problem, l2_bytes: int):
     one kind only when the problem's K/V overflow the L2: when they fit, a GPU serves a head's repeat
     reads from L2, and only simulating every head shows it (a represented head would be charged its
     representative's DRAM bytes: twice the truth or more)."""
-    try:
-        from . import numba_sample
-    except ImportError:
-        return None
     if problem.max_query_len != 1:
         return None
     kv_bytes = problem.key_cache.nbytes + problem.value_cache.nbytes
@@ -211,7 +207,6 @@ def _dims(value) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _nvrtc_resources(code: str, name: str, options: tuple):
-    from sandbox.analysis import nvrtc
     return nvrtc.compile_cubin(code, [name], arch="sm_90", options=options).resources[name]
 
 
@@ -235,8 +230,6 @@ def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
 
 
 def _numba_census(name, problem, kind: str, config=None) -> dict:
-    from sandbox.analysis import resources
-    from sandbox.problem import mla_record
     if kind == "mla":  # resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype
         shape = dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
     else:
@@ -269,7 +262,6 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     config: the variant's tunables (sandbox.tunables(name); None: its defaults). census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
     takes occupancy as unknown.
     """
-    from sandbox.variant import registry, tunables
 
     gpu = gpus.get(device)
     variant = registry.get(name)
