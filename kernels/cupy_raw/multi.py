@@ -32,11 +32,11 @@ import dataclasses
 
 import numpy as np
 
+from sandbox.devices import backends
 from sandbox.problem.dtypes import NVFP4
 from sandbox.variant import Limits, Unsupported
 
 from . import common
-from sandbox.devices import backends
 
 PATH = common.KERNEL_DIR / "multi.cu"
 NAME = "cupy.multi"

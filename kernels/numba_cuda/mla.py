@@ -35,11 +35,11 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from sandbox.problem import mla_record as rec
+from sandbox.variant import Unsupported
 from sandbox.variant.mla_limits import MLALimits
 
 from . import codecs, device, launch, reports
 from .device import NEG_INF, ZERO
-from sandbox.variant import Unsupported
 
 LIMITS = MLALimits()
 TUNABLES = {"threads": launch.THREADS}  # "auto" (SIM_THREADS simulated) or threads per block

@@ -233,7 +233,7 @@ def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), 
     # numba kernels compile in a real-mode child (its progress is reported when it returns); the others here
 
     names = [name for name, _, _ in modules]
-    numba = [name for name, family, _ in modules if family == "numba"]
+    numba = [name for name, family, _ in modules if registry.family(family).census == "numba_ptx"]
     others = [name for name in names if name not in numba]
     # The child compiles the Numba kernels while this process compiles the others with NVRTC: two cores busy.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:

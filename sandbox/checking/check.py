@@ -127,7 +127,6 @@ class CheckResult:
 def check_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None) -> CheckResult:
     """Run `name` on `problem` with the tunables in `config` (None: its defaults) and compare with the truth
     (out, and the lse when the problem asks for it, held to float32's tolerance); errors are captured, not raised."""
-
     try:
         got = run_problem(name, problem, backend, config)
     except Exception as exc:  # a crash is a failed check, reported with its message

@@ -103,7 +103,6 @@ def compare_mla(got_out, got_lse, expected_out, expected_lse, dtype) -> Comparis
 def check_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", config: dict | None = None) -> CheckResult:
     """Run MLA variant `name` on `problem` with the tunables in `config` (None: its defaults) and compare out
     and lse with the truth; errors are captured."""
-
     try:
         got, got_lse = run_mla_problem(name, problem, backend, return_lse=True, config=config)
     except Exception as exc:  # a crash is a failed check, reported with its message

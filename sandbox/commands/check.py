@@ -136,11 +136,11 @@ def apply_modes(args) -> list[str]:
 
 def backend_for(name: str, family: str, backend: str, modes: list[str]) -> str:
     """The backend a variant is checked on; ValueError (one line) when it cannot run here."""
-    if modes and family == "cupy":
+    if modes and registry.family(family).executor_modes:
         if backend == "gpu":
             raise ValueError(f"{', '.join(modes)}: CPU-executor modes run CUDA C on the CPU; drop --backend gpu")
         return "cpu"
-    return backends.resolve(backend, family)
+    return registry.family(family).resolve(backend)
 
 
 def main(args) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+
 from .grid import CheckedModule
 
 BACKENDS = ("auto", "gpu", "cpu")
@@ -71,21 +72,27 @@ def require_gpu_if_asked(backend: str) -> None:
         raise ValueError(NO_GPU)
 
 
-def resolve(backend: str, family: str) -> str:
-    """Map "auto" to "gpu" or "cpu" for a variant family; refuse what cannot run here, clearly."""
+# The runtime of the families as callers name them (sandbox/variant/family.py: a Family names its own).
+RUNTIME_OF = {"numpy": "host", "cupy": "cuda_c", "numba": "numba"}
+
+
+def resolve(backend: str, family: str, runtime: str | None = None) -> str:
+    """Map "auto" to "gpu" or "cpu" for a variant family running on `runtime` ("host", "cuda_c", "numba";
+    None: the family's in RUNTIME_OF); refuse what cannot run here, clearly."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if family in ("numpy",):
+    runtime = runtime or RUNTIME_OF.get(family)
+    if runtime == "host":
         if backend == "gpu":
             raise ValueError(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
         return "cpu"
-    if family == "cupy":
+    if runtime == "cuda_c":
         if backend == "auto":
             return "gpu" if cupy_usable() else "cpu"
         if backend == "gpu" and not cupy_usable():
             raise ValueError("backend='gpu' needs an NVIDIA GPU and CuPy (pip install '.[gpu-cuda12]' or '.[gpu-cuda13]')")
         return backend
-    if family == "numba":
+    if runtime == "numba":
         if backend == "auto":
             return "cpu" if numba_simulated() else "gpu"
         if backend == "gpu" and not gpu_present():

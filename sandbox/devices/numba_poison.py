@@ -32,6 +32,7 @@ import importlib.machinery
 import sys
 
 import numpy as np
+
 from . import numba_scheduler
 
 _TARGET = "numba.cuda.simulator.kernel"

@@ -18,6 +18,7 @@ import statistics
 import time
 
 import numpy as np
+
 from .timing import gpu_timer
 
 GPU_COPY_BYTES = 2**30

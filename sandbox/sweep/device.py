@@ -3,6 +3,7 @@
 Everything here is small and GPU-only, except `device_info`, which returns {} without a driver.
 """
 from __future__ import annotations
+
 from .bandwidth import stream_reader
 
 # Never flush with less than this, whatever the L2 reports (Triton and gpu-mode write 256 MB);

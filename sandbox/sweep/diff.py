@@ -23,6 +23,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+
 from ..problem import dtypes
 
 INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes",

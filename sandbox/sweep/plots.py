@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+
 from .model_summary import model_header, modelled
 from .summary import default_precision
 

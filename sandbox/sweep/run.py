@@ -29,19 +29,17 @@ from typing import Callable
 
 import numpy as np
 
-from ..devices import backends
-from ..variant import mla_runner, registry, runner
+from ..analysis import gpus
+from ..checking.check import expected_output
 from ..checking.compare import compare
-from ..results import CsvAppender, new_run_dir
+from ..devices import backends, cost
 from ..problem.validate import MAX_BLOCK_SIZE
+from ..results import CsvAppender, new_run_dir
+from ..variant import mla_runner, registry, runner
 from ..variant.limits import Unsupported
 from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
-from . import traffic_columns
+from . import plots, static_resources, summary as summary_mod, traffic_columns
 from . import tune as tune_mod
-from ..checking.check import expected_output
-from ..analysis import gpus
-from ..devices import cost
-from . import plots, static_resources, summary as summary_mod
 
 DENSE_BASELINE = "cupy.dense"
 
@@ -305,7 +303,7 @@ def first_launch_is_a_sample(family: str, resolved: str) -> bool:
     """Whether a point's correctness launch is also its first timed call: on the CPU where nothing compiles in
     a launch (the Numba simulator, NumPy; the executor builds a CUDA C kernel at its first launch, and a GPU
     compiles and warms up), so a simulated point that takes longer than the budget runs once, not twice."""
-    return resolved == "cpu" and family in ("numba", "numpy")
+    return family not in PEER_FAMILIES and not registry.family(family).first_launch_compiles(resolved)
 
 
 def point_bytes(prepared, problem) -> int:
@@ -408,7 +406,6 @@ def validate(config: "SweepConfig") -> None:
 def estimate_points(config: "SweepConfig") -> None:
     """Each shape's cost per CPU family (sandbox/devices/cost.py), before anything is created: announced past
     the warning bound, refused (ValueError) past the hard one unless config.force."""
-
     families = {}
     for name in config.variants:
         variant = registry.get(name)
@@ -549,7 +546,6 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
 def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment, on_gpu: bool,
            interrupted: bool, log, not_raced: set = frozenset()) -> SweepOutcome:
     """Resources, goals, plots, summary and the final meta.json (also after an interruption)."""
-
     resource_rows = []
     if config.resources and not interrupted:
         # --quick: float16 only (each other precision is one more compilation and census of every kernel)

@@ -14,6 +14,7 @@ import csv
 import importlib
 import json
 from pathlib import Path
+
 from sandbox import progress as progress_mod
 from sandbox.analysis import sass
 
@@ -46,7 +47,6 @@ def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dt
     """(rows, note): rows (every precision of configs(); `dtype` and `kv_dtype` columns) also written to
     run_dir/resources.csv, their SASS census to run_dir/sass.csv; note says why either is missing, if so.
     progress: a bar on stderr counting the compiles and the census (the sweep's static phase)."""
-
     planned = configs(block_sizes, dtype, extra)
     steps = sum(len(sizes) for sizes, _, _ in planned) * len(list(names)) + 1  # each (variant, size, precision), census
     with progress_mod.bar(steps, "static resources", enabled=progress, unit="compile") as bar:

@@ -1,7 +1,6 @@
 """Run a registered cache-write kernel: validate, prepare, launch, return the caches."""
 from __future__ import annotations
 
-from ..devices import backends
 from . import registry
 from .limits import Unsupported
 from ..problem.validate import validate_write_inputs
@@ -32,8 +31,8 @@ def write_cache(name, key_cache, value_cache, key, value, slot_mapping, k_scale=
         raise Unsupported(f"{name} does not write {needs} caches (it writes: "
                           f"{', '.join(getattr(writer.module, 'WRITES', ())) or 'per-tensor scales only'})")
     given = {k: v for k, v in scales.items() if v is not None}
-    resolved = backends.resolve(backend, writer.family)
-    if writer.family == "numba" and backends.numba_needs_other_process(resolved):
+    resolved = writer.family_plugin.resolve(backend)
+    if writer.family_plugin.needs_other_process(resolved):
         return call_in_numba_mode(resolved == "cpu", "sandbox.variant.cache_write:write_cache",
                                   name, key_cache, value_cache, key, value, slot_mapping, k_scale, v_scale, resolved,
                                   **given)

@@ -25,12 +25,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .metrics import METRICS
+import sandbox
 from sandbox.commands.traffic import problem_for
+from sandbox.devices.backends import gpu_present
 from sandbox.sweep.shapes import parse_shape
 from sandbox.variant import runner
-from sandbox.devices.backends import gpu_present
-import sandbox
+
+from .metrics import METRICS
 
 SHAPE = "16x2048x32/8x128xfp16"   # 256 MiB of K/V: 4x the H200's L2, counted here in seconds
 POINTS = (("cupy.rows", 16), ("cupy.gqa", 16), ("cupy.v1", 16), ("cupy.rows", 1))
@@ -139,7 +140,6 @@ def _problems():
 
 def launch_on_gpu() -> int:
     """The profiled process: every point launched once on the GPU, in POINTS order."""
-
     problems = _problems()
     for name, bs in POINTS:
         prepared, _ = runner.prepare(name, problems[bs], "gpu")

@@ -262,21 +262,21 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     config: the variant's tunables (sandbox.tunables(name); None: its defaults). census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
     takes occupancy as unknown.
     """
-
     gpu = gpus.get(device)
     variant = registry.get(name)
-    if variant.family == "numpy":
-        raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
-                         "memory accesses; choose a cupy.* or numba.* variant")
+    plugin = variant.family_plugin
+    if plugin.capture is None:
+        counted_families = [f"{f}.*" for f in registry.FAMILIES if registry.family(f).capture]
+        raise ValueError(f"{name} has no GPU kernel ({plugin.summary}): traffic counts a kernel's memory accesses; "
+                         f"choose a {' or '.join(counted_families)} variant")
     kind = getattr(variant, "problem", "decode")
     problem.validate()
     variant.limits.check(name, problem, "cpu")
     sampler = mla_sample if kind == "mla" else sample
-    counted, scale, note = sampler(problem, sample_seqs if variant.family == "cupy" else None)
-    if variant.family == "cupy":
-        launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
-    else:
-        launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu, kind)
+    # the executor's capture counts a sample of a large problem's sequences; the simulator's counts them all
+    counted, scale, note = sampler(problem, sample_seqs if plugin.capture == "executor" else None)
+    capture = {"executor": _capture_cupy, "numba_simulator": _capture_numba}[plugin.capture]
+    launches, grids, resources = capture(name, problem, counted, census, config, gpu, kind)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
