@@ -24,7 +24,7 @@ import json
 import math
 from pathlib import Path
 
-from ..problem import dtypes
+from ...problem import dtypes
 
 INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes",
                "flops", "query_len", "prefix_len", "group_size", "dram_bytes", "ideal_bytes", "bank_conflicts")

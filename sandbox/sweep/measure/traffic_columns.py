@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import time
 
-from ..analysis.traffic import variant as traffic_variant
-from ..variant import registry
+from ...analysis.traffic import variant as traffic_variant
+from ...variant import registry
 
 COLUMNS = [*traffic_variant.COLUMNS, "traffic_s", "traffic_note"]
 MODES = ("auto", "all", "none")

@@ -1,5 +1,5 @@
 """The sweep summary's model sections: variants ranked by the time the model gives them on a GPU, from the
-traffic counted on the CPU (sweep/traffic_columns.py), and on a GPU the measured time beside the modelled.
+traffic counted on the CPU (sweep/measure/traffic_columns.py), and on a GPU the measured time beside the modelled.
 
     model_tables(rows, device)  modelled time per variant and block size, the fastest per block size starred;
                                 then the best by the model per shape and block size with its counts

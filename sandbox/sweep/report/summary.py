@@ -1,11 +1,11 @@
 """The summary printed at the end of a sweep (and saved as summary.txt): who wins where, what broke, the goals.
 
-On the CPU the variants are ranked by the model (MODEL (H200), not a measurement: sweep/model_summary.py) and
+On the CPU the variants are ranked by the model (MODEL (H200), not a measurement: sweep/report/model_summary.py) and
 the emulation times follow under their own banner; on a GPU the measured times lead, then the measured
 time beside the modelled one per point, then the model's ranking."""
 from __future__ import annotations
 
-from ..problem import dtypes
+from ...problem import dtypes
 from . import goals as goals_mod
 from .mla_summary import mla_table
 from .model_summary import measured_vs_model, model_tables

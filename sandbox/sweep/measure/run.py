@@ -6,7 +6,7 @@ exists only where the shape's kind is the variant's (registry problem kinds).
 One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
 output is compared with the expected output (MLA: out and lse) -> only if correct, timed repeats (CUDA events and
 an L2 flush on a GPU; wall clock on the CPU) -> its traffic counted on the CPU and modelled on an H200
-(sweep/traffic_columns.py: every point on the CPU, on a GPU the first shape's block size 16; --traffic) -> one row
+(sweep/measure/traffic_columns.py: every point on the CPU, on a GPU the first shape's block size 16; --traffic) -> one row
 appended to sweep.csv at once.
 
 A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
@@ -29,16 +29,17 @@ from typing import Callable
 
 import numpy as np
 
-from ..analysis import gpus
-from ..checking.check import expected_output
-from ..checking.compare import compare
-from ..devices import backends, cost
-from ..problem.validate import MAX_BLOCK_SIZE
-from ..results import CsvAppender, new_run_dir
-from ..variant import mla_runner, registry, runner
-from ..variant.limits import Unsupported
-from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
-from . import plots, static_resources, summary as summary_mod, traffic_columns
+from ...analysis import gpus
+from ...checking.check import expected_output
+from ...checking.compare import compare
+from ...devices import backends, cost
+from ...problem.validate import MAX_BLOCK_SIZE
+from ...results import CsvAppender, new_run_dir
+from ...variant import mla_runner, registry, runner
+from ...variant.limits import Unsupported
+from .. import mla_shapes, shapes as shapes_mod
+from ..report import goals as goals_mod, plots, summary as summary_mod
+from . import bandwidth, device, meta as meta_mod, peers, static_resources, timing, traffic_columns
 from . import tune as tune_mod
 
 DENSE_BASELINE = "cupy.dense"
@@ -54,7 +55,7 @@ COLUMNS = [
 # prepare that raised sandbox.Unsupported, or not runnable here | skipped: --max-seconds spent
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
 FAILED = ("wrong", "error")
-# Outside implementations raced for reference (sweep/peers.py): a wrong torch.sdpa point is recorded
+# Outside implementations raced for reference (sweep/measure/peers.py): a wrong torch.sdpa point is recorded
 # and shown like any other, but only the sandbox's own variants decide the exit status.
 PEER_FAMILIES = ("torch",)
 
@@ -82,7 +83,7 @@ class Candidate:
     per_shape: bool = False  # no block table: measured once per shape
     note: Callable[[], str] = lambda: ""
     problem: str = "decode"  # the kind of problem it solves: it runs at the shapes of that kind only
-    config: str = ""  # the tunables it runs with ("threads=64"; sweep/tune.py), "" for the defaults
+    config: str = ""  # the tunables it runs with ("threads=64"; sweep/measure/tune.py), "" for the defaults
     prepare_with: Callable | None = None  # (problem, resolved_backend, config) -> prepared: a registry variant's
 
     @classmethod
@@ -120,7 +121,7 @@ class SweepConfig:
     results_dir: Path | None = None
     traffic: str = "auto"          # traffic_columns.MODES: which points get the traffic columns
     model_device: str = "h200"     # the GPU the traffic columns model
-    tune: bool = False            # --tune: explore each variant's tunables per point (sweep/tune.py)
+    tune: bool = False            # --tune: explore each variant's tunables per point (sweep/measure/tune.py)
     tuned: Path | None = None     # --tuned RUN: the configurations a --tune run recorded
     config: dict = dataclasses.field(default_factory=dict)  # --config: one configuration for every variant
     force: bool = False           # --force: run points estimated past the hard bound (sandbox/devices/cost.py)
@@ -232,7 +233,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
               config: timing.TimingConfig, traffic_device: str | None = None) -> dict:
     """Check, then time, one (candidate, shape, block size): one sweep.csv row. Never raises for the variant's faults.
 
-    traffic_device: count a correct point's traffic and model it on this GPU (sweep/traffic_columns.py)."""
+    traffic_device: count a correct point's traffic and model it on this GPU (sweep/measure/traffic_columns.py)."""
     started = time.perf_counter()
     label = backend_label(candidate.family, resolved)
     row = _blank_row(candidate, data.shape, None if candidate.per_shape else block_size, label, env.on_gpu)

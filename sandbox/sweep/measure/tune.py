@@ -21,9 +21,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..variant import registry, tunables
-from ..variant.limits import Unsupported
-from ..analysis.traffic.variant import traffic
+from ...variant import registry, tunables
+from ...variant.limits import Unsupported
+from ...analysis.traffic.variant import traffic
 from . import timing
 
 TUNED_FILE = "tuned.json"
