@@ -3,5 +3,5 @@ needs no GPU, no compiler and no simulator. Its variants are modules beside this
 from sandbox.variant.family import Family
 
 FAMILY = Family("numpy", runtime="host", capture=None, census=None,
-                summary="NumPy gathers on the host: the CPU baseline",
+                summary="NumPy gathers on the host: the CPU baseline", cpu_label="cpu-numpy",
                 no_capture="no kernel: NumPy gathers on the host")

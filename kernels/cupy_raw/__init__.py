@@ -6,5 +6,6 @@ arguments, option arguments, shared-memory sizes); loading and launching is the 
 """
 from sandbox.variant.family import Family
 
-FAMILY = Family("cupy", runtime="cuda_c", capture="executor", census="nvrtc",
-                summary="CUDA C kernels: CuPy on a GPU, the CPU executor (sandbox.cpucuda) elsewhere")
+FAMILY = Family("cupy", runtime="gpu_or_cpu", capture="executor", census="nvrtc",
+                summary="CUDA C kernels: CuPy on a GPU, the CPU executor (sandbox.cpucuda) elsewhere",
+                cpu_label="cpu-executor", executor_modes=True, compiles_at_first_launch=True)

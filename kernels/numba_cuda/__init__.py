@@ -6,4 +6,4 @@ token ranges) and compile reports (reports.py) live here; FAMILY says how the ha
 from sandbox.variant.family import Family
 
 FAMILY = Family("numba", runtime="numba", capture="numba_simulator", census="numba_ptx",
-                summary="numba.cuda kernels: a GPU, or the Numba simulator on the CPU")
+                summary="numba.cuda kernels: a GPU, or the Numba simulator on the CPU", cpu_label="cpu-sim")

@@ -73,12 +73,13 @@ def require_gpu_if_asked(backend: str) -> None:
 
 
 # The runtime of the families as callers name them (sandbox/variant/family.py: a Family names its own).
-RUNTIME_OF = {"numpy": "host", "cupy": "cuda_c", "numba": "numba"}
+RUNTIME_OF = {"numpy": "host", "cupy": "gpu_or_cpu", "numba": "numba"}
 
 
 def resolve(backend: str, family: str, runtime: str | None = None) -> str:
-    """Map "auto" to "gpu" or "cpu" for a variant family running on `runtime` ("host", "cuda_c", "numba";
-    None: the family's in RUNTIME_OF); refuse what cannot run here, clearly."""
+    """Map "auto" to "gpu" or "cpu" for a variant family running on `runtime` ("host": the CPU only;
+    "gpu_or_cpu": a GPU where CuPy can use one; "numba": this process's numba.cuda mode; None: the family's in
+    RUNTIME_OF); refuse what cannot run here, clearly."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     runtime = runtime or RUNTIME_OF.get(family)
@@ -86,7 +87,7 @@ def resolve(backend: str, family: str, runtime: str | None = None) -> str:
         if backend == "gpu":
             raise ValueError(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
         return "cpu"
-    if runtime == "cuda_c":
+    if runtime == "gpu_or_cpu":
         if backend == "auto":
             return "gpu" if cupy_usable() else "cpu"
         if backend == "gpu" and not cupy_usable():

@@ -178,6 +178,10 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block) for r in launches]
 
 
+# The harness's captures by the name a family declares (sandbox/variant/family.py, CAPTURES).
+CAPTURES = {"executor": _capture_cupy, "numba_simulator": _capture_numba}
+
+
 def _launched(census: dict, block) -> dict:
     """The census with the threads per block this launch ran (and the occupancy they give)."""
     threads = int(np.prod(_dims(block)))
@@ -273,9 +277,10 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     problem.validate()
     variant.limits.check(name, problem, "cpu")
     sampler = mla_sample if kind == "mla" else sample
-    # the executor's capture counts a sample of a large problem's sequences; the simulator's counts them all
-    counted, scale, note = sampler(problem, sample_seqs if plugin.capture == "executor" else None)
-    capture = {"executor": _capture_cupy, "numba_simulator": _capture_numba}[plugin.capture]
+    # the simulator's capture counts every block itself (numba_sample); the others count a sample of a large
+    # problem's sequences
+    counted, scale, note = sampler(problem, None if plugin.capture == "numba_simulator" else sample_seqs)
+    capture = plugin.capture if callable(plugin.capture) else CAPTURES[plugin.capture]
     launches, grids, resources = capture(name, problem, counted, census, config, gpu, kind)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")

@@ -67,9 +67,9 @@ def shape_kind(shape) -> str:
 
 def backend_label(family: str, resolved: str) -> str:
     """What a point ran on: gpu, or the CPU stand-in of its family (never mistaken for a GPU time)."""
-    if resolved == "gpu":
-        return "gpu"
-    return {"numba": "cpu-sim", "cupy": "cpu-executor", "numpy": "cpu-numpy"}.get(family, "cpu")
+    if family in registry.FAMILIES:
+        return registry.family(family).label(resolved)
+    return "gpu" if resolved == "gpu" else "cpu"  # a peer (torch)
 
 
 @dataclasses.dataclass
