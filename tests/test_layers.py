@@ -20,8 +20,6 @@ LAZY = {
         "the CPU executor (g++, ctypes) loads only where CUDA C runs on the CPU, not on a GPU",
     ("sandbox.analysis.traffic.variant", "sandbox.analysis.traffic.numba_sim"):
         "the Numba traffic capture patches the simulator: only a simulator process may import it",
-    ("sandbox.analysis.traffic.numba_sim", "kernels.numba_cuda.launch"):
-        "the Numba family's launch module is imported with numba.cuda, in the simulator only",
     ("sandbox.analysis.traffic.numba_patches", "kernels.numba_cuda.simulator"):
         "the Numba family's simulator patches must be installed before the traffic patches, simulator only",
 }
