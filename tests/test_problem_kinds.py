@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sandbox.commands.check  # noqa: F401  (the layers that attach their parts: the check command,
-import sandbox.sweep.run  # noqa: F401  the sweep; sandbox itself loads the runners and the traffic counter)
+import sandbox.sweep.measure.run  # noqa: F401  the sweep; sandbox itself loads the runners and the traffic counter)
 from sandbox import DecodeProblem, MLAProblem
 from sandbox.problem import kinds
 from sandbox.variant import registry

@@ -63,9 +63,11 @@ def _names(values, kind: str = "decode") -> list[str]:
     known = registry.variants(problem=kind) + registry.variants("wrong", problem=kind)
     names = select_names(list(values), known, lambda family: registry.variants(family, problem=kind))
     for name in names:
-        if registry.get(name).family == "numpy":
-            raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a "
-                             "kernel's memory accesses; choose cupy.* or numba.* variants")
+        family = registry.get(name).family_plugin
+        if family.capture is None:
+            counted = [f"{f}.*" for f in registry.FAMILIES if registry.family(f).capture]
+            raise ValueError(f"{name} has no GPU kernel ({family.summary}): traffic counts a kernel's memory "
+                             f"accesses; choose {' or '.join(counted)} variants")
     return names
 
 
@@ -98,7 +100,7 @@ def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
     """The multiply-adds a count simulates: the CPU executor's sampled sequences (V.sample), the Numba capture's
     represented blocks (numba_sample.estimate_seconds)."""
     variant = registry.get(name)
-    if variant.family == "numba":
+    if variant.family_plugin.capture == "numba_simulator":
         return variant.kind.part("numba_counted_multiply_adds")(problem, name)
     counted, _, _ = V.sample(problem, sample)
     return counted.multiply_adds()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..paging import BlockManager
+
 
 def shuffled_blocks(rng: np.random.Generator, num_blocks: int, needed: int) -> np.ndarray:
     """`needed` distinct physical blocks out of `num_blocks`, in a seeded order that is never increasing.
@@ -53,8 +55,6 @@ def grouped_allocation(rng, lens, block_size: int, prefix_len: int, group_size: 
     "prefix" (prefix caching: each allocates prompt + its own tokens) or "fork" (the first allocates the
     prompt, the others fork it, then each appends its own tokens, copy-on-write as an engine runs it).
     Returns (manager, copy-on-write orders (src, dst) in the manager's blocks, in the order they ran)."""
-    from ..paging import BlockManager
-
     suffix = lens - prefix_len
     blocks_per_seq = -(-lens // block_size)
     manager = BlockManager(int(blocks_per_seq.sum()) + len(lens) + 2, block_size)

@@ -111,6 +111,11 @@ class Shape:
         return self.context_len if self.group_size else 0
 
     @property
+    def longest_context(self) -> int:
+        """The most tokens any sequence has: a shared prompt's sequences add up to SUFFIX_MAX of their own."""
+        return self.context_len + (SUFFIX_MAX if self.group_size else 0)
+
+    @property
     def title(self) -> str:
         kv = "" if self.kv_dtype == self.dtype else f" cache {_short_kv(self.kv_dtype)}"
         if self.group_size:
@@ -147,8 +152,7 @@ class Shape:
     def multiply_adds_bound(self) -> int:
         """Multiply-adds before the problem is built (an upper bound: every query token reads the whole context,
         a shared prompt's suffix tokens counted): 2 x heads x head_dim per query token and token read."""
-        tokens = self.context_len + (SUFFIX_MAX if self.group_size else 0)
-        return 2 * self.num_seqs * self.query_len * self.num_heads * self.head_dim * tokens
+        return 2 * self.num_seqs * self.query_len * self.num_heads * self.head_dim * self.longest_context
 
     def option_context(self, kv_dtype: str | None = None) -> Context:
         return Context(num_heads=self.num_heads, head_dim=self.head_dim, kv_format=kv_dtype or self.kv_dtype)

@@ -29,19 +29,12 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
+from ..errors import Unsupported  # noqa: F401  (sandbox.Unsupported; variants import it from here)
 from ..problem.dtypes import BASE_DTYPES, FP8_DTYPES, QUERY_DTYPES
 from ..problem.kinds import DECODE
 from ..problem.options import FEATURES, OPTIONS
 from ..problem.validate import ANY_BLOCK_SIZES, OTHER_BLOCK_SIZES, POW2_BLOCK_SIZES  # noqa: F401 (re-exported)
 
-
-
-class Unsupported(ValueError):
-    """A variant refuses a problem it was not built for (declared limits, or a prepare that cannot fit it).
-
-    Raise it (not a bare ValueError) from `prepare` to refuse: the sweep records the point as
-    `unsupported`; any other exception from a variant is an `error`.
-    """
 DTYPES = BASE_DTYPES
 # What the Numba and CUDA C kernels implement (Limits(**KERNEL_SUPPORT)): every query dtype, both fp8 caches
 # with per-tensor scales, the window, the per-tensor scales and every score modifier of the table (a row with a

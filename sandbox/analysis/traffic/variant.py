@@ -26,11 +26,16 @@ import functools
 
 import numpy as np
 
-from ...problem import kinds, mla_record
 from .. import gpus, model as _model
 from ..occupancy import occupancy
 from . import metrics as M
+from . import numba_sample
 from .count import count
+from sandbox.analysis import nvrtc, resources
+from sandbox.cpucuda import modes as cpucuda_modes, traffic_capture
+from sandbox.devices.backends import numba_simulated
+from sandbox.problem import kinds, mla_record
+from sandbox.variant import registry, tunables
 
 SAMPLE_SEQS = 8
 COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
@@ -135,29 +140,25 @@ def mla_sample(problem, sample_seqs: int | None):
 
 # ---------------------------------------------------------------- captures per family
 
-def _capture_cupy(name, problem, counted, census: bool, config, device, kind: kinds.ProblemKind = kinds.DECODE):
-    from kernels.cupy_raw import common
-    from sandbox.cpucuda import traffic_capture
-
-    prepare = kind.part("prepare")
-    with common.cpu_options(traffic=True):
+def _capture_cupy(name, problem, counted, census: bool, config, device, kind: str = "decode"):
+    prepare = kinds.named(kind).part("prepare")
+    with cpucuda_modes(traffic=True):  # the executor's one switch: every kernel launched inside is counted
         whole, _ = prepare(name, problem, "cpu", config)
         part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
-    with traffic_capture() as launches:
-        part.launch()
+        with traffic_capture() as launches:
+            part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
     resources = [_cupy_census(kernel, block, shared) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
     return launches, grids, resources
 
 
-def _capture_numba(name, problem, counted, census: bool, config, device, kind: kinds.ProblemKind = kinds.DECODE):
+def _capture_numba(name, problem, counted, census: bool, config, device, kind: str = "decode"):
     try:
         from . import numba_sim
     except ImportError as exc:
         raise RuntimeError(f"{name}: Numba traffic capture not available (sandbox.analysis.traffic.numba_sim "
                            f"cannot be imported: {exc})") from None
-    from sandbox.devices.backends import numba_simulated
 
     if not numba_simulated():
         raise RuntimeError(f"{name}: the Numba traffic capture needs the Numba CUDA simulator, and numba.cuda is "
@@ -167,14 +168,18 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: k
     # The capture's own helpers where it has them: blocks of a GPU's size (the simulator's launchers cap
     # them otherwise), and one block counted per class of identical-work blocks (numba_sample).
     sizes = getattr(numba_sim, "gpu_thread_counts", contextlib.nullcontext)
-    prepare = kind.part("prepare")
+    prepare = kinds.named(kind).part("prepare")
     with sizes():
         prepared, _ = prepare(name, problem, "cpu", config)
-    represent = kind.part("numba_representatives")(problem, gpus.get(device).l2_bytes)
+    represent = kinds.named(kind).part("numba_representatives")(problem, gpus.get(device).l2_bytes)
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
     res = _numba_census(name, problem, kind, config) if census else dict(census_error="not asked for (census=False)")
     return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block) for r in launches]
+
+
+# The harness's captures by the name a family declares (sandbox/variant/family.py, CAPTURES).
+CAPTURES = {"executor": _capture_cupy, "numba_simulator": _capture_numba}
 
 
 def _launched(census: dict, block) -> dict:
@@ -193,10 +198,6 @@ def _numba_representatives(problem, l2_bytes: int):
     one kind only when the problem's K/V overflow the L2: when they fit, a GPU serves a head's repeat
     reads from L2, and only simulating every head shows it (a represented head would be charged its
     representative's DRAM bytes: twice the truth or more)."""
-    try:
-        from . import numba_sample
-    except ImportError:
-        return None
     if problem.max_query_len != 1:
         return None
     kv_bytes = problem.key_cache.nbytes + problem.value_cache.nbytes
@@ -210,7 +211,6 @@ def _dims(value) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _nvrtc_resources(code: str, name: str, options: tuple):
-    from sandbox.analysis import nvrtc
     return nvrtc.compile_cubin(code, [name], arch="sm_90", options=options).resources[name]
 
 
@@ -242,9 +242,8 @@ def _mla_census_shape(problem) -> dict:
     return dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
 
 
-def _numba_census(name, problem, kind: kinds.ProblemKind, config=None) -> dict:
-    from sandbox.analysis import resources
-    shape = kind.part("census_shape")(problem)
+def _numba_census(name, problem, kind: str, config=None) -> dict:
+    shape = kinds.named(kind).part("census_shape")(problem)
     try:
         (row,) = resources.collect([name], [problem.block_size], dtype=problem.dtype.name, config=config, **shape)
     except Exception as exc:
@@ -272,22 +271,22 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     config: the variant's tunables (sandbox.tunables(name); None: its defaults). census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
     takes occupancy as unknown.
     """
-    from sandbox.variant import registry, tunables
-
     gpu = gpus.get(device)
     variant = registry.get(name)
-    if variant.family == "numpy":
-        raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
-                         "memory accesses; choose a cupy.* or numba.* variant")
-    kind = variant.kind
+    plugin = variant.family_plugin
+    if plugin.capture is None:
+        counted_families = [f"{f}.*" for f in registry.FAMILIES if registry.family(f).capture]
+        raise ValueError(f"{name} has no GPU kernel ({plugin.summary}): traffic counts a kernel's memory accesses; "
+                         f"choose a {' or '.join(counted_families)} variant")
+    kind = variant.problem  # a capture takes the kind's name (sandbox/variant/family.py)
     problem.validate()
     variant.limits.check(name, problem, "cpu")
-    sampler = kind.part("traffic_sample")
-    counted, scale, note = sampler(problem, sample_seqs if variant.family == "cupy" else None)
-    if variant.family == "cupy":
-        launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
-    else:
-        launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu, kind)
+    sampler = variant.kind.part("traffic_sample")
+    # the simulator's capture counts every block itself (numba_sample); the others count a sample of a large
+    # problem's sequences
+    counted, scale, note = sampler(problem, None if plugin.capture == "numba_simulator" else sample_seqs)
+    capture = plugin.capture if callable(plugin.capture) else CAPTURES[plugin.capture]
+    launches, grids, resources = capture(name, problem, counted, census, config, gpu, kind)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
@@ -345,7 +344,6 @@ def columns(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
 
 def _decode_numba_multiply_adds(problem, name: str) -> int:
     """The multiply-adds the Numba capture simulates: its represented blocks (numba_sample.estimate_seconds)."""
-    from . import numba_sample  # loads the simulator's capture helpers: only when a Numba count is sized
     return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
 
 

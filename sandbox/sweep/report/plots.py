@@ -12,6 +12,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .model_summary import model_header, modelled
+from .summary import default_precision
+
 GPU_TAG = "GPU {name}: CUDA events, L2 flushed, median (bars: IQR)"
 CPU_TAG = "CPU EMULATION (simulator / executor wall clock): NOT GPU performance"
 
@@ -164,7 +167,6 @@ def model_value(r):
 
 def model_figure(rows, device: str = "h200", style=None):
     """Modelled time per call against block size, the legend ranked by each variant's best modelled time (or None)."""
-    from .model_summary import model_header, modelled
     points = modelled(rows)
     if not points:
         return None
@@ -223,7 +225,6 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
                          ceiling=1.05 if on_gpu else 1.0, ceiling_label="goal: 1.05" if on_gpu else "dense = 1.0",
                          style=style),
                  "paging_overhead.png")
-        from .summary import default_precision
         resource_rows = [r for r in resource_rows or () if default_precision(r)]  # one line per variant: float16
         if resource_rows:
             fig = resource_figure(resource_rows, style)

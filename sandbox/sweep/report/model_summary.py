@@ -1,5 +1,5 @@
 """The sweep summary's model sections: variants ranked by the time the model gives them on a GPU, from the
-traffic counted on the CPU (sweep/traffic_columns.py), and on a GPU the measured time beside the modelled.
+traffic counted on the CPU (sweep/measure/traffic_columns.py), and on a GPU the measured time beside the modelled.
 
     model_tables(rows, device)  modelled time per variant and block size, the fastest per block size starred;
                                 then the best by the model per shape and block size with its counts
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import statistics
 
+from .text_table import table
+
 
 def model_header(device: str = "h200") -> str:
     return f"MODEL ({str(device).upper()}), not a measurement"
@@ -19,11 +21,6 @@ def _us(value) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
-
-
-def _table(header, body, indent="  "):
-    from .summary import table
-    return table(header, body, indent)
 
 
 def modelled(rows) -> list[dict]:
@@ -65,13 +62,13 @@ def model_tables(rows, device: str = "h200") -> list[str]:
                 cells.append("-" if r is None else _us(r["model_time_us"]) + ("*" if best[(shape, b)] is r else ""))
             body.append([v, *cells])
         lines.append(f" shape {shape}")
-        lines += _table(["variant", *[f"bs{b}" for b in sizes]], body)
+        lines += table(["variant", *[f"bs{b}" for b in sizes]], body)
     body = [[shape, b, r["variant"], _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}", r["model_bound"],
              f"{r['bytes_over_ideal']:.3f}", f"{r['kv_sectors_per_request']:.2f}", f"{int(r['bank_conflicts']):,}"]
             for (shape, b), r in best.items()]
     lines += [f"Best by the model per shape and block size ({model_header(device)}; % DRAM bw = DRAM bytes / "
               "modelled time / peak)",
-              *_table(["shape", "bs", "fastest (model)", "model us", "% DRAM bw", "bound", "DRAM/ideal",
+              *table(["shape", "bs", "fastest (model)", "model us", "% DRAM bw", "bound", "DRAM/ideal",
                        "K/V sect/req", "bank confl"], body)]
     return lines
 
@@ -86,4 +83,4 @@ def measured_vs_model(rows) -> list[str]:
              r["model_bound"]] for r, e in zip(both, errors)]
     return [f"Measured vs modelled (GPU points with traffic counted; error = model / measured - 1; median |error| "
             f"{statistics.median(abs(e) for e in errors):.1%})",
-            *_table(["variant", "shape", "bs", "measured us", "model us", "error", "bound"], body)]
+            *table(["variant", "shape", "bs", "measured us", "model us", "error", "bound"], body)]

@@ -8,16 +8,12 @@ the step needs (MLAProblem.bytes_moved(): each latent row read once, query, outp
 """
 from __future__ import annotations
 
-from ..problem import kinds
+from ...problem import kinds
+from .text_table import table
 
 H200_BYTES_PER_S = 4.8e12
 H200_CUDA_CORE_FLOPS = 67e12
 H200_TENSOR_CORE_FLOPS = 989e12
-
-
-def _table(header, body):
-    from .summary import table
-    return table(header, body)
 
 
 def bound(nbytes: float, flops: float, peak: float) -> tuple[float, str]:
@@ -43,5 +39,5 @@ def mla_table(rows) -> list[str]:
                      f"{cuda * 1e6:.4g} {cuda_roof}", f"{tensor * 1e6:.4g} {tensor_roof}"])
     return ["MLA points: bytes read and FLOPs per point (modelled H200 least time: 4.8 TB/s; CUDA cores 67 TFLOPS "
             "fp32, tensor cores 989 TFLOPS bf16; the binding roof named)",
-            *_table(["shape", "bs", "variant", "backend", "time_us", "MB", "GFLOP", "FLOP/B", "GB/s", "GFLOP/s",
+            *table(["shape", "bs", "variant", "backend", "time_us", "MB", "GFLOP", "FLOP/B", "GB/s", "GFLOP/s",
                      "H200 cuda-core us", "H200 tensor us"], body)]

@@ -21,8 +21,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..variant import registry, tunables
-from ..variant.limits import Unsupported
+from ...variant import registry, tunables
+from ...variant.limits import Unsupported
+from ...analysis.traffic.variant import traffic
+from . import timing
 
 TUNED_FILE = "tuned.json"
 
@@ -154,14 +156,10 @@ def explore_point(c, module, data, block_size: int, resolved: str, env, timing_c
 
 
 def _model_time_us(name: str, problem, config: dict) -> float:
-    from ..analysis.traffic.variant import traffic
-
     return float(traffic(name, problem, census=False, config=config)["model"]["time_us"])
 
 
 def _gpu_time_us(c, problem, data, block_size, resolved, env, timing_config, config) -> float:
-    from . import timing
-
     prepared = c.prepare_with(problem, resolved, config)
     prepared.launch()
     verdict = data.verdict(prepared, prepared.result(), block_size)
