@@ -99,7 +99,7 @@ class Launch:
     """A configured kernel and its device arguments: launch() only launches, result() downloads.
 
     The grid and block are checked against CUDA's limits first (Unsupported naming `name`). With `lse`
-    (the device lse of a return_lse problem), result() returns (out, lse).
+    (the device lse of a return_lse problem, or an MLA problem's), lse() downloads it.
     """
 
     def __init__(self, kernel, grid, threads, shared_bytes, args, outputs, name="numba kernel", out_dtype=None,
