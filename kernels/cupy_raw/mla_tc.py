@@ -85,10 +85,3 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=No
                                  f"{HEADS_PER_TILE} heads per tile on m16n16k16 MMAs, {CHUNK}-token chunks, "
                                  f"{'fp8 record' if record else name} cache, {'sparse' if sparse else 'dense'}; "
                                  "block size is a runtime value")
-
-
-def LOADS_IN_FLIGHT(problem) -> int:
-    """Global load requests a warp issues before the first use (the traffic model's input): one staging round
-    of 16-byte row vectors per thread (mla_tc.cu's BATCH: 5 of a 1152-byte row's 9 per thread, 6 of a record's)."""
-    items = -(-CHUNK * (problem.latent_cache.shape[2] * problem.latent_cache.dtype.itemsize // 16) // common.NUM_THREADS)
-    return items if items <= 6 else -(-items // 2)

@@ -34,22 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from sandbox.problem.dtypes import NVFP4
-
 from . import gqa
 
 PATH = gqa.PATH
 NAME = "cupy.rows"
 LIMITS = dataclasses.replace(gqa.LIMITS, block_sizes=None)  # any block size: a runtime value past the powers of two
 TUNABLES = gqa.TUNABLES
-
-
-def LOADS_IN_FLIGHT(problem) -> int:
-    """Global load requests a warp has in flight before their math (the performance model's Little's law): the
-    row mapping issues 8 16-byte vectors per lane (UK passes x K_VECS in common.cuh's rows path) for K, then
-    for V. NVFP4 issues a block-scale load beside each code vector: 16 requests in the K phase (8 vectors and
-    their scales) and 32 in the V phase (16 8-byte vectors and theirs); the smaller count is declared."""
-    return 16 if problem.kv_format == NVFP4 else 8
 
 
 def kernel_name(block_size: int, head_dim: int, tile: int, dtype, kv_dtype=None, flags: int = 0,

@@ -112,11 +112,3 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=No
     main["note"] = (f"{ROWS} query rows per tile on m16n16k16 MMAs, {chunk_tokens(head_dim)}-token chunks; block "
                     "size is a runtime value; merge shown for 8 partial results")
     return main
-
-
-def LOADS_IN_FLIGHT(problem) -> int:
-    """Global load requests a warp issues before the first use: every K and V vector a thread stages for a
-    chunk (tc.cu: kp[LOADS], vp[LOADS], loaded before any is stored), the traffic model's input."""
-    vec = 16 // problem.kv_dtype.itemsize
-    per_row = problem.head_dim // vec
-    return 2 * -(-(chunk_tokens(problem.head_dim) * per_row) // common.NUM_THREADS)

@@ -1,6 +1,6 @@
 """Static resources of every kernel variant, compiled for a real GPU architecture without a GPU.
 
-    collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
+    collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch=DEFAULT_ARCH,
             kv_dtype=None, config=None) -> list[dict], one row per (variant, block size)
     collect_many(variants, [(block_sizes, dtype, kv_dtype), ...], head_dim, arch) -> the same, several
             precisions in one go (one real-mode child for them all)
@@ -31,17 +31,18 @@ import re
 from ..problem import dtypes as dtypes_mod
 from ..variant import registry, tunables
 from ..devices.backends import numba_simulated
-from .occupancy import occupancy
+from .gpus import DEFAULT_ARCH
+from .occupancy import ARCHS as _SMS, occupancy
 from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
 
-ARCHS = ("sm_80", "sm_90")
+ARCHS = tuple(_SMS)  # the architectures are listed once, in sandbox.analysis.occupancy
 DTYPES = dtypes_mod.QUERY_DTYPES  # float32, float16, bfloat16
 KV_DTYPES = dtypes_mod.FP8_DTYPES  # besides the query's own
 # nvJitLink's summary line for sm_90 counts 1 KB more shared memory than the kernel declares
 # (observed: a kernel without shared memory reports 1024 bytes smem on sm_90, 0 on sm_80; one with
-# 256 bytes reports 1280 / 256; NVRTC's ptxas reports 256 on both). We subtract it; the runtime's
-# per-block reserve is added back by sandbox.analysis.occupancy.
-LINKER_EXTRA_SMEM = {"sm_90": 1024, "sm_80": 0}
+# 256 bytes reports 1280 / 256; NVRTC's ptxas reports 256 on both). We subtract it (occupancy.SM's
+# linker_extra_shared); the runtime's per-block reserve is added back by sandbox.analysis.occupancy.
+LINKER_EXTRA_SMEM = {arch: sm.linker_extra_shared for arch, sm in _SMS.items()}
 COLUMNS = ("variant", "family", "block_size", "head_dim", "dtype", "kv_dtype", "arch", "registers", "static_shared_bytes",
            "dynamic_shared_bytes", "local_bytes", "spill_stores", "spill_loads", "threads_per_block",
            "occupancy", "limiter", "path")
@@ -236,7 +237,7 @@ def _take_images(report: dict) -> list:
     return images
 
 
-def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
+def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch=DEFAULT_ARCH,
                   progress=None, images=False, kv_dtype=None, config=None) -> list[dict]:
     rows = []
     asked = head_dim
@@ -300,7 +301,7 @@ def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
 
 
 def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), head_dim: int = 128,
-                 arch: str = "sm_90", progress=None, images: bool = False, config: dict | None = None) -> list[dict]:
+                 arch: str = DEFAULT_ARCH, progress=None, images: bool = False, config: dict | None = None) -> list[dict]:
     """collect() for each (block_sizes, dtype, kv_dtype) of configs, rows in that order, numba kernels of
     them all compiled in one real-mode child; config: the tunables of every selected variant."""
     parse_arch(arch)
@@ -341,7 +342,7 @@ def _order(names: list, configs: list):
 
 
 def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dtype: str = "float16",
-            arch: str = "sm_90", progress=None, images: bool = False, kv_dtype: str | None = None,
+            arch: str = DEFAULT_ARCH, progress=None, images: bool = False, kv_dtype: str | None = None,
             config: dict | None = None) -> list[dict]:
     """One row per (variant, block size) with the COLUMNS above (plus `kernels` for multi-kernel
     variants, `note`, and `skipped` / `error` where a row has no numbers).

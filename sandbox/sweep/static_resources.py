@@ -15,7 +15,9 @@ import importlib
 import json
 from pathlib import Path
 
-HEAD_DIM, DTYPE, ARCH = 128, "float16", "sm_90"
+from sandbox.analysis.gpus import DEFAULT_ARCH
+
+HEAD_DIM, DTYPE, ARCH = 128, "float16", DEFAULT_ARCH
 EXTRA_PRECISIONS = (("bfloat16", None), ("float16", "float8_e4m3fn"))
 EXTRA_BLOCK_SIZE = 16
 

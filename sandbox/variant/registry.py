@@ -60,6 +60,12 @@ WRONG_VARIANTS = {
     "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
 }
 
+# Micro-benchmark kernels (the "micro" problem kind, sandbox.problem.micro): counted and modelled like a variant,
+# checked against published measurements by `python -m sandbox model-check`; no suite that walks VARIANTS meets them.
+MICRO_VARIANTS = {
+    "micro.read": "kernels.micro.read",
+}
+
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
 # prepare_write(key_cache, value_cache, key, value, slot_mapping, backend) -> Prepared whose
 # result() returns (key_cache, value_cache) as host arrays; inputs are validated by
@@ -77,7 +83,7 @@ class Variant:
 
     @property
     def family(self) -> str:
-        """numpy | numba | cupy: decides the backend (for wrong.* the family of the broken kernel)."""
+        """numpy | numba | cupy | micro: decides the backend (for wrong.* the family of the broken kernel)."""
         return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
 
     @property
@@ -143,14 +149,14 @@ def get_cache_writer(name: str) -> Variant:
 def get(name: str, problem: str | None = None) -> Variant:
     """The variant called `name`; an unknown name lists the valid ones. With `problem` ("decode", "mla"), a
     variant of another kind is refused (ValueError) with the names of that kind."""
-    path = VARIANTS.get(name) or WRONG_VARIANTS.get(name)
+    path = VARIANTS.get(name) or WRONG_VARIANTS.get(name) or MICRO_VARIANTS.get(name)
     if path is None:
-        valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS))
+        valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS) + list(MICRO_VARIANTS))
         raise ValueError(f"unknown variant {name!r}; valid names: {valid}")
     variant = Variant(name, importlib.import_module(path))
     if problem is not None and variant.problem != problem:
-        entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}
-        raise ValueError(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
+        entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}.get(variant.problem, "sandbox.traffic")
+        raise ValueError(f"{name} solves {variant.problem} problems ({entry}), not {problem}; "
                          f"{problem} variants: {', '.join(variants(problem=problem))}")
     return variant
 

@@ -6,7 +6,9 @@
                        occupancy, blocks_per_sm, limiter (the compile census of that instantiation)
         "ideal_bytes"  query + K/V of every physical slot read, once + table entries + output
                        (problem.ideal_bytes(): a prefix shared through the tables counts once)
-        "model"        time_us, fraction_of_dram_bw, bound, assumptions, levels_us, kernels
+        "model"        time_us, fraction_of_dram_bw (of nominal), fraction_of_achievable (of the measured read
+                       stream), bound, assumptions, levels_us, kernels (each with loads_in_flight, loads_per_wait,
+                       loads_in_flight_source: "sass" when read from its SASS, else what was assumed)
         "scale", "notes"  how many times the counted blocks stand for the grid, and what to know
     columns(name, problem, device="h200", config=None) -> dict   the per-point columns a sweep records (COLUMNS)
 
@@ -26,14 +28,15 @@ import functools
 
 import numpy as np
 
-from .. import gpus, model as _model
+from .. import gpus, loads_in_flight as _loads, model as _model
 from ..occupancy import occupancy
 from . import metrics as M
 from .count import count
 
 SAMPLE_SEQS = 8
 COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
-           "bank_conflicts", "model_time_us", "model_fraction_of_bw", "model_bound")
+           "bank_conflicts", "model_time_us", "model_fraction_of_bw", "model_fraction_of_achievable", "model_bound",
+           "model_loads_in_flight", "model_loads_per_wait", "model_loads_source", "model_flops")
 _CACHE_TARGETS = ("key_cache", "value_cache", "cache")  # decode's K and V; MLA's latent rows
 
 
@@ -146,7 +149,7 @@ def _capture_cupy(name, problem, counted, census: bool, config, device, kind: st
     with traffic_capture() as launches:
         part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
-    resources = [_cupy_census(kernel, block, shared) if census else _no_census(block, shared)
+    resources = [_cupy_census(kernel, block, shared, device.arch) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
     return launches, grids, resources
 
@@ -174,17 +177,27 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     represent = _numba_representatives(problem, gpus.get(device).l2_bytes) if kind == "decode" else None
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
-    res = _numba_census(name, problem, kind, config) if census else dict(census_error="not asked for (census=False)")
-    return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block) for r in launches]
+    arch = gpus.get(device).arch
+    res = (_numba_census(name, problem, kind, config, arch) if census
+           else dict(census_error="not asked for (census=False)"))
+    return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block, arch, r.kernel) for r in launches]
 
 
-def _launched(census: dict, block) -> dict:
+def _launched(census: dict, block, arch: str, kernel: str = "") -> dict:
     """The census with the threads per block this launch ran (and the occupancy they give)."""
     threads = int(np.prod(_dims(block)))
+    readings = census.get("sass_readings") or {}
+    census = {k: v for k, v in census.items() if k != "sass_readings"}
+    # The SASS of the kernel this launch ran (numba.split launches two): matched by name, else the only one.
+    match = [r for n, r in readings.items() if kernel and kernel in n] or (list(readings.values())
+                                                                           if len(readings) == 1 else [])
+    census.update(_loads_fields(match[0], arch) if match else _assumed_loads(
+        "no SASS: the Numba simulator's capture without a compile census" if not readings
+        else f"no SASS matched kernel {kernel!r}"))
     if "registers" not in census or census.get("threads_per_block") == threads:
         return census
     occ = occupancy(census["registers"], census["static_shared_bytes"] + census["dynamic_shared_bytes"], threads,
-                    "sm_90")
+                    arch)
     return dict(census, threads_per_block=threads, occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm,
                 limiter=occ.limiter)
 
@@ -210,31 +223,54 @@ def _dims(value) -> tuple:
 
 
 @functools.lru_cache(maxsize=64)
-def _nvrtc_resources(code: str, name: str, options: tuple):
-    from sandbox.analysis import nvrtc
-    return nvrtc.compile_cubin(code, [name], arch="sm_90", options=options).resources[name]
+def _nvrtc_census(code: str, name: str, options: tuple, arch: str):
+    """(Resources, loads_in_flight.LoadsInFlight or the reason the SASS could not be read) of one instantiation."""
+    from sandbox.analysis import nvrtc, sass
+    compiled = nvrtc.compile_cubin(code, [name], arch=arch, options=options)
+    try:
+        reading = _loads.read(sass.function_sass(compiled.cubin, compiled.lowered[name]))
+    except Exception as exc:  # nvdisasm missing: the model says what it assumed
+        reading = f"{type(exc).__name__}: {exc}"[:200]
+    return compiled.resources[name], reading
+
+
+def _loads_fields(reading, arch: str) -> dict:
+    """The per-kernel loads-in-flight fields of a SASS reading (or of the reason there is none)."""
+    if isinstance(reading, str):
+        return _assumed_loads(f"SASS unreadable ({reading})")
+    return dict(loads_in_flight=reading.loads_in_flight, loads_per_wait=round(reading.per_wait, 3),
+                load_chain=reading.chain, loads_in_flight_source="sass", loads_in_flight_detail=f"{arch}: "
+                + reading.describe())
+
+
+def _assumed_loads(why: str) -> dict:
+    return dict(loads_in_flight=_model.ASSUMED_LOADS_IN_FLIGHT, loads_per_wait=float(_model.ASSUMED_LOADS_IN_FLIGHT),
+                load_chain=None, loads_in_flight_source=f"assumed {_model.ASSUMED_LOADS_IN_FLIGHT} per wait: {why}")
 
 
 def _no_census(block, dynamic_shared: int) -> dict:
     return dict(census_error="not asked for (census=False)", threads_per_block=int(np.prod(_dims(block))),
-                dynamic_shared_bytes=int(dynamic_shared))
+                dynamic_shared_bytes=int(dynamic_shared), **_assumed_loads("no compile census (census=False)"))
 
 
-def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
-    """Registers and shared memory of this exact instantiation (NVRTC -> cubin, sm_90), and its occupancy."""
+def _cupy_census(kernel, block, dynamic_shared: int, arch: str) -> dict:
+    """Registers and shared memory of this exact instantiation (NVRTC -> cubin for the device's arch), its occupancy
+    and the loads its warps keep in flight (read from the same cubin's SASS)."""
     threads = int(np.prod(_dims(block)))
     try:
-        res = _nvrtc_resources(kernel.code, kernel.name, tuple(kernel.options))
+        res, reading = _nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
     except Exception as exc:  # no CUDA wheels: the model says occupancy is unknown
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300], threads_per_block=threads,
-                    dynamic_shared_bytes=int(dynamic_shared))
-    occ = occupancy(res.registers, res.static_shared_bytes + int(dynamic_shared), threads, "sm_90")
+                    dynamic_shared_bytes=int(dynamic_shared), **_assumed_loads("no compile census"))
+    occ = occupancy(res.registers, res.static_shared_bytes + int(dynamic_shared), threads, arch)
     return dict(registers=res.registers, static_shared_bytes=res.static_shared_bytes,
-                dynamic_shared_bytes=int(dynamic_shared), local_bytes=res.local_bytes, threads_per_block=threads,
-                occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter)
+                dynamic_shared_bytes=int(dynamic_shared), local_bytes=res.local_bytes,
+                spill_stores=res.spill_stores, spill_loads=res.spill_loads, threads_per_block=threads,
+                occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter,
+                **_loads_fields(reading, arch))
 
 
-def _numba_census(name, problem, kind: str, config=None) -> dict:
+def _numba_census(name, problem, kind: str, config, arch: str) -> dict:
     from sandbox.analysis import resources
     from sandbox.problem import mla_record
     if kind == "mla":  # resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype
@@ -243,12 +279,27 @@ def _numba_census(name, problem, kind: str, config=None) -> dict:
         shape = dict(head_dim=problem.head_dim,
                      kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
     try:
-        (row,) = resources.collect([name], [problem.block_size], dtype=problem.dtype.name, config=config, **shape)
+        (row,) = resources.collect([name], [problem.block_size], dtype=problem.dtype.name, config=config, arch=arch,
+                                   images=True, **shape)
     except Exception as exc:
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300])
-    keys = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "threads_per_block",
-            "occupancy", "blocks_per_sm", "limiter")
-    return {k: row[k] for k in keys if k in row} or dict(census_error=row.get("skipped") or row.get("error", "?"))
+    keys = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores", "spill_loads",
+            "threads_per_block", "occupancy", "blocks_per_sm", "limiter")
+    out = {k: row[k] for k in keys if k in row} or dict(census_error=row.get("skipped") or row.get("error", "?"))
+    out["sass_readings"] = _numba_readings(row.get("images") or ())
+    return out
+
+
+def _numba_readings(images) -> dict:
+    """{kernel name: LoadsInFlight or the reason} of a Numba census row's cubins."""
+    from sandbox.analysis import sass
+    out = {}
+    for kernel, cubin, function in images:
+        try:
+            out[kernel] = _loads.read(sass.function_sass(cubin, function))
+        except Exception as exc:
+            out[kernel] = f"{type(exc).__name__}: {exc}"[:200]
+    return out
 
 
 # ---------------------------------------------------------------- the result
@@ -262,7 +313,7 @@ def _scaled_sites(sites: list, scale: float) -> list:
     return [{k: (int(round(v * scale)) if k in fields else v) for k, v in s.items()} for s in sites]
 
 
-def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS, census: bool = True,
+def traffic(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = SAMPLE_SEQS, census: bool = True,
             config: dict | None = None) -> dict:
     """Count `name`'s kernels on `problem` and model their time on `device` (see the module docstring).
 
@@ -273,6 +324,9 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
 
     gpu = gpus.get(device)
     variant = registry.get(name)
+    if variant.family == "micro":  # a micro-benchmark kernel: its own problem kind and one block counted
+        from . import micro
+        return micro.traffic(variant, problem, gpu, census, config)
     if variant.family == "numpy":
         raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
                          "memory accesses; choose a cupy.* or numba.* variant")
@@ -288,10 +342,6 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
-    declared = getattr(variant.module, "LOADS_IN_FLIGHT", None)
-    if callable(declared):  # a count that depends on the problem (head dim, cache format)
-        declared = declared(problem)
-    loads = int(declared) if declared is not None else _model.DEFAULT_LOADS_IN_FLIGHT
     # The attention math's FLOPs on CUDA cores: what the counted tensor-core MMAs did not do (a tensor-core
     # variant's Q.K^T and P.V are its MMAs; their padding rows make the MMAs' FLOPs the larger).
     tensor_flops = _scaled(call.metrics, scale)["sandbox__tensor_flops.sum"]
@@ -302,15 +352,22 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
         metrics = _scaled(t.metrics, scale)
         share = flops * sectors / sum(load_sectors) if sum(load_sectors) else flops / len(call.launches)
         kernels.append(dict(name=t.kernel, grid=grid, block=t.block, counted_grid=t.grid, metrics=metrics,
-                            sites=_scaled_sites(t.sites, scale), notes=t.notes, **res))
-        model_inputs.append(_model.Kernel(t.kernel, metrics, int(np.prod(grid)), int(np.prod(t.block)),
-                                          res.get("blocks_per_sm"), loads, share, declared is not None))
+                            sites=_scaled_sites(t.sites, scale), notes=t.notes, flops=share, **res))
+        model_inputs.append(model_kernel(t.kernel, metrics, grid, t.block, res, share))
     notes = ([note] if note else []) + call.notes + [f"{k['name']}: compile census unavailable ({k['census_error']})"
                                                      for k in kernels if "census_error" in k]
     return dict(variant=name, config=tunables.describe(variant.configuration(config)), device=gpu.name,
                 problem=problem.describe(), metrics=_scaled(call.metrics, scale),
                 kernels=kernels, ideal_bytes=int(problem.ideal_bytes()), model=_model.predict(model_inputs, gpu),
                 scale=scale, notes=notes)
+
+
+def model_kernel(name: str, metrics: dict, grid, block, census: dict, flops: float) -> _model.Kernel:
+    """The model's view of one launch: its counts, grid and block, and its census (occupancy, loads in flight)."""
+    source = census.get("loads_in_flight_source", "assumed")
+    return _model.Kernel(name, metrics, int(np.prod(grid)), int(np.prod(block)), census.get("blocks_per_sm"),
+                         int(census.get("loads_in_flight", _model.ASSUMED_LOADS_IN_FLIGHT)), flops,
+                         "sass" if source == "sass" else source, census.get("loads_per_wait"))
 
 
 def kv_sectors_per_request(result: dict) -> float:
@@ -322,19 +379,37 @@ def kv_sectors_per_request(result: dict) -> float:
     return sum(s["sectors"] for s in sites) / requests if requests else 0.0
 
 
-def summary(result: dict) -> dict:
-    """The COLUMNS of one traffic() result."""
+def flops(result: dict) -> float:
+    """The FLOPs the model counts for a call: the CUDA-core math shared among the kernels, and the counted MMAs'."""
+    return sum(k.get("flops", 0.0) for k in result["kernels"]) + result["metrics"]["sandbox__tensor_flops.sum"]
+
+
+def latency_bandwidth(result: dict) -> float:
+    """Bytes per second a call's DRAM bytes would flow at if the latency level alone set its time (the latency-bound
+    roof of its bytes in flight, for the roofline)."""
+    seconds = result["model"]["levels_us"]["latency"] / 1e6
     m = result["metrics"]
+    return (m[M.DRAM_READ] + m[M.DRAM_WRITE]) / seconds if seconds else float("inf")
+
+
+def summary(result: dict) -> dict:
+    """The COLUMNS of one traffic() result (loads in flight: the longest kernel's)."""
+    m = result["metrics"]
+    longest = max(result["model"]["kernels"], key=lambda k: k["time_us"])
     dram = m[M.DRAM_READ] + m[M.DRAM_WRITE]
     return dict(dram_bytes=dram, ideal_bytes=result["ideal_bytes"], bytes_over_ideal=dram / result["ideal_bytes"],
                 load_sectors_per_request=m[M.GLOBAL_LOAD_SECTORS] / max(m[M.GLOBAL_LOAD_REQUESTS], 1),
                 kv_sectors_per_request=kv_sectors_per_request(result),
                 bank_conflicts=sum(m[n] for n in M.SHARED_CONFLICTS),
                 model_time_us=result["model"]["time_us"], model_fraction_of_bw=result["model"]["fraction_of_dram_bw"],
-                model_bound=result["model"]["bound"])
+                model_fraction_of_achievable=result["model"]["fraction_of_achievable"],
+                model_bound=result["model"]["bound"], model_loads_in_flight=longest["loads_in_flight"],
+                model_loads_per_wait=longest["loads_per_wait"],
+                model_loads_source="sass" if longest["loads_in_flight_source"] == "sass" else "assumed",
+                model_flops=flops(result))
 
 
-def columns(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS,
+def columns(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = SAMPLE_SEQS,
             config: dict | None = None) -> dict:
     """What a sweep point records: summary(traffic(name, problem, device, config=config)) (keys: COLUMNS)."""
     return summary(traffic(name, problem, device, sample_seqs, config=config))
