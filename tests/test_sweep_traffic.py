@@ -103,7 +103,7 @@ def modelled_row(variant, block_size, model_us, shape=GOAL, time_us=None, fracti
         row.update(backend=backend, timing="cpu-emulation")
     row.update(model_time_us=model_us, model_fraction_of_bw=fraction, model_bound="dram", bytes_over_ideal=1.01,
                kv_sectors_per_request=16.0, load_sectors_per_request=9.9, bank_conflicts=0, dram_bytes=10**9,
-               ideal_bytes=99 * 10**7)
+               ideal_bytes=99 * 10**7, model_flops=4 * 10**9)
     return row
 
 
@@ -160,7 +160,10 @@ def test_the_model_plot_is_headed_as_a_model_and_ranks_its_legend(tmp_path):
     rows = [modelled_row("cupy.v1", bs, 900.0 / bs ** 0.1) for bs in (1, 16, 128)]
     rows += [modelled_row("cupy.rows", bs, 250.0) for bs in (1, 16, 128)]
     written = plots.write_all(tmp_path, rows, [], None, False, None, print)
-    assert "model_time_vs_block_size.png" in written
+    assert "model_time_vs_block_size.png" in written and "roofline_h200.png" in written
+    roof = plots.roofline_of(rows, "h200")  # one point per variant, its best block size
+    assert [t.get_text().split(":")[0] for t in roof.legends[0].get_texts()][-2:] == ["cupy.v1 bs128", "cupy.rows bs1"]
+    assert roof.axes[0].get_title().startswith("MODEL (H200 SXM), not a measurement")
     fig = plots.model_figure(rows, "h200")
     assert fig._suptitle.get_text().startswith("MODEL (H200), not a measurement")
     labels = [t.get_text() for t in fig.legends[0].get_texts()]

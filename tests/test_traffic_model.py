@@ -139,3 +139,21 @@ def test_the_architecture_list_is_written_once():
     from sandbox.analysis import nvrtc, resources
     assert nvrtc.ARCHS == resources.ARCHS == tuple(occupancy.ARCHS)
     assert resources.LINKER_EXTRA_SMEM == {"sm_80": 0, "sm_90": 1024}
+
+
+def test_sensitivity_moves_the_time_the_right_way_and_finds_flips():
+    from sandbox.analysis import sensitivity
+    gb = 10**9
+    k = kernel(dram=gb, l2_sectors=gb // 32, load_requests=gb // 512, load_sectors=gb // 32, blocks=H200.sms * 32,
+               blocks_per_sm=1, loads=2)
+    result = dict(kernels=[dict(name="k", metrics=k.metrics, grid=(k.num_blocks, 1, 1), block=(128, 1, 1),
+                                blocks_per_sm=1, loads_in_flight=2, loads_per_wait=2.0, loads_in_flight_source="sass",
+                                flops=0.0)])
+    t = sensitivity.times(result, "h200")
+    assert t["latency -25%"] < t["model"] < t["latency +25%"]
+    assert t["loads +1"] < t["model"] < t["loads -1"]
+    assert t["model"] == pytest.approx(model.predict([k], H200)["time_us"])
+    near = dict(model=100.0, **{c: 100.0 for c in sensitivity.CASES})
+    assert sensitivity.flips([("a", near), ("b", dict(near, model=101.0))]) == []
+    assert sensitivity.flips([("a", near), ("b", dict(near, model=101.0, **{"loads +1": 90.0}))]) == [
+        "loads +1: b is fastest, not a"]
