@@ -30,8 +30,8 @@ extern "C" __global__ void chain(const int* __restrict__ table, const float* __r
 }
 """,
     3: """
-extern "C" __global__ void chain(const int* __restrict__ table, const int* __restrict__ rows, const float* __restrict__ x,
-                                 float* out) {
+extern "C" __global__ void chain(const int* __restrict__ table, const int* __restrict__ rows,
+                                 const float* __restrict__ x, float* out) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     out[i] = x[rows[table[i]]];
 }

@@ -72,8 +72,8 @@ def test_the_stored_censuses_are_what_the_kernels_compile_to_now():
             census = V._cupy_census(kernel, block, shared, arch)
             now[kernel.name] = census
         for k in stored["kernels"]:
-            fresh = next((c for n, c in now.items() if n == k["name"] or k["name"].endswith(n) or n.endswith(k["name"])),
-                         None)
+            fresh = next((c for n, c in now.items()
+                          if n == k["name"] or k["name"].endswith(n) or n.endswith(k["name"])), None)
             if fresh is None:
                 stale.append(f"{name}: kernel {k['name']} not launched now")
                 continue

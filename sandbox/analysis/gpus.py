@@ -30,8 +30,8 @@ _L2_BW = ("assumption: 5120 bytes/clock, the A100 whitepaper's L2 read bandwidth
 _QUEUE = (f"fitted to {_GPU_BENCHES} gpu-stream/gh200.txt (read kernel, one 8-byte load per thread, 2 blocks per SM): "
           "486 / 935 / 1715 / 2775 GB/s at 256 / 512 / 1024 / 2048 threads per SM give an effective latency of "
           "556 / 578 / 630 / 779 ns = DRAM latency + block overhead + queue x rho / (1 - rho), rho = bandwidth / "
-          "read stream; least squares of the relative error over the four points (python scripts/fit_queueing.py), checked on other GPUs by "
-          "`python -m sandbox model-check`")
+          "read stream; least squares of the relative error over the four points (python scripts/fit_queueing.py), "
+          "checked on other GPUs by `python -m sandbox model-check`")
 _BLOCK = "fitted with the queueing term (the same four gpu-stream points): a block's launch and retire per SM slot"
 _BLOCK_RATE = (f"{_GPU_BENCHES} gpu-stream/gh200.txt: about 1.65e9 blocks/s GPU-wide when every thread of a block "
                "does one load (the FACTS of this project; GH100)")

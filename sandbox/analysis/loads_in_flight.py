@@ -17,8 +17,8 @@ latency, and every load issued before that wait arrives together. So in the hot 
 loads_in_flight = max_batch (the count the issue of a kernel's design states: "3 K vectors back to back");
 per_wait = loads / waits, what a warp really has outstanding per latency it waits: 4 independent loads then
 their use give 4 and 4; a chain of 3 dependent loads gives 1 and 1 (each link waits for the previous one);
-a table entry, then 3 vectors, then a fourth used at once give 3 and 5 / 3. cp.async (LDGSTS) writes no register: its wait is
-the DEPBAR that waits for the copies.
+a table entry, then 3 vectors, then a fourth used at once give 3 and 5 / 3. cp.async (LDGSTS) writes no
+register: its wait is the DEPBAR that waits for the copies.
 
 The hot loops are the innermost loops (a backward branch's range holding no other) that issue global loads,
 keeping those that move at least half the bytes per iteration of the busiest one (a query-load prologue
@@ -86,7 +86,8 @@ def parse(sass: str) -> tuple[list[Instruction], dict]:
         pending_labels = []
         target = _TARGET.search(rest)
         operands = [o.strip() for o in _split_operands(rest)] if rest else []
-        instructions.append(Instruction(address, opcode, modifiers, operands, guard, target.group(1) if target else None))
+        instructions.append(Instruction(address, opcode, modifiers, operands, guard,
+                                        target.group(1) if target else None))
     return instructions, labels
 
 
@@ -199,6 +200,6 @@ def read(sass: str) -> LoadsInFlight:
     if not bodies:
         return LoadsInFlight(1, 1.0, 0, 0, 0, 0, ())
     total = {k: sum(s[k] for _, s in bodies) for k in ("loads", "waits", "load_bytes")}
-    return LoadsInFlight(loads_in_flight=max(s["max_batch"] for _, s in bodies), per_wait=total["loads"] / total["waits"],
-                         loads=total["loads"], waits=total["waits"], chain=max(s["chain"] for _, s in bodies),
+    return LoadsInFlight(loads_in_flight=max(s["max_batch"] for _, s in bodies),
+                         per_wait=total["loads"] / total["waits"], loads=total["loads"], waits=total["waits"], chain=max(s["chain"] for _, s in bodies),
                          load_bytes=total["load_bytes"], loops=tuple(span for span, _ in bodies if span))

@@ -153,8 +153,8 @@ def assumptions(gpu: gpus.GPU, kernels: list[Kernel]) -> list[str]:
     """What the model takes for granted, in words a reader can check."""
     out = [
         f"device {gpu.describe()}",
-        f"DRAM ceiling {gpu.read_bytes_per_s / 1e12:.2f} TB/s, the measured read stream ({gpu.sources['read_bytes_per_s']})"
-        f"; nominal {gpu.dram_bytes_per_s / 1e12:.2f} TB/s",
+        f"DRAM ceiling {gpu.read_bytes_per_s / 1e12:.2f} TB/s, the measured read stream "
+        f"({gpu.sources['read_bytes_per_s']}); nominal {gpu.dram_bytes_per_s / 1e12:.2f} TB/s",
         f"DRAM latency {gpu.dram_latency_s * 1e9:.0f} ns idle + {gpu.queue_latency_s * 1e9:.0f} ns x rho / (1 - rho) "
         f"as the memory system fills, {gpu.block_overhead_s * 1e9:.0f} ns per block, launch "
         f"{gpu.launch_s * 1e6:.2f} us per kernel (back to back in a stream); L2 bandwidth "
