@@ -11,7 +11,7 @@ of the query's dtype or the 656-byte fp8 record (with float16 queries its bf16 R
 float16: exact within float16's normal range); dense and sparse; any query length; any context.
 Template: mla_tc_attention<T, RECORD, SPARSE> (mla_tc.cu) and mla_merge<T> (mla.cu).
 Tunable: partition_size (TUNABLES), tokens (sparse: index entries) per block.
-Verdict: not measured on a GPU; modelled figures in docs/tensor-cores.md.
+Verdict: not measured on a GPU; docs/tensor-cores.md names the commands that model it.
 """
 from __future__ import annotations
 

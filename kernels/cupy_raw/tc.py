@@ -20,7 +20,8 @@ Template: paged_attention_tc<HEAD_DIM, T, C = T, OPTS = 0> in tc.cu; merge paged
 Accuracy: Q, K and V are exact in the MMA's inputs and S, O accumulate in float; P = P_hi + P_lo keeps ~22
 (fp16) or 16 (bf16) bits. P rounded once to 16 bits put 48 of 6144 outputs of tests/test_tc_variants.py's
 every-option problem outside compare.py's fp16 tolerance; with the pair none (docs/tensor-cores.md).
-Verdict: not measured on a GPU; modelled figures at the goal shapes are in docs/tensor-cores.md.
+Verdict: not measured on a GPU; its modelled time at the goal shape is in docs/performance-model.md's
+generated table, and docs/tensor-cores.md names the commands for the other shapes.
 """
 from __future__ import annotations
 
