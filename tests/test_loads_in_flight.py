@@ -105,3 +105,19 @@ def test_parse_expands_register_pairs_and_labels():
     assert (got.loads, got.waits, got.chain) == (1, 1, 1)
     whole = loads_in_flight.scan(instructions)  # R5 (high half of the .64 pair) feeds the address: a chain of 2
     assert whole["chain"] == 2 and whole["waits"] == 2
+
+
+def test_every_cuda_c_kernel_of_a_call_is_read_from_its_sass():
+    """cupy.v1's K loop issues 3 16-byte vectors back to back before the first use (the reduce kernel of a split-KV
+    variant has its own reading); nothing is declared by hand any more."""
+    import sandbox
+    from sandbox.variant import registry
+
+    problem = sandbox.DecodeProblem.random(seed=3, num_seqs=2, context_lens=[600, 600], num_heads=8, num_kv_heads=2,
+                                           head_dim=128, block_size=16, dtype="float16", share_prefix=False)
+    v1 = sandbox.traffic("cupy.v1", problem)["model"]["kernels"]
+    assert [k["loads_in_flight_source"] for k in v1] == ["sass"] and v1[0]["loads_in_flight"] >= 2
+    gqa = sandbox.traffic("cupy.gqa", problem)["model"]["kernels"]
+    assert len(gqa) == 2 and all(k["loads_in_flight_source"] == "sass" for k in gqa)
+    assert gqa[0]["loads_per_wait"] != gqa[1]["loads_per_wait"]  # the reduce kernel is read on its own
+    assert not any(hasattr(registry.get(n).module, "LOADS_IN_FLIGHT") for n in registry.variants("cupy"))
