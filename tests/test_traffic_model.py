@@ -157,3 +157,19 @@ def test_sensitivity_moves_the_time_the_right_way_and_finds_flips():
     assert sensitivity.flips([("a", near), ("b", dict(near, model=101.0))]) == []
     assert sensitivity.flips([("a", near), ("b", dict(near, model=101.0, **{"loads +1": 90.0}))]) == [
         "loads +1: b is fastest, not a"]
+
+
+def test_a_new_gpu_of_a_known_architecture_is_one_table_entry(monkeypatch):
+    """An entry is all a GPU needs: its arch picks the compile target and the SM's resources."""
+    import sandbox
+    from sandbox.commands.traffic import problem_for
+    from sandbox.sweep import shapes
+    entry = dataclasses.replace(gpus.get("h100"), name="H800 SXM (an example entry)", sms=132,
+                                read_bytes_per_s=3.0e12)
+    monkeypatch.setitem(gpus.GPUS, "h800", entry)
+    problem = problem_for(shapes.parse_any("2x64x4/2x64xfp16"), 16, seed=0)
+    result = sandbox.traffic("cupy.gqa", problem, device="h800")
+    assert result["device"] == "H800 SXM (an example entry)"
+    assert all(k["loads_in_flight_detail"].startswith("sm_90:") for k in result["kernels"])
+    assert result["model"]["fraction_of_achievable"] == pytest.approx(
+        result["model"]["fraction_of_dram_bw"] * entry.dram_bytes_per_s / 3.0e12)
