@@ -87,6 +87,8 @@ class Tuning:
         module = registry.get(c.name).module
         if self.mode == "explore":
             config, ranked, note = explore_point(c, module, data, block_size, resolved, env, timing_config)
+            if ranked:  # the winner, said as each point is tuned
+                print(f"tune: {c.name} at {data.shape.name} block size {block_size}: {note}", flush=True)
             self._pending = dict(variant=c.name, shape=data.shape.name, block_size=block_size, config=config,
                                  ranked=ranked)
         else:
@@ -153,7 +155,6 @@ def explore_point(c, module, data, block_size: int, resolved: str, env, timing_c
     unit = "us GPU" if on_gpu else "us modelled"
     winner = (f"tuned over {len(grid)} configurations: {tunables.describe(best['config'])} wins at "
               f"{best['score']:.2f} {unit}")
-    print(f"tune: {c.name} at {data.shape.name} block size {block_size}: {winner}", flush=True)
     return best["config"], ranked, winner
 
 
