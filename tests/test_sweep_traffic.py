@@ -9,8 +9,9 @@ import json
 import pytest
 
 from sandbox.results import CsvAppender
-from sandbox.sweep import diff, goals, plots, run, shapes, summary, traffic_columns
-
+from sandbox.sweep import shapes
+from sandbox.sweep.measure import run, traffic_columns
+from sandbox.sweep.report import diff, goals, plots, summary
 from test_sweep import gpu_row, sweep
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None

@@ -18,6 +18,7 @@ import os
 import re
 
 from . import compile_cache
+from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
 from .gpus import DEFAULT_ARCH
 from .occupancy import ARCHS as _SMS
 
@@ -68,7 +69,6 @@ class Compiled:
 @functools.lru_cache(maxsize=None)
 def cuda_include_dir() -> str:
     """The CUDA runtime wheel's include folder (cuda_fp16.h, vector types, ...)."""
-    from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
     found = pathfinder_lookup("find_nvidia_header_directory", "cudart")
     if found:
         return found
@@ -82,7 +82,6 @@ def cuda_include_dir() -> str:
 def include_dirs() -> tuple[str, ...]:
     """Folders NVRTC searches: the runtime wheel's headers, and the one holding crt/mma.h (nvidia-cuda-crt,
     cuda-toolkit[crt]) when that is another: <mma.h> (nvcuda::wmma) includes crt/mma.h."""
-    from .cuda_wheels import in_nvidia_wheels
     folders = [cuda_include_dir()]
     crt = in_nvidia_wheels("include/crt/mma.h", ("nvidia.cu13", "nvidia.cuda_crt", "nvidia.cuda_nvcc"))
     if crt is not None and str(crt.parent.parent) not in folders:

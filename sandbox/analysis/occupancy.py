@@ -26,7 +26,7 @@ class SM:
     reserved_shared_per_block: int = 1024   # the CUDA runtime keeps 1 KB per block (sm_80 and later)
     shared_unit: int = 128            # shared memory allocation granularity
     # nvJitLink's summary line counts this much more shared memory than the kernel declares (observed on
-    # sm_90: a kernel without shared memory reports 1024 bytes smem, 0 on sm_80; sandbox.analysis.resources).
+    # sm_90: a kernel without shared memory reports 1024 bytes smem, 0 on sm_80; sandbox.analysis.ptx_link).
     linker_extra_shared: int = 0
 
 

@@ -11,7 +11,7 @@ The counts do not change (they are exact); only the model's figures do. Loads pe
 from __future__ import annotations
 
 from . import gpus, model
-from .traffic import variant as V
+from .traffic.census import model_kernel
 
 CASES = ("latency -25%", "latency +25%", "copy stream", "loads -1", "loads +1")
 
@@ -24,7 +24,7 @@ def _what_if(case: str, gpu: gpus.GPU) -> dict:
 
 def kernels_of(result: dict) -> list[model.Kernel]:
     """The model's inputs of a traffic() result (each kernel's counts, grid, block, census and FLOPs share)."""
-    return [V.model_kernel(k["name"], k["metrics"], k["grid"], k["block"], k, k.get("flops", 0.0))
+    return [model_kernel(k["name"], k["metrics"], k["grid"], k["block"], k, k.get("flops", 0.0))
             for k in result["kernels"]]
 
 

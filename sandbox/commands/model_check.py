@@ -19,6 +19,7 @@ from ..problem.micro import MicroReadProblem
 from ..results import CsvAppender, new_run_dir
 from ..sweep import shapes as shapes_mod
 from . import align
+from .traffic import problem_for
 
 
 def add_arguments(parser) -> None:
@@ -32,7 +33,6 @@ def model_us(row: MC.Row) -> float:
     if row.micro:
         problem = MicroReadProblem(int(row.shape))
         return V.traffic(row.variant, problem, row.device, config=row.config)["model"]["time_us"]
-    from .traffic import problem_for
     problem = problem_for(shapes_mod.parse_any(row.shape), row.block_size, seed=0)
     return V.traffic(row.variant, problem, row.device, config=row.config or None)["model"]["time_us"]
 

@@ -27,10 +27,13 @@ from ..analysis.traffic import metrics as M
 from ..analysis.traffic import variant as V
 from ..problem import dtypes
 from ..sweep import mla_shapes, shapes as shapes_mod
+from ..sweep.report.mpl import pyplot
+from ..sweep.report.roofline import roofline_figure
 from ..variant import registry
 from ..variant import tunables
 from ..variant.limits import Unsupported
 from . import add_config_argument, align, block_size_list, resolve_configs, select_names
+from ..analysis.traffic import numba_sample
 
 DEFAULT_SHAPE = shapes_mod.GOAL_SHAPE
 DEFAULT_BLOCK_SIZES = (16,)
@@ -69,9 +72,12 @@ def _names(values, kind: str = "decode") -> list[str]:
     known = registry.variants(problem=kind) + registry.variants("wrong", problem=kind)
     names = select_names(list(values), known, lambda family: registry.variants(family, problem=kind))
     for name in names:
-        if registry.get(name).family == "numpy":
-            raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a "
-                             "kernel's memory accesses; choose cupy.* or numba.* variants")
+        family = registry.get(name).family_plugin
+        if family.capture is None:
+            counted = [f"{f}.*" for f in registry.FAMILIES
+                       if registry.family(f).capture and registry.variants(f, problem=None)]
+            raise ValueError(f"{name} has no GPU kernel ({family.summary}): traffic counts a kernel's memory "
+                             f"accesses; choose {' or '.join(counted)} variants")
     return names
 
 
@@ -104,10 +110,9 @@ def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
     """The multiply-adds a count simulates: the CPU executor's sampled sequences (V.sample), the Numba capture's
     represented blocks (numba_sample.estimate_seconds)."""
     variant = registry.get(name)
-    if variant.family == "numba":
+    if variant.family_plugin.capture == "numba_simulator":
         if getattr(variant, "problem", "decode") == "mla":  # the capture simulates every block
             return problem.multiply_adds()
-        from ..analysis.traffic import numba_sample
         return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
     counted, _, _ = V.sample(problem, sample)
     return counted.multiply_adds()
@@ -245,13 +250,11 @@ def main(args) -> int:
     if args.sensitivity:
         print(verdicts(points, args.device))
     if args.plot and points:
-        from ..sweep.plots import _mpl
-        from ..sweep.roofline import roofline_figure
         fig = roofline_figure([dict(label=f"{n} bs{bs}", flops=V.flops(r), time_us=r["model"]["time_us"],
                                     dram_bytes=V.summary(r)["dram_bytes"], latency_bytes_per_s=V.latency_bandwidth(r))
                                for n, bs, r in points], args.device)
         fig.savefig(args.plot, dpi=110)
-        _mpl().close(fig)
+        pyplot().close(fig)
         print(f"wrote {args.plot}")
     if args.json:
         Path(args.json).write_text(json.dumps([dict(r, block_size=bs) for _, bs, r in points], indent=1, default=str))

@@ -1,6 +1,8 @@
-"""The one list of variants: name -> module. Tests, check, benchmarks and the sweep walk it.
+"""The one list of variants: name -> module, and of kernel families: name -> package. Tests, check, benchmarks
+and the sweep walk it.
 
-Adding a variant is one module plus one line here. Modules load lazily, so importing the
+Adding a variant is one module plus one line here; adding a kernel family is one package under kernels/ (its
+FAMILY, sandbox/variant/family.py) plus one line in FAMILIES. Modules load lazily, so importing the
 sandbox never imports numba.cuda or CuPy. Each variant solves one kind of problem (PROBLEMS), read
 from its LIMITS (`LIMITS.problem`: "decode" for Limits, "mla" for MLALimits); variants(problem=...)
 walks one kind, so the decode suites never meet an MLA variant and the other way round.
@@ -13,9 +15,18 @@ import re
 import types
 
 from . import tunables
+from .family import Family
 from .limits import Limits
 
 PROBLEMS = ("decode", "mla")
+
+# Kernel families: the variants' name prefix -> the module whose FAMILY declares how they run (family.py).
+FAMILIES = {
+    "numpy": "kernels.numpy_family",
+    "numba": "kernels.numba_cuda",
+    "cupy": "kernels.cupy_raw",
+    "micro": "kernels.micro",
+}
 
 VARIANTS = {
     "numpy.gather": "kernels.numpy_gather",
@@ -87,6 +98,11 @@ class Variant:
         return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
 
     @property
+    def family_plugin(self) -> Family:
+        """The family's declaration: how its variants run, get counted and report their census."""
+        return family(self.family)
+
+    @property
     def limits(self) -> Limits:
         return getattr(self.module, "LIMITS", Limits())
 
@@ -112,6 +128,16 @@ class Variant:
     def prepare(self, problem, backend: str, config: dict | None = None):
         """The module's prepare, given the configuration's parameters as keyword arguments."""
         return self.module.prepare(problem, backend, **self.configuration(config))
+
+
+def family(name: str) -> Family:
+    """The kernel family called `name` (FAMILIES); an unknown name lists the valid ones."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown kernel family {name!r}; valid names: {', '.join(FAMILIES)}")
+    declared = importlib.import_module(FAMILIES[name]).FAMILY
+    if not isinstance(declared, Family) or declared.name != name:
+        raise TypeError(f"{FAMILIES[name]}.FAMILY must be a sandbox.variant.family.Family named {name!r}")
+    return declared
 
 
 def first_sentence(doc: str) -> str:

@@ -1,5 +1,5 @@
 """The traffic and modelled time of a micro variant (kernels/micro/, the "micro" problem kind): sandbox.traffic's
-path for `micro.*` names.
+path for a micro problem (its family, declared in kernels/micro/__init__.py, is CUDA C on the executor).
 
     traffic(variant, problem, gpu, census=True, config=None) -> dict   the same keys as variant.traffic()
 
@@ -17,16 +17,15 @@ import numpy as np
 
 from .. import gpus, model as _model
 from ..occupancy import occupancy
+from .census import assumed_loads, loads_fields, model_kernel, nvrtc_census, scaled, scaled_sites
 from .count import count
+from sandbox.cpucuda import CpuRawKernel, traffic_capture
+from sandbox.variant import tunables
 
 _ELEMENT = {4: np.float32, 8: np.float64, 16: np.float64}  # 16 bytes: a double2, two float64 per element
 
 
 def traffic(variant, problem, gpu, census: bool = True, config: dict | None = None) -> dict:
-    from sandbox.cpucuda import CpuRawKernel, traffic_capture
-    from sandbox.variant import tunables
-    from . import variant as V
-
     gpu = gpus.get(gpu)
     variant.limits.check(variant.name, problem, "cpu")
     cfg = variant.configuration(config)
@@ -34,12 +33,12 @@ def traffic(variant, problem, gpu, census: bool = True, config: dict | None = No
     module = variant.module
     code, name = module.source(), module.kernel_name(width, loads)
     if census:
-        res, reading = V._nvrtc_census(code, name, (), gpu.arch)
+        res, reading = nvrtc_census(code, name, (), gpu.arch)
         registers, static = res.registers, res.static_shared_bytes
-        loads_fields = V._loads_fields(reading, gpu.arch)
+        in_flight = loads_fields(reading, gpu.arch)
     else:  # without registers only the warp slots and shared memory bound the occupancy
         registers, static = 0, 0
-        loads_fields = V._assumed_loads("no compile census (census=False)")
+        in_flight = assumed_loads("no compile census (census=False)")
     spoiler = module.spoiler_bytes(registers, static, threads, per_sm, gpu.arch)
     occ = occupancy(registers, static + spoiler, threads, gpu.arch)
     elements = math.ceil(problem.total_bytes / width)
@@ -52,15 +51,15 @@ def traffic(variant, problem, gpu, census: bool = True, config: dict | None = No
         kernel((1,), (threads,), (data, sink, np.int64(threads * loads), np.int64(threads), np.int32(0)),
                shared_mem=spoiler)
     call = count(launches, gpu)
-    metrics = V._scaled(call.metrics, blocks)
+    metrics = scaled(call.metrics, blocks)
     (launch,) = call.launches
     res_fields = dict(registers=registers, static_shared_bytes=static, dynamic_shared_bytes=spoiler,
                       threads_per_block=threads, occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm,
-                      limiter=occ.limiter, **loads_fields)
+                      limiter=occ.limiter, **in_flight)
     kernels = [dict(name=launch.kernel, grid=(blocks, 1, 1), block=launch.block, counted_grid=launch.grid,
-                    metrics=metrics, sites=V._scaled_sites(launch.sites, blocks), notes=launch.notes, flops=0.0,
+                    metrics=metrics, sites=scaled_sites(launch.sites, blocks), notes=launch.notes, flops=0.0,
                     **res_fields)]
-    model_input = V.model_kernel(launch.kernel, metrics, (blocks, 1, 1), launch.block, res_fields, 0.0)
+    model_input = model_kernel(launch.kernel, metrics, (blocks, 1, 1), launch.block, res_fields, 0.0)
     notes = [f"one block counted and scaled x{blocks} (every block reads its own {threads * loads * width:,} B)"]
     if not census:
         notes.append(f"{launch.kernel}: compile census unavailable (not asked for (census=False))")

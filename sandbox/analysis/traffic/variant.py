@@ -12,8 +12,10 @@
         "scale", "notes"  how many times the counted blocks stand for the grid, and what to know
     columns(name, problem, device="h200", config=None) -> dict   the per-point columns a sweep records (COLUMNS)
 
-cupy.* variants run on the CPU executor in traffic mode; numba.* under the Numba simulator's capture
-(sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel. One L2 model spans the call's kernels.
+Each family's capture counts its launches (sandbox/variant/family.py): cupy.* run on the CPU executor in traffic
+mode; numba.* under the Numba simulator's capture (sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel.
+A micro-benchmark (the micro problem kind, micro.*) is counted one block for the grid (micro.py). One L2 model
+spans the call's kernels; each launch's census and the scaling of its counts are census.py's.
 
 Large problems: when every sequence (or every group of sequences sharing a prompt) does the same work
 (same context and query lengths), the blocks of the first `sample_seqs` sequences (whole groups) are
@@ -24,14 +26,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 
 import numpy as np
 
-from .. import gpus, loads_in_flight as _loads, model as _model
+from .. import gpus, model as _model, resources
 from ..occupancy import occupancy
 from . import metrics as M
+from . import micro, numba_sample
+from .census import assumed_loads, loads_fields, model_kernel, nvrtc_census, read_loads, scaled, scaled_sites
 from .count import count
+from sandbox.cpucuda import modes as cpucuda_modes, traffic_capture
+from sandbox.devices.backends import numba_simulated
+from sandbox.problem import mla_record
+from sandbox.problem.micro import MICRO
+from sandbox.variant import mla_runner, registry, runner, tunables
 
 SAMPLE_SEQS = 8
 COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
@@ -138,16 +146,12 @@ def mla_sample(problem, sample_seqs: int | None):
 # ---------------------------------------------------------------- captures per family
 
 def _capture_cupy(name, problem, counted, census: bool, config, device, kind: str = "decode"):
-    from kernels.cupy_raw import common
-    from sandbox.cpucuda import traffic_capture
-    from sandbox.variant import mla_runner, runner
-
     prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
-    with common.cpu_options(traffic=True):
+    with cpucuda_modes(traffic=True):  # the executor's one switch: every kernel launched inside is counted
         whole, _ = prepare(name, problem, "cpu", config)
         part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
-    with traffic_capture() as launches:
-        part.launch()
+        with traffic_capture() as launches:
+            part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
     resources = [_cupy_census(kernel, block, shared, device.arch) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
@@ -160,8 +164,6 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     except ImportError as exc:
         raise RuntimeError(f"{name}: Numba traffic capture not available (sandbox.analysis.traffic.numba_sim "
                            f"cannot be imported: {exc})") from None
-    from sandbox.devices.backends import numba_simulated
-    from sandbox.variant import mla_runner, runner
 
     if not numba_simulated():
         raise RuntimeError(f"{name}: the Numba traffic capture needs the Numba CUDA simulator, and numba.cuda is "
@@ -183,6 +185,10 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block, arch, r.kernel) for r in launches]
 
 
+# The harness's captures by the name a family declares (sandbox/variant/family.py, CAPTURES).
+CAPTURES = {"executor": _capture_cupy, "numba_simulator": _capture_numba}
+
+
 def _launched(census: dict, block, arch: str, kernel: str = "") -> dict:
     """The census with the threads per block this launch ran (and the occupancy they give)."""
     threads = int(np.prod(_dims(block)))
@@ -191,7 +197,7 @@ def _launched(census: dict, block, arch: str, kernel: str = "") -> dict:
     # The SASS of the kernel this launch ran (numba.split launches two): matched by name, else the only one.
     match = [r for n, r in readings.items() if kernel and kernel in n] or (list(readings.values())
                                                                            if len(readings) == 1 else [])
-    census.update(_loads_fields(match[0], arch) if match else _assumed_loads(
+    census.update(loads_fields(match[0], arch) if match else assumed_loads(
         "no SASS: the Numba simulator's capture without a compile census" if not readings
         else f"no SASS matched kernel {kernel!r}"))
     if "registers" not in census or census.get("threads_per_block") == threads:
@@ -207,10 +213,6 @@ def _numba_representatives(problem, l2_bytes: int):
     one kind only when the problem's K/V overflow the L2: when they fit, a GPU serves a head's repeat
     reads from L2, and only simulating every head shows it (a represented head would be charged its
     representative's DRAM bytes: twice the truth or more)."""
-    try:
-        from . import numba_sample
-    except ImportError:
-        return None
     if problem.max_query_len != 1:
         return None
     kv_bytes = problem.key_cache.nbytes + problem.value_cache.nbytes
@@ -222,35 +224,9 @@ def _dims(value) -> tuple:
     return tuple(dims + [1] * (3 - len(dims)))
 
 
-@functools.lru_cache(maxsize=64)
-def _nvrtc_census(code: str, name: str, options: tuple, arch: str):
-    """(Resources, loads_in_flight.LoadsInFlight or the reason the SASS could not be read) of one instantiation."""
-    from sandbox.analysis import nvrtc, sass
-    compiled = nvrtc.compile_cubin(code, [name], arch=arch, options=options)
-    try:
-        reading = _loads.read(sass.function_sass(compiled.cubin, compiled.lowered[name]))
-    except Exception as exc:  # nvdisasm missing: the model says what it assumed
-        reading = f"{type(exc).__name__}: {exc}"[:200]
-    return compiled.resources[name], reading
-
-
-def _loads_fields(reading, arch: str) -> dict:
-    """The per-kernel loads-in-flight fields of a SASS reading (or of the reason there is none)."""
-    if isinstance(reading, str):
-        return _assumed_loads(f"SASS unreadable ({reading})")
-    return dict(loads_in_flight=reading.loads_in_flight, loads_per_wait=round(reading.per_wait, 3),
-                load_chain=reading.chain, loads_in_flight_source="sass", loads_in_flight_detail=f"{arch}: "
-                + reading.describe())
-
-
-def _assumed_loads(why: str) -> dict:
-    return dict(loads_in_flight=_model.ASSUMED_LOADS_IN_FLIGHT, loads_per_wait=float(_model.ASSUMED_LOADS_IN_FLIGHT),
-                load_chain=None, loads_in_flight_source=f"assumed {_model.ASSUMED_LOADS_IN_FLIGHT} per wait: {why}")
-
-
 def _no_census(block, dynamic_shared: int) -> dict:
     return dict(census_error="not asked for (census=False)", threads_per_block=int(np.prod(_dims(block))),
-                dynamic_shared_bytes=int(dynamic_shared), **_assumed_loads("no compile census (census=False)"))
+                dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census (census=False)"))
 
 
 def _cupy_census(kernel, block, dynamic_shared: int, arch: str) -> dict:
@@ -258,21 +234,19 @@ def _cupy_census(kernel, block, dynamic_shared: int, arch: str) -> dict:
     and the loads its warps keep in flight (read from the same cubin's SASS)."""
     threads = int(np.prod(_dims(block)))
     try:
-        res, reading = _nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
+        res, reading = nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
     except Exception as exc:  # no CUDA wheels: the model says occupancy is unknown
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300], threads_per_block=threads,
-                    dynamic_shared_bytes=int(dynamic_shared), **_assumed_loads("no compile census"))
+                    dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census"))
     occ = occupancy(res.registers, res.static_shared_bytes + int(dynamic_shared), threads, arch)
     return dict(registers=res.registers, static_shared_bytes=res.static_shared_bytes,
                 dynamic_shared_bytes=int(dynamic_shared), local_bytes=res.local_bytes,
                 spill_stores=res.spill_stores, spill_loads=res.spill_loads, threads_per_block=threads,
                 occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter,
-                **_loads_fields(reading, arch))
+                **loads_fields(reading, arch))
 
 
 def _numba_census(name, problem, kind: str, config, arch: str) -> dict:
-    from sandbox.analysis import resources
-    from sandbox.problem import mla_record
     if kind == "mla":  # resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype
         shape = dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
     else:
@@ -292,26 +266,10 @@ def _numba_census(name, problem, kind: str, config, arch: str) -> dict:
 
 def _numba_readings(images) -> dict:
     """{kernel name: LoadsInFlight or the reason} of a Numba census row's cubins."""
-    from sandbox.analysis import sass
-    out = {}
-    for kernel, cubin, function in images:
-        try:
-            out[kernel] = _loads.read(sass.function_sass(cubin, function))
-        except Exception as exc:
-            out[kernel] = f"{type(exc).__name__}: {exc}"[:200]
-    return out
+    return {kernel: read_loads(cubin, function) for kernel, cubin, function in images}
 
 
 # ---------------------------------------------------------------- the result
-
-def _scaled(metrics: dict, scale: float) -> dict:
-    return {k: int(round(v * scale)) for k, v in metrics.items()}
-
-
-def _scaled_sites(sites: list, scale: float) -> list:
-    fields = ("requests", "sectors", "wavefronts", "bank_conflicts")
-    return [{k: (int(round(v * scale)) if k in fields else v) for k, v in s.items()} for s in sites]
-
 
 def traffic(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = SAMPLE_SEQS, census: bool = True,
             config: dict | None = None) -> dict:
@@ -320,54 +278,46 @@ def traffic(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = S
     config: the variant's tunables (sandbox.tunables(name); None: its defaults). census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
     takes occupancy as unknown.
     """
-    from sandbox.variant import registry, tunables
-
     gpu = gpus.get(device)
     variant = registry.get(name)
-    if variant.family == "micro":  # a micro-benchmark kernel: its own problem kind and one block counted
-        from . import micro
+    plugin = variant.family_plugin
+    if plugin.capture is None:
+        counted_families = [f"{f}.*" for f in registry.FAMILIES
+                            if registry.family(f).capture and registry.variants(f, problem=None)]
+        raise ValueError(f"{name} has no GPU kernel ({plugin.summary}): traffic counts a kernel's memory accesses; "
+                         f"choose a {' or '.join(counted_families)} variant")
+    kind = variant.problem
+    if kind == MICRO:  # a micro-benchmark's problem: one block counted for the whole grid (micro.py)
         return micro.traffic(variant, problem, gpu, census, config)
-    if variant.family == "numpy":
-        raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
-                         "memory accesses; choose a cupy.* or numba.* variant")
-    kind = getattr(variant, "problem", "decode")
     problem.validate()
     variant.limits.check(name, problem, "cpu")
     sampler = mla_sample if kind == "mla" else sample
-    counted, scale, note = sampler(problem, sample_seqs if variant.family == "cupy" else None)
-    if variant.family == "cupy":
-        launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
-    else:
-        launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu, kind)
+    # the simulator's capture counts every block itself (numba_sample); the others count a sample of a large
+    # problem's sequences
+    counted, scale, note = sampler(problem, None if plugin.capture == "numba_simulator" else sample_seqs)
+    capture = plugin.capture if callable(plugin.capture) else CAPTURES[plugin.capture]
+    launches, grids, resources = capture(name, problem, counted, census, config, gpu, kind)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
     # The attention math's FLOPs on CUDA cores: what the counted tensor-core MMAs did not do (a tensor-core
     # variant's Q.K^T and P.V are its MMAs; their padding rows make the MMAs' FLOPs the larger).
-    tensor_flops = _scaled(call.metrics, scale)["sandbox__tensor_flops.sum"]
+    tensor_flops = scaled(call.metrics, scale)["sandbox__tensor_flops.sum"]
     flops = max(2.0 * problem.multiply_adds() - tensor_flops, 0.0)
     load_sectors = [t.metrics[M.GLOBAL_LOAD_SECTORS] for t in call.launches]
     kernels, model_inputs = [], []
     for t, grid, res, sectors in zip(call.launches, grids, resources, load_sectors):
-        metrics = _scaled(t.metrics, scale)
+        metrics = scaled(t.metrics, scale)
         share = flops * sectors / sum(load_sectors) if sum(load_sectors) else flops / len(call.launches)
         kernels.append(dict(name=t.kernel, grid=grid, block=t.block, counted_grid=t.grid, metrics=metrics,
-                            sites=_scaled_sites(t.sites, scale), notes=t.notes, flops=share, **res))
+                            sites=scaled_sites(t.sites, scale), notes=t.notes, flops=share, **res))
         model_inputs.append(model_kernel(t.kernel, metrics, grid, t.block, res, share))
     notes = ([note] if note else []) + call.notes + [f"{k['name']}: compile census unavailable ({k['census_error']})"
                                                      for k in kernels if "census_error" in k]
     return dict(variant=name, config=tunables.describe(variant.configuration(config)), device=gpu.name,
-                problem=problem.describe(), metrics=_scaled(call.metrics, scale),
+                problem=problem.describe(), metrics=scaled(call.metrics, scale),
                 kernels=kernels, ideal_bytes=int(problem.ideal_bytes()), model=_model.predict(model_inputs, gpu),
                 scale=scale, notes=notes)
-
-
-def model_kernel(name: str, metrics: dict, grid, block, census: dict, flops: float) -> _model.Kernel:
-    """The model's view of one launch: its counts, grid and block, and its census (occupancy, loads in flight)."""
-    source = census.get("loads_in_flight_source", "assumed")
-    return _model.Kernel(name, metrics, int(np.prod(grid)), int(np.prod(block)), census.get("blocks_per_sm"),
-                         int(census.get("loads_in_flight", _model.ASSUMED_LOADS_IN_FLIGHT)), flops,
-                         "sass" if source == "sass" else source, census.get("loads_per_wait"))
 
 
 def kv_sectors_per_request(result: dict) -> float:

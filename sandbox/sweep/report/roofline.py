@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from sandbox.analysis import gpus
 
+from .mpl import pyplot
+
 
 def roofline_figure(points, device=gpus.DEFAULT):
-    from .plots import _mpl
-    plt = _mpl()
+    plt = pyplot()
     gpu = gpus.get(device)
     points = [p for p in points if p["flops"] and p["dram_bytes"] and p["time_us"]]
     fig, ax = plt.subplots(figsize=(8, 6), layout="constrained")

@@ -24,6 +24,8 @@ import json
 import math
 from pathlib import Path
 
+from ...problem import dtypes
+
 INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes",
                "flops", "query_len", "prefix_len", "group_size", "dram_bytes", "ideal_bytes", "bank_conflicts",
                "model_loads_in_flight")
@@ -311,7 +313,6 @@ def _static_rows(path: Path, keys: tuple) -> dict:
 
 def _precision(dtype: str, kv_dtype: str) -> str:
     """"" for the default float16 kernels, else "bf16" / "fp16:e4m3" (a line's label)."""
-    from ..problem import dtypes
     if dtype in ("", "float16") and kv_dtype in ("", dtype):
         return ""
     try:

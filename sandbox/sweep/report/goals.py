@@ -11,7 +11,7 @@ so is a multi-query one (the dense baseline is decode-only).
 "Paged" means a registry variant other than the dense baseline (and not torch.sdpa).
 
 Every goal also gets a modelled status beside the measured one (modelled_status, modelled, modelled_passed,
-modelled_detail), from the traffic columns of the correct points of any backend (sweep/traffic_columns.py):
+modelled_detail), from the traffic columns of the correct points of any backend (sweep/measure/traffic_columns.py):
 the same three checks on modelled times, the first against the model's fraction of the device's achievable
 DRAM bandwidth (its measured read stream, sandbox.analysis.gpus), as the measured goal is stated against the
 bandwidth measured in the same run; the fraction of the nominal (datasheet) bandwidth is given beside it. A model is not a measurement: "not measured (no GPU)" stays until a GPU measures the goal.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from .shapes import GOAL_SHAPE
+from ..shapes import GOAL_SHAPE
 
 COPY_BW_FRACTION = 0.85
 PAGING_OVERHEAD = 1.05

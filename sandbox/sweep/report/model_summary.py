@@ -1,5 +1,5 @@
 """The sweep summary's model sections: variants ranked by the time the model gives them on a GPU, from the
-traffic counted on the CPU (sweep/traffic_columns.py), and on a GPU the measured time beside the modelled.
+traffic counted on the CPU (sweep/measure/traffic_columns.py), and on a GPU the measured time beside the modelled.
 
     model_tables(rows, device)  modelled time per variant and block size, the fastest per block size starred;
                                 then the best by the model per shape and block size with its counts
@@ -12,6 +12,8 @@ import statistics
 
 from sandbox.analysis import gpus
 
+from .text_table import table
+
 
 def model_header(device: str = gpus.DEFAULT) -> str:
     return f"MODEL ({str(device).upper()}), not a measurement"
@@ -21,11 +23,6 @@ def _us(value) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
-
-
-def _table(header, body, indent="  "):
-    from .summary import table
-    return table(header, body, indent)
 
 
 def modelled(rows) -> list[dict]:
@@ -67,7 +64,7 @@ def model_tables(rows, device: str = gpus.DEFAULT) -> list[str]:
                 cells.append("-" if r is None else _us(r["model_time_us"]) + ("*" if best[(shape, b)] is r else ""))
             body.append([v, *cells])
         lines.append(f" shape {shape}")
-        lines += _table(["variant", *[f"bs{b}" for b in sizes]], body)
+        lines += table(["variant", *[f"bs{b}" for b in sizes]], body)
     body = [[shape, b, r["variant"], _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}",
              _fraction(r.get("model_fraction_of_achievable")), r["model_bound"], _loads(r),
              f"{r['bytes_over_ideal']:.3f}", f"{r['kv_sectors_per_request']:.2f}", f"{int(r['bank_conflicts']):,}"]
@@ -75,7 +72,7 @@ def model_tables(rows, device: str = gpus.DEFAULT) -> list[str]:
     lines += [f"Best by the model per shape and block size ({model_header(device)}; % nominal = DRAM bytes / "
               "modelled time / datasheet bandwidth; % achievable = the same over the measured read stream; loads = "
               "global loads back to back / per wait, read from the SASS)",
-              *_table(["shape", "bs", "fastest (model)", "model us", "% nominal", "% achievable", "bound", "loads",
+              *table(["shape", "bs", "fastest (model)", "model us", "% nominal", "% achievable", "bound", "loads",
                        "DRAM/ideal", "K/V sect/req", "bank confl"], body)]
     return lines
 
@@ -101,4 +98,4 @@ def measured_vs_model(rows) -> list[str]:
              r["model_bound"]] for r, e in zip(both, errors)]
     return [f"Measured vs modelled (GPU points with traffic counted; error = model / measured - 1; median |error| "
             f"{statistics.median(abs(e) for e in errors):.1%})",
-            *_table(["variant", "shape", "bs", "measured us", "model us", "error", "bound"], body)]
+            *table(["variant", "shape", "bs", "measured us", "model us", "error", "bound"], body)]

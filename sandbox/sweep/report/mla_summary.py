@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from sandbox.analysis import gpus
 
+from .text_table import table
+
 _H200 = gpus.get("h200")
 H200_BYTES_PER_S = _H200.dram_bytes_per_s
 H200_CUDA_CORE_FLOPS = _H200.fp32_flops_per_s
 H200_TENSOR_CORE_FLOPS = _H200.tensor_flops_per_s
-
-
-def _table(header, body):
-    from .summary import table
-    return table(header, body)
 
 
 def bound(nbytes: float, flops: float, peak: float) -> tuple[float, str]:
@@ -44,5 +41,5 @@ def mla_table(rows) -> list[str]:
                      f"{cuda * 1e6:.4g} {cuda_roof}", f"{tensor * 1e6:.4g} {tensor_roof}"])
     return ["MLA points: bytes read and FLOPs per point (modelled H200 least time: 4.8 TB/s; CUDA cores 67 TFLOPS "
             "fp32, tensor cores 989 TFLOPS bf16; the binding roof named)",
-            *_table(["shape", "bs", "variant", "backend", "time_us", "MB", "GFLOP", "FLOP/B", "GB/s", "GFLOP/s",
+            *table(["shape", "bs", "variant", "backend", "time_us", "MB", "GFLOP", "FLOP/B", "GB/s", "GFLOP/s",
                      "H200 cuda-core us", "H200 tensor us"], body)]

@@ -22,8 +22,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..variant import registry, tunables
-from ..variant.limits import Unsupported
+from ...variant import registry, tunables
+from ...variant.limits import Unsupported
+from ...analysis.traffic.variant import traffic
+from . import timing
 
 TUNED_FILE = "tuned.json"
 
@@ -159,16 +161,12 @@ def explore_point(c, module, data, block_size: int, resolved: str, env, timing_c
 
 
 def _model_time_us(name: str, problem, config: dict) -> float:
-    from ..analysis.traffic.variant import traffic
-
     # With the census: each configuration's own compile gives its occupancy and the loads its warps keep in
     # flight (read from its SASS), so a tunable that changes either is seen.
     return float(traffic(name, problem, census=True, config=config)["model"]["time_us"])
 
 
 def _gpu_time_us(c, problem, data, block_size, resolved, env, timing_config, config) -> float:
-    from . import timing
-
     prepared = c.prepare_with(problem, resolved, config)
     prepared.launch()
     verdict = data.verdict(prepared, prepared.result(), block_size)

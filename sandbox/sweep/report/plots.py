@@ -1,6 +1,7 @@
 """PNG plots of a sweep: time and GB/s against block size (one panel per shape, one line per variant),
 paging overhead, static resources, the modelled time (headed "MODEL (H200), not a measurement", its
-legend ranked by the model) and the modelled device's roofline (roofline_<device>.png, sweep/roofline.py). CPU runs say "CPU emulation" in every measured title.
+legend ranked by the model) and the modelled device's roofline (roofline_<device>.png, sweep/report/roofline.py).
+CPU runs say "CPU emulation" in every measured title.
 
 Each variant has its own colour, marker and line style in every figure, and its points sit a few
 percent off the block size (always the same side for a variant), so equal lines stay visible side by side.
@@ -12,15 +13,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .model_summary import model_header, modelled
+from .mpl import pyplot as _mpl
+from .roofline import roofline_figure
+from .summary import default_precision
+
 GPU_TAG = "GPU {name}: CUDA events, L2 flushed, median (bars: IQR)"
 CPU_TAG = "CPU EMULATION (simulator / executor wall clock): NOT GPU performance"
-
-
-def _mpl():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _colors(names):
@@ -164,7 +163,6 @@ def model_value(r):
 
 def model_figure(rows, device: str = "h200", style=None):
     """Modelled time per call against block size, the legend ranked by each variant's best modelled time (or None)."""
-    from .model_summary import model_header, modelled
     points = modelled(rows)
     if not points:
         return None
@@ -179,8 +177,6 @@ def model_figure(rows, device: str = "h200", style=None):
 
 def roofline_of(rows, device: str):
     """The device's roofline with each variant's best modelled point at the first shape counted (or None)."""
-    from .model_summary import modelled
-    from .roofline import roofline_figure
     points = [r for r in modelled(rows) if r.get("model_flops") not in (None, "") and r.get("dram_bytes")]
     if not points:
         return None
@@ -243,7 +239,6 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
                          ceiling=1.05 if on_gpu else 1.0, ceiling_label="goal: 1.05" if on_gpu else "dense = 1.0",
                          style=style),
                  "paging_overhead.png")
-        from .summary import default_precision
         resource_rows = [r for r in resource_rows or () if default_precision(r)]  # one line per variant: float16
         if resource_rows:
             fig = resource_figure(resource_rows, style)
