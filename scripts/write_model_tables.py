@@ -27,8 +27,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox.analysis import gpus, model, sensitivity  # noqa: E402
-from sandbox.analysis.traffic import metrics as M  # noqa: E402
+from sandbox.analysis import gpus, model, model_check as MC, sensitivity  # noqa: E402
+from sandbox.analysis.traffic import metrics as M, variant as V  # noqa: E402
+from sandbox.commands.model_check import model_us  # noqa: E402
+from sandbox.commands.traffic import problem_for  # noqa: E402
+from sandbox.sweep import shapes  # noqa: E402
+from sandbox.variant import registry  # noqa: E402
 
 COUNTS = ROOT / "docs" / "model-goal-shape.json"
 SHAPE, BLOCK_SIZE, DEVICES = "64x4096x32/8x128xfp16", 16, ("h200", "h100")
@@ -38,11 +42,6 @@ _MARK = re.compile(r"(<!-- model-table: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!
 
 def count() -> dict:
     """{device: {variant: stored result}} at the goal shape (sites left out)."""
-    from sandbox.commands.traffic import problem_for
-    from sandbox.sweep import shapes
-    from sandbox.analysis.traffic import variant as V
-    from sandbox.variant import registry
-
     problem = problem_for(shapes.parse_any(SHAPE), BLOCK_SIZE, seed=0)
     out = {}
     for device in DEVICES:
@@ -120,9 +119,6 @@ def devices_table(counts: dict) -> str:
 
 def check_rows(table=None) -> list[dict]:
     """model-check's points over the default table (sandbox/commands/model_check.py's model_us per row)."""
-    from sandbox.analysis import model_check as MC
-    from sandbox.commands.model_check import model_us
-
     out = []
     for row in MC.read_table(table or MC.DEFAULT_TABLE):
         modelled_us = model_us(row)
@@ -131,7 +127,6 @@ def check_rows(table=None) -> list[dict]:
 
 
 def check_table(points: list[dict]) -> str:
-    from sandbox.analysis import model_check as MC
     lines = ["| variant | device | shape | bs | config | measured us | model us | error |",
              "|---|---|---|---|---|---|---|---|"]
     for p in points:
@@ -144,7 +139,6 @@ def check_table(points: list[dict]) -> str:
 
 
 def check_line(points: list[dict]) -> str:
-    from sandbox.analysis import model_check as MC
     micro = [p for p in points if p["variant"].startswith(MC.MICRO_PREFIX)]
     decode = [p for p in points if p not in micro]
     return (f"`python -m sandbox model-check`: median |error| {MC.median_abs_error(micro):.1%} over "
