@@ -37,7 +37,8 @@ def test_every_family_loads_and_every_variant_belongs_to_one():
         assert family.name == name and family.runtime in RUNTIMES
         assert family.capture in (None, *CAPTURES) or callable(family.capture)
         assert family.census in (None, *CENSUSES)
-    names = registry.variants(problem=None) + registry.variants("wrong", problem=None) + registry.cache_writers()
+    names = (registry.variants(problem=None) + registry.variants("wrong", problem=None) + registry.cache_writers()
+             + list(registry.MICRO_VARIANTS))
     for name in names:
         variant = registry.get_cache_writer(name) if name in registry.CACHE_WRITERS else registry.get(name)
         assert variant.family in registry.FAMILIES, name
@@ -66,6 +67,15 @@ def test_what_each_family_decides():
     assert not cupy.needs_other_process("cpu") and not numpy.needs_other_process("cpu")
     assert [f.label("cpu") for f in (numpy, numba, cupy)] == ["cpu-numpy", "cpu-sim", "cpu-executor"]
     assert {f.label("gpu") for f in (numpy, numba, cupy)} == {"gpu"}
+
+
+def test_the_micro_family_is_cuda_c_counted_on_the_executor():
+    """micro.* (the micro problem kind, model-check's stream kernels) is CUDA C counted like cupy.*, but nothing
+    checks it: the executor's checking modes are not its."""
+    micro = registry.get("micro.read").family_plugin
+    assert micro is registry.family("micro") and micro.name == "micro"
+    assert micro.capture == "executor" and micro.census == "nvrtc" and micro.capture_unavailable() is None
+    assert not micro.executor_modes and micro.label("cpu") == "cpu-executor"
 
 
 @pytest.fixture

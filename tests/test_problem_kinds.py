@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_each_variant_solves_its_limits_kind():
     for name in registry.variants(problem=None) + registry.variants("wrong", problem=None):
         variant = registry.get(name)
-        assert variant.kind in kinds.KINDS and variant.problem == variant.kind.name, name
+        assert variant.kind in kinds.CHECKED and variant.problem == variant.kind.name, name
     assert registry.PROBLEMS == ("decode", "mla")
     assert registry.get("cupy.mla").kind is kinds.MLA and registry.get("cupy.v1").kind is kinds.DECODE
 
@@ -29,7 +29,7 @@ def test_kinds_by_name_and_by_problem():
     mla = MLAProblem.random(4, num_seqs=1, num_heads=2, block_size=16, context_lens=[9])
     assert kinds.of(decode) is kinds.DECODE and kinds.of(mla) is kinds.MLA
     assert kinds.named("mla") is kinds.MLA and kinds.MLA.fixed_head_dim == 576
-    with pytest.raises(ValueError, match="unknown problem kind 'prefill'; known: decode, mla"):
+    with pytest.raises(ValueError, match="unknown problem kind 'prefill'; known: decode, mla, micro"):
         kinds.named("prefill")
     with pytest.raises(ValueError, match="not a problem of a known kind: ndarray"):
         kinds.of(np.zeros(3))
@@ -37,10 +37,13 @@ def test_kinds_by_name_and_by_problem():
     assert out.shape == decode.query.shape and lse.shape == decode.query.shape[:2]
     out, lse = kinds.MLA.reference(mla)
     assert out.shape[:2] == lse.shape == mla.query.shape[:2]
+    assert registry.get("micro.read").kind is kinds.MICRO
+    with pytest.raises(ValueError, match="problem kind 'micro' has no reference"):
+        kinds.MICRO.reference(None)
 
 
 def test_a_kind_names_what_is_attached_and_refuses_a_second_implementation():
-    for kind in kinds.KINDS:
+    for kind in kinds.CHECKED:
         for role in ("prepare", "shape_data", "traffic_sample", "check", "error_key"):
             assert callable(kind.part(role)), (kind, role)
     with pytest.raises(ValueError, match="no 'summary_section' attached .*prepare"):

@@ -193,6 +193,6 @@ def test_tune_on_a_gpu_ranks_by_gpu_time_and_disqualifies_a_wrong_output():
                           prepare_with=lambda problem, backend, config: Prepared(config["threads"]))
     fast = TimingConfig(warmup_s=0.0, budget_s=0.0, min_repeats=1, max_repeats=1)
     best, ranked, note = tune.explore_point(candidate, module, data, 16, "gpu", env, fast)
-    assert best == {"threads": 64} and note == "tuned over 3 configurations: 1.00 us GPU"
+    assert best == {"threads": 64} and note == "tuned over 3 configurations: threads=64 wins at 1.00 us GPU"
     assert [r.get("score") for r in ranked] == [pytest.approx(3.0), pytest.approx(1.0), None]
     assert ranked[2]["refused"].startswith("RuntimeError: wrong output with threads=256: 3 of 8 elements off")

@@ -36,7 +36,7 @@ def _control(flaw: str, doc: str, **attributes) -> types.ModuleType:
 
 
 def v1_control(flaw: str, doc: str, table_width: str = "max_blocks_per_seq", extra_tokens: int = 0,
-               limits: Limits = v1.LIMITS, options: bool = True, loads_in_flight: int | None = None):
+               limits: Limits = v1.LIMITS, options: bool = True):
     """cupy.v1 with one bug. table_width: the problem attribute passed where v1 passes the table's width (the
     kernel's int argument); extra_tokens: tokens its logits may hold beyond v1's; options: the kernel takes v1's
     type arguments with the option flags (False: the query's type only)."""
@@ -51,8 +51,7 @@ def v1_control(flaw: str, doc: str, table_width: str = "max_blocks_per_seq", ext
         return v1.prepare_v1_shaped(name, path, kernel_name, problem, backend, getattr(problem, table_width),
                                     extra_tokens=extra_tokens)
 
-    extra = {} if loads_in_flight is None else dict(LOADS_IN_FLIGHT=loads_in_flight)
-    return _control(flaw, doc, PATH=path, LIMITS=limits, kernel_name=kernel_name, prepare=prepare, **extra)
+    return _control(flaw, doc, PATH=path, LIMITS=limits, kernel_name=kernel_name, prepare=prepare)
 
 
 def multi_control(flaw: str, doc: str, lookahead: int):
@@ -129,8 +128,8 @@ CONTROLS = (
         different token rows, so each warp-level K load touches 32 sectors for 64 bytes (fp16) where a coalesced
         one touches 16 for 512 (tests/test_traffic_variants.py). Realistic: the first port of a CPU loop.
         Limits: plain decode (no options, no fp8 cache), block sizes 1..256, v1's head dims and context bound.
-        LOADS_IN_FLIGHT: 1 (each K element's load is used by the next multiply-add).
-        """, limits=PLAIN_V1, options=False, loads_in_flight=1),
+        Loads in flight: read from its SASS by the traffic model, like every CUDA C kernel.
+        """, limits=PLAIN_V1, options=False),
     v1_control("lse_base2", """
         wrong.cupy.lse_base2: cupy.v1 returning the log-sum-exp in base 2 (log2 sum_t exp(s_t)) instead of the natural log.
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 
-ARCHS = ("sm_80", "sm_90")
+from .occupancy import ARCHS as _SMS
+
+ARCHS = tuple(_SMS)  # the architectures are listed once, in sandbox.analysis.occupancy
 # nvJitLink's summary line for sm_90 counts 1 KB more shared memory than the kernel declares
 # (observed: a kernel without shared memory reports 1024 bytes smem on sm_90, 0 on sm_80; one with
-# 256 bytes reports 1280 / 256; NVRTC's ptxas reports 256 on both). We subtract it; the runtime's
-# per-block reserve is added back by sandbox.analysis.occupancy.
-LINKER_EXTRA_SMEM = {"sm_90": 1024, "sm_80": 0}
+# 256 bytes reports 1280 / 256; NVRTC's ptxas reports 256 on both). We subtract it (occupancy.SM's
+# linker_extra_shared); the runtime's per-block reserve is added back by sandbox.analysis.occupancy.
+LINKER_EXTRA_SMEM = {arch: sm.linker_extra_shared for arch, sm in _SMS.items()}
 
 
 def parse_arch(arch: str) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """Static resources of every kernel variant, compiled for a real GPU architecture without a GPU.
 
-    collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
+    collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch=DEFAULT_ARCH,
             kv_dtype=None, config=None) -> list[dict], one row per (variant, block size)
     collect_many(variants, [(block_sizes, dtype, kv_dtype), ...], head_dim, arch) -> the same, several
             precisions in one go (one real-mode child for them all)
@@ -30,6 +30,7 @@ import inspect
 from ..problem import dtypes as dtypes_mod
 from ..variant import registry, tunables
 from ..devices.backends import numba_simulated
+from .gpus import DEFAULT_ARCH
 from .occupancy import occupancy
 from .ptx_link import ARCHS, LINKER_EXTRA_SMEM, link_ptx, parse_arch, parse_link_log  # noqa: F401  (re-exported)
 from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
@@ -155,7 +156,7 @@ def _take_images(report: dict) -> list:
     return images
 
 
-def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
+def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch=DEFAULT_ARCH,
                   progress=None, images=False, kv_dtype=None, config=None) -> list[dict]:
     rows = []
     asked = head_dim
@@ -219,7 +220,7 @@ def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
 
 
 def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), head_dim: int = 128,
-                 arch: str = "sm_90", progress=None, images: bool = False, config: dict | None = None) -> list[dict]:
+                 arch: str = DEFAULT_ARCH, progress=None, images: bool = False, config: dict | None = None) -> list[dict]:
     """collect() for each (block_sizes, dtype, kv_dtype) of configs, rows in that order, numba kernels of
     them all compiled in one real-mode child; config: the tunables of every selected variant."""
     parse_arch(arch)
@@ -259,7 +260,7 @@ def _order(names: list, configs: list):
 
 
 def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dtype: str = "float16",
-            arch: str = "sm_90", progress=None, images: bool = False, kv_dtype: str | None = None,
+            arch: str = DEFAULT_ARCH, progress=None, images: bool = False, kv_dtype: str | None = None,
             config: dict | None = None) -> list[dict]:
     """One row per (variant, block size) with the COLUMNS above (plus `kernels` for multi-kernel
     variants, `note`, and `skipped` / `error` where a row has no numbers).

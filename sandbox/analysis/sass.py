@@ -24,6 +24,7 @@ import tempfile
 
 from . import resources
 from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
+from .gpus import DEFAULT_ARCH
 
 # One SASS instruction line of nvdisasm -c: "/*0e70*/  @!P1 LDG.E.128.CONSTANT R8, desc[UR8][R42.64] ;"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
@@ -196,7 +197,7 @@ COLUMNS = ("variant", "kernel", "block_size", "head_dim", "dtype", "kv_dtype", "
            "shuffles", "atomics", "calls", "fp64")
 
 
-def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = "float16", arch: str = "sm_90",
+def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = "float16", arch: str = DEFAULT_ARCH,
             keep_sass: bool = False, progress=None, kv_dtype: str | None = None) -> list[dict]:
     """One row per (variant, block size, kernel) with COLUMNS (and `sass`, the listing, if keep_sass).
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..analysis import gpus
 from ..devices import backends
 from ..problem.option_tokens import known_tokens, parse_option_tokens
 from ..variant import registry
@@ -74,8 +75,8 @@ def add_arguments(parser) -> None:
                         help="which points get the traffic columns (counted on the CPU, modelled on --model-device): "
                              "auto = every point on the CPU, on a GPU the first shape at block size 16; all = every "
                              "point; none (default auto)")
-    parser.add_argument("--model-device", default="h200", metavar="GPU",
-                        help="the GPU the traffic columns model: h200 or h100 (default h200)")
+    parser.add_argument("--model-device", default=gpus.DEFAULT, metavar="GPU",
+                        help=f"the GPU the traffic columns model: {', '.join(gpus.NAMES)} (default {gpus.DEFAULT})")
     parser.add_argument("--no-torch", action="store_true", help="leave torch.sdpa out even where torch is importable")
     parser.add_argument("--no-resources", action="store_true", help="skip the static resources (resources.csv)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")

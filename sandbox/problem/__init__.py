@@ -11,6 +11,7 @@
                 layers above attach), where code would switch on the kind's name
     validate    every input checked before any launch, errors naming the argument and the bound
     strategies  the hypothesis strategy every property test draws from (imported on its own: hypothesis)
+    micro       MicroReadProblem: the micro-benchmark kind (a byte count) that micro.read sweeps
 """
 from .decode import DecodeProblem, shuffled_blocks
 from .mla import MLAProblem

@@ -2,13 +2,16 @@
 
     DECODE   paged attention, decode or several query tokens: DecodeProblem, sandbox.run, reference.paged_attention
     MLA      multi-head latent attention, dense or top-k sparse: MLAProblem, sandbox.run_mla, reference.mla_attention
+    MICRO    a memory-system micro-benchmark (sandbox/problem/micro.py): MicroReadProblem, sandbox.traffic; no
+             reference (a micro-kernel computes nothing anyone reads)
 
 Where code would ask `if kind == "mla"`, a ProblemKind answers: its name (the registry's kinds and the results'
 `problem` column), its problem class, the public entry point, a head dim the problem fixes, and the reference
 call. The layers above this package attach their part of a kind when they load (ProblemKind.attach: the
 variant layer its `prepare`, the traffic counter its `traffic_sample`, ...) and read it back with
 ProblemKind.part(role), so a third kind is one instance here and one attach per layer, and no layer keeps a
-switch on the kind's name. A variant's kind is its LIMITS' (`Limits.kind`, `MLALimits.kind`).
+switch on the kind's name. A variant's kind is named by its LIMITS (`LIMITS.problem`: Limits "decode",
+MLALimits "mla", MicroLimits "micro").
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import reference
 
 from .decode import DecodeProblem
 from . import mla_record
+from .micro import MicroReadProblem
 from .mla import MLAProblem
 
 
@@ -30,13 +34,13 @@ class ProblemKind:
 
     name: "decode" or "mla"; problem: its class; entry: the public runner users call; fixed_head_dim: the
     head dim every problem of the kind has (MLA's 576 latent dims), None where it is a parameter;
-    reference_call(problem) -> (out, lse) float64, the truth a variant is held to.
+    reference_call(problem) -> (out, lse) float64, the truth a variant is held to (None: the kind has none).
     """
 
     name: str
     problem: type
     entry: str
-    reference_call: Callable[[Any], tuple[np.ndarray, np.ndarray]]
+    reference_call: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None
     fixed_head_dim: int | None = None
     parts: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -46,6 +50,8 @@ class ProblemKind:
     def reference(self, problem) -> tuple[np.ndarray, np.ndarray]:
         """(out, lse) of `problem` in float64: out [num_query_tokens, num_heads, value dims], lse [num_query_tokens,
         num_heads] (natural log over the tokens read)."""
+        if self.reference_call is None:
+            raise ValueError(f"problem kind {self.name!r} has no reference: its kernels compute nothing checked")
         return self.reference_call(problem)
 
     def attach(self, **parts) -> None:
@@ -74,7 +80,10 @@ def _mla_reference(problem: MLAProblem):
 
 DECODE = ProblemKind("decode", DecodeProblem, "sandbox.run", _decode_reference)
 MLA = ProblemKind("mla", MLAProblem, "sandbox.run_mla", _mla_reference, fixed_head_dim=mla_record.LATENT_DIMS)
-KINDS: tuple[ProblemKind, ...] = (DECODE, MLA)
+MICRO = ProblemKind("micro", MicroReadProblem, "sandbox.traffic", None)
+# The kinds the registry's VARIANTS solve, held to their reference by the suites (registry.PROBLEMS).
+CHECKED: tuple[ProblemKind, ...] = (DECODE, MLA)
+KINDS: tuple[ProblemKind, ...] = CHECKED + (MICRO,)
 
 
 def named(name: str) -> ProblemKind:

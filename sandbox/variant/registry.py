@@ -14,18 +14,20 @@ import importlib
 import re
 import types
 
-from ..problem.kinds import KINDS, ProblemKind
+from ..problem import kinds
+from ..problem.kinds import ProblemKind
 from . import tunables
 from .family import Family
 from .limits import Limits
 
-PROBLEMS = tuple(kind.name for kind in KINDS)
+PROBLEMS = tuple(kind.name for kind in kinds.CHECKED)
 
 # Kernel families: the variants' name prefix -> the module whose FAMILY declares how they run (family.py).
 FAMILIES = {
     "numpy": "kernels.numpy_family",
     "numba": "kernels.numba_cuda",
     "cupy": "kernels.cupy_raw",
+    "micro": "kernels.micro",
 }
 
 VARIANTS = {
@@ -72,6 +74,12 @@ WRONG_VARIANTS = {
     "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_controls:mla_invalid_as_slot0",
 }
 
+# Micro-benchmark kernels (the "micro" problem kind, sandbox.problem.micro): counted and modelled like a variant,
+# checked against published measurements by `python -m sandbox model-check`; no suite that walks VARIANTS meets them.
+MICRO_VARIANTS = {
+    "micro.read": "kernels.micro.read",
+}
+
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
 # prepare_write(key_cache, value_cache, key, value, slot_mapping, backend) -> Prepared whose
 # result() returns (key_cache, value_cache) as host arrays; inputs are validated by
@@ -89,7 +97,7 @@ class Variant:
 
     @property
     def family(self) -> str:
-        """numpy | numba | cupy: decides the backend (for wrong.* the family of the broken kernel)."""
+        """numpy | numba | cupy | micro: decides the backend (for wrong.* the family of the broken kernel)."""
         return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
 
     @property
@@ -103,8 +111,9 @@ class Variant:
 
     @property
     def kind(self) -> ProblemKind:
-        """The kind of problem it solves (sandbox.problem.kinds): its LIMITS' (DECODE for Limits, MLA for MLALimits)."""
-        return self.limits.kind
+        """The kind of problem it solves (sandbox.problem.kinds), as its LIMITS name it: Limits "decode", MLALimits
+        "mla", MicroLimits "micro"."""
+        return kinds.named(self.limits.problem)
 
     @property
     def problem(self) -> str:
@@ -175,9 +184,9 @@ def get_cache_writer(name: str) -> Variant:
 def get(name: str, problem: str | None = None) -> Variant:
     """The variant called `name`; an unknown name lists the valid ones. With `problem` ("decode", "mla"), a
     variant of another kind is refused (ValueError) with the names of that kind."""
-    path = VARIANTS.get(name) or WRONG_VARIANTS.get(name)
+    path = VARIANTS.get(name) or WRONG_VARIANTS.get(name) or MICRO_VARIANTS.get(name)
     if path is None:
-        valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS))
+        valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS) + list(MICRO_VARIANTS))
         raise ValueError(f"unknown variant {name!r}; valid names: {valid}")
     module, _, row = path.partition(":")
     variant = Variant(name, getattr(importlib.import_module(module), row) if row else importlib.import_module(module))

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from sandbox import progress as progress_mod
 from sandbox.analysis import sass
+from sandbox.analysis.gpus import DEFAULT_ARCH
 
-HEAD_DIM, DTYPE, ARCH = 128, "float16", "sm_90"
+HEAD_DIM, DTYPE, ARCH = 128, "float16", DEFAULT_ARCH
 EXTRA_PRECISIONS = (("bfloat16", None), ("float16", "float8_e4m3fn"))
 EXTRA_BLOCK_SIZE = 16
 

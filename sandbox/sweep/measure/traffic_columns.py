@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import time
 
+from ...analysis import gpus
 from ...analysis.traffic import variant as traffic_variant
-from ...variant import registry
+from ...variant import registry, tunables
 
 COLUMNS = [*traffic_variant.COLUMNS, "traffic_s", "traffic_note"]
 MODES = ("auto", "all", "none")
@@ -67,7 +68,7 @@ def why_not(name: str) -> str | None:
     return registry.get(name).family_plugin.capture_unavailable()
 
 
-def record(row: dict, name: str, problem, device: str = "h200", config: dict | None = None) -> None:
+def record(row: dict, name: str, problem, device: str = gpus.DEFAULT, config: dict | str | None = None) -> None:
     """Fill `row`'s COLUMNS from one count of `name` on `problem` (or say in traffic_note why not).
 
     The Numba variants' compile census (a real-mode compile in a child process per point) is left out:
@@ -76,6 +77,8 @@ def record(row: dict, name: str, problem, device: str = "h200", config: dict | N
     if reason is not None:
         row["traffic_note"] = reason
         return
+    if isinstance(config, str):  # a sweep candidate's configuration travels as its label ("threads=64"; tune.py)
+        config = tunables.parse(config) or None
     census = registry.get(name).family_plugin.census != "numba_ptx"  # a child process per point: too slow
     started = time.process_time()
     try:

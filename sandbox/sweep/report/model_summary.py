@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import statistics
 
+from sandbox.analysis import gpus
+
 from .text_table import table
 
 
-def model_header(device: str = "h200") -> str:
+def model_header(device: str = gpus.DEFAULT) -> str:
     return f"MODEL ({str(device).upper()}), not a measurement"
 
 
@@ -39,7 +41,7 @@ def _best(rows) -> dict:
     return best
 
 
-def model_tables(rows, device: str = "h200") -> list[str]:
+def model_tables(rows, device: str = gpus.DEFAULT) -> list[str]:
     """Modelled time per call (us) per shape, variants ranked by their best modelled time, * the fastest by
     the model at each block size; then the best point's counts per shape and block size."""
     points = modelled(rows)
@@ -63,14 +65,27 @@ def model_tables(rows, device: str = "h200") -> list[str]:
             body.append([v, *cells])
         lines.append(f" shape {shape}")
         lines += table(["variant", *[f"bs{b}" for b in sizes]], body)
-    body = [[shape, b, r["variant"], _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}", r["model_bound"],
+    body = [[shape, b, r["variant"], _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}",
+             _fraction(r.get("model_fraction_of_achievable")), r["model_bound"], _loads(r),
              f"{r['bytes_over_ideal']:.3f}", f"{r['kv_sectors_per_request']:.2f}", f"{int(r['bank_conflicts']):,}"]
             for (shape, b), r in best.items()]
-    lines += [f"Best by the model per shape and block size ({model_header(device)}; % DRAM bw = DRAM bytes / "
-              "modelled time / peak)",
-              *table(["shape", "bs", "fastest (model)", "model us", "% DRAM bw", "bound", "DRAM/ideal",
-                       "K/V sect/req", "bank confl"], body)]
+    lines += [f"Best by the model per shape and block size ({model_header(device)}; % nominal = DRAM bytes / "
+              "modelled time / datasheet bandwidth; % achievable = the same over the measured read stream; loads = "
+              "global loads back to back / per wait, read from the SASS)",
+              *table(["shape", "bs", "fastest (model)", "model us", "% nominal", "% achievable", "bound", "loads",
+                       "DRAM/ideal", "K/V sect/req", "bank confl"], body)]
     return lines
+
+
+def _fraction(value) -> str:
+    return "-" if value in (None, "") else f"{float(value):.1%}"
+
+
+def _loads(row) -> str:
+    if row.get("model_loads_in_flight") in (None, ""):
+        return "-"
+    source = "" if row.get("model_loads_source") in (None, "", "sass") else " (assumed)"
+    return f"{row['model_loads_in_flight']}/{float(row['model_loads_per_wait']):.2f}{source}"
 
 
 def measured_vs_model(rows) -> list[str]:
