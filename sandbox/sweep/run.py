@@ -66,7 +66,7 @@ def backend_label(family: str, resolved: str) -> str:
     """What a point ran on: gpu, or the CPU stand-in of its family (never mistaken for a GPU time)."""
     if resolved == "gpu":
         return "gpu"
-    return {"numba": "cpu-sim", "cupy": "cpu-executor", "numpy": "cpu-numpy"}.get(family, "cpu")
+    return {"numba": "cpu-sim", "cupy": "cpu-executor", "numpy": "cpu-numpy", "triton": "cpu-interpreter"}.get(family, "cpu")
 
 
 @dataclasses.dataclass

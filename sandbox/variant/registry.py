@@ -32,6 +32,7 @@ VARIANTS = {
     "cupy.multi": "kernels.cupy_raw.multi",
     "cupy.cascade": "kernels.cupy_raw.cascade",
     "cupy.tc": "kernels.cupy_raw.tc",
+    "triton.naive": "kernels.triton.naive",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
@@ -77,7 +78,7 @@ class Variant:
 
     @property
     def family(self) -> str:
-        """numpy | numba | cupy: decides the backend (for wrong.* the family of the broken kernel)."""
+        """numpy | numba | cupy | triton: decides the backend (for wrong.* the family of the broken kernel)."""
         return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
 
     @property
