@@ -110,6 +110,24 @@ def option_pointers(args: Arguments, problem) -> tuple:
             args.pointer("k_scales", array(o.k_scales)), args.pointer("v_scales", array(o.v_scales)))
 
 
+def decode_arguments(name: str, problem, backend: str) -> tuple[Arguments, tuple]:
+    """(Arguments, the pointers and values every decode kernel of the family starts with): query, caches,
+    block table, context lengths, out, lse, then scale and the option arguments in the table's order."""
+    p = problem
+    args = Arguments(name, backend)
+    num_tokens = p.query.shape[0]
+    head = (args.pointer("query", p.query), args.pointer("key_cache", p.key_cache),
+            args.pointer("value_cache", p.value_cache), args.pointer("block_tables", p.block_tables),
+            args.pointer("context_lens", p.context_lens),
+            args.output("out", (num_tokens, p.num_heads, p.head_dim), p.dtype),
+            args.output("lse", (num_tokens, p.num_heads), np.float32))
+    alibi, sinks, k_scales, v_scales = option_pointers(args, p)
+    o = p.options
+    scale = float(p.softmax_scale * o.scale_factor())
+    values = (scale, int(o.window_left), float(o.logits_soft_cap), alibi, float(o.v_scale), sinks, k_scales, v_scales)
+    return args, head + values
+
+
 class Launch:
     """What prepare() returns: launch() runs the calls, result() the output in the query's dtype (and lse)."""
 

@@ -12,7 +12,6 @@ bytes) and num_seqs x num_heads programs are too few to fill a GPU at small batc
 """
 from __future__ import annotations
 
-import numpy as np
 import triton
 import triton.language as tl
 
@@ -75,24 +74,6 @@ def naive_kernel(query, key_cache, value_cache, block_tables, context_lens, out,
         tl.store(lse + seq * num_heads + head, log_sum_exp(top, total))
 
 
-def decode_arguments(name: str, problem, backend: str) -> tuple[launch.Arguments, tuple]:
-    """(Arguments, the pointers and values every decode kernel of the family starts with): query, caches,
-    block table, context lengths, out, lse, then scale and the option arguments in the table's order."""
-    p = problem
-    args = launch.Arguments(name, backend)
-    num_tokens = p.query.shape[0]
-    head = (args.pointer("query", p.query), args.pointer("key_cache", p.key_cache),
-            args.pointer("value_cache", p.value_cache), args.pointer("block_tables", p.block_tables),
-            args.pointer("context_lens", p.context_lens),
-            args.output("out", (num_tokens, p.num_heads, p.head_dim), p.dtype),
-            args.output("lse", (num_tokens, p.num_heads), np.float32))
-    alibi, sinks, k_scales, v_scales = launch.option_pointers(args, p)
-    o = p.options
-    scale = float(p.softmax_scale * o.scale_factor())
-    values = (scale, int(o.window_left), float(o.logits_soft_cap), alibi, float(o.v_scale), sinks, k_scales, v_scales)
-    return args, head + values
-
-
 def calls(problem, args: tuple, num_warps: int) -> list[launch.Call]:
     """The one kernel call for `problem` with the decode arguments `args`."""
     p = problem
@@ -103,5 +84,5 @@ def calls(problem, args: tuple, num_warps: int) -> list[launch.Call]:
 
 
 def prepare(problem, backend: str, num_warps: int = launch.NUM_WARPS[0]) -> launch.Launch:
-    args, values = decode_arguments("triton.naive", problem, backend)
+    args, values = launch.decode_arguments("triton.naive", problem, backend)
     return launch.Launch("triton.naive", problem, args, calls(problem, values, num_warps))

@@ -33,6 +33,7 @@ VARIANTS = {
     "cupy.cascade": "kernels.cupy_raw.cascade",
     "cupy.tc": "kernels.cupy_raw.tc",
     "triton.naive": "kernels.triton.naive",
+    "triton.split": "kernels.triton.split",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
