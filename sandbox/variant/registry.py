@@ -34,6 +34,7 @@ VARIANTS = {
     "cupy.tc": "kernels.cupy_raw.tc",
     "triton.naive": "kernels.triton.naive",
     "triton.split": "kernels.triton.split",
+    "triton.unified": "kernels.triton.unified",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
