@@ -12,8 +12,11 @@ import triton.language as tl
 
 @triton.jit
 def tanh(x):
-    """tanh through exp (no libdevice call, so the interpreter and both GPUs run the same formula); +-1 at overflow."""
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+    """tanh through exp (no libdevice call, so the interpreter and both GPUs run the same formula); exp of a
+    non-positive number only, so nothing overflows."""
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
 
 
 @triton.jit
