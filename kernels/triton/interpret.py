@@ -16,11 +16,16 @@ from __future__ import annotations
 import contextlib
 import types
 
+import numpy as np
+import triton.language as tl
+
 from triton.runtime import interpreter
 from triton.runtime.interpreter import GridExecutor, InterpretedFunction, InterpreterError, interpreter_builder
 from triton.runtime.jit import JITFunction
 
 from .memory import Memory, OutOfBounds
+
+_PLAIN_DOT = type(interpreter_builder).create_dot
 
 TESTED_TRITON = "3.9.0"  # the interpreter internals this adapter replaces (pyproject pins it)
 
@@ -95,11 +100,24 @@ def _memory_ops(memory: Memory):
 
     interpreter._interpreter = Backend()
     interpreter_builder.set_grid_idx = set_grid_idx
+    interpreter_builder.create_dot = _dot
     try:
         yield
     finally:
         interpreter._interpreter = backend
-        del interpreter_builder.set_grid_idx
+        del interpreter_builder.set_grid_idx, interpreter_builder.create_dot
+
+
+def _dot(a, b, d, input_precision, max_num_imprecise_acc):
+    """tl.dot: 3.9's interpreter multiplies bfloat16 operands as their raw uint16 bits; widen them first (a GPU
+    multiplies bf16 exactly into its float32 accumulator, as float32 products do here)."""
+    operands = []
+    for x in (a, b):
+        if x.dtype.scalar == tl.bfloat16 or (x.dtype.primitive_bitwidth == 8 and x.dtype.is_floating()):
+            x = interpreter.TensorHandle(interpreter._convert_float(x.data, x.dtype.scalar, tl.float32, None)
+                                         .view(np.float32), tl.float32)
+        operands.append(x)
+    return _PLAIN_DOT(interpreter_builder, *operands, d, input_precision, max_num_imprecise_acc)
 
 
 def run(kernel: JITFunction, grid: tuple, memory: Memory, *args, **constexprs) -> None:

@@ -12,6 +12,8 @@ bytes) and num_seqs x num_heads programs are too few to fill a GPU at small batc
 """
 from __future__ import annotations
 
+import sys
+
 import triton
 import triton.language as tl
 
@@ -86,3 +88,10 @@ def calls(problem, args: tuple, num_warps: int) -> list[launch.Call]:
 def prepare(problem, backend: str, num_warps: int = launch.NUM_WARPS[0]) -> launch.Launch:
     args, values = launch.decode_arguments("triton.naive", problem, backend)
     return launch.Launch("triton.naive", problem, args, calls(problem, values, num_warps))
+
+
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   num_warps: int = launch.NUM_WARPS[0]) -> dict:
+    """Registers, shared memory and spills of the kernel compiled by Triton for `arch` (kernels/triton/census.py)."""
+    from . import census
+    return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype, num_warps=num_warps)

@@ -14,6 +14,8 @@ programs keep a GPU busy at long contexts.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import triton
 import triton.language as tl
@@ -49,7 +51,7 @@ def partition_kernel(query, key_cache, value_cache, block_tables, context_lens, 
         dims = tl.arange(0, HEAD)
         dim_ok = dims < head_dim
         q = tl.load(query + ((seq * num_heads + heads) * head_dim)[:, None] + dims[None, :],
-                    mask=head_ok[:, None] & dim_ok[None, :], other=0.0).to(tl.float32)
+                    mask=head_ok[:, None] & dim_ok[None, :], other=0.0)
         slopes = tl.load(alibi_slopes + heads, mask=head_ok, other=0.0) if ALIBI else tl.zeros([GROUP], tl.float32)
         end = tl.minimum(start + PARTITION, context_len)
         begin = start + (tl.maximum(first - start, 0) // TILE) * TILE
@@ -63,7 +65,7 @@ def partition_kernel(query, key_cache, value_cache, block_tables, context_lens, 
             slots = physical * block_size + tokens % block_size
             rows = (slots * num_kv_heads + kv_head) * head_dim
             tile_mask = live[:, None] & dim_ok[None, :]
-            k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=tile_mask, other=0.0).to(tl.float32)
+            k = tl.load(key_cache + rows[:, None] + dims[None, :], mask=tile_mask, other=0.0).to(q.dtype)
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
             if KV_SCALES:
                 s = s * tl.load(k_scales + slots * num_kv_heads + kv_head, mask=live, other=0.0)[None, :]
@@ -75,8 +77,8 @@ def partition_kernel(query, key_cache, value_cache, block_tables, context_lens, 
             total = total * correction + tl.sum(weights, axis=1)
             if KV_SCALES:
                 weights = weights * tl.load(v_scales + slots * num_kv_heads + kv_head, mask=live, other=0.0)[None, :]
-            v = tl.load(value_cache + rows[:, None] + dims[None, :], mask=tile_mask, other=0.0).to(tl.float32)
-            acc = acc * correction[:, None] + tl.dot(weights, v, input_precision="ieee")
+            v = tl.load(value_cache + rows[:, None] + dims[None, :], mask=tile_mask, other=0.0).to(q.dtype)
+            acc = acc * correction[:, None] + tl.dot(weights.to(q.dtype), v, input_precision="ieee")
             top = new_top
         cell = (seq * num_heads + heads) * max_parts + part
         tl.store(part_out + (cell * head_dim)[:, None] + dims[None, :], acc, mask=head_ok[:, None] & dim_ok[None, :])
@@ -143,3 +145,11 @@ def prepare(problem, backend: str, partition: int = 512, tile: int = 32,
             num_warps: int = launch.NUM_WARPS[0]) -> launch.Launch:
     args, values = launch.decode_arguments("triton.split", problem, backend)
     return launch.Launch("triton.split", problem, args, calls(problem, args, values, partition, tile, num_warps))
+
+
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   partition: int = 512, tile: int = 32, num_warps: int = launch.NUM_WARPS[0]) -> dict:
+    """Registers, shared memory and spills of both kernels (partition, reduce) compiled by Triton for `arch` (kernels/triton/census.py)."""
+    from . import census
+    return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype,
+                                 partition=partition, tile=tile, num_warps=num_warps)

@@ -13,6 +13,8 @@ expectation: K/V read once per (KV head, query tile); at decode most of a BLOCK_
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import triton
 import triton.language as tl
@@ -53,7 +55,7 @@ def unified_kernel(query, key_cache, value_cache, block_tables, context_lens, ou
         dim_ok = dims < head_dim
         q_rows = (q_begin + token_in_seq) * num_heads + heads
         q = tl.load(query + (q_rows * head_dim)[:, None] + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :],
-                    other=0.0).to(tl.float32)
+                    other=0.0)
         slopes = tl.load(alibi_slopes + heads, mask=row_ok, other=0.0) if ALIBI else tl.zeros([BLOCK_Q * GROUP],
                                                                                              tl.float32)
         last = tl.max(tl.where(row_ok, positions, 0), axis=0) + 1
@@ -68,7 +70,7 @@ def unified_kernel(query, key_cache, value_cache, block_tables, context_lens, ou
             slots = physical * block_size + tokens % block_size
             kv_rows = (slots * num_kv_heads + kv_head) * head_dim
             tile_mask = live[:, None] & dim_ok[None, :]
-            k = tl.load(key_cache + kv_rows[:, None] + dims[None, :], mask=tile_mask, other=0.0).to(tl.float32)
+            k = tl.load(key_cache + kv_rows[:, None] + dims[None, :], mask=tile_mask, other=0.0).to(q.dtype)
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
             if KV_SCALES:
                 s = s * tl.load(k_scales + slots * num_kv_heads + kv_head, mask=live, other=0.0)[None, :]
@@ -84,8 +86,8 @@ def unified_kernel(query, key_cache, value_cache, block_tables, context_lens, ou
             total = total * correction + tl.sum(weights, axis=1)
             if KV_SCALES:
                 weights = weights * tl.load(v_scales + slots * num_kv_heads + kv_head, mask=live, other=0.0)[None, :]
-            v = tl.load(value_cache + kv_rows[:, None] + dims[None, :], mask=tile_mask, other=0.0).to(tl.float32)
-            acc = acc * correction[:, None] + tl.dot(weights, v, input_precision="ieee")
+            v = tl.load(value_cache + kv_rows[:, None] + dims[None, :], mask=tile_mask, other=0.0).to(q.dtype)
+            acc = acc * correction[:, None] + tl.dot(weights.to(q.dtype), v, input_precision="ieee")
             top = new_top
         total = tl.where(row_ok, total, 1.0)  # padding rows saw no token: keep their (unstored) factor finite
         sink = tl.load(sinks + heads, mask=row_ok, other=0.0) if SINKS else tl.zeros([BLOCK_Q * GROUP], tl.float32)
@@ -113,3 +115,11 @@ def calls(problem, args: launch.Arguments, values: tuple, block_q: int, tile: in
 def prepare(problem, backend: str, block_q: int = 4, tile: int = 32, num_warps: int = launch.NUM_WARPS[0]) -> launch.Launch:
     args, values = launch.decode_arguments("triton.unified", problem, backend)
     return launch.Launch("triton.unified", problem, args, calls(problem, args, values, block_q, tile, num_warps))
+
+
+def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
+                   block_q: int = 4, tile: int = 32, num_warps: int = launch.NUM_WARPS[0]) -> dict:
+    """Registers, shared memory and spills of the kernel compiled by Triton for `arch` (kernels/triton/census.py)."""
+    from . import census
+    return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype,
+                                 block_q=block_q, tile=tile, num_warps=num_warps)
