@@ -20,13 +20,12 @@ import numpy as np
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.runtime.jit import mangle_type
+from triton.backends.compiler import BaseBackend
+from triton.runtime.jit import native_specialize_impl
 
 from sandbox.analysis import compile_cache
 from sandbox.problem import DecodeProblem
 from sandbox.variant.limits import Unsupported
-
-from .memory import Pointer
 
 REPRESENTATIVE = dict(num_seqs=1, num_heads=32, num_kv_heads=8, max_context_len=2048)
 PATH = f"triton {triton.__version__} -> ptxas -> cubin"
@@ -34,24 +33,33 @@ _USED = re.compile(r"Used (\d+) registers")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
-def signature(call) -> tuple[dict, dict]:
-    """({argument: Triton type}, {constexpr: value}) of a launch.Call, as a launch would specialise it."""
+def signature(call) -> tuple[dict, dict, dict]:
+    """(signature, constexprs, attrs) of a launch.Call as a GPU launch specialises it (JITFunction's rules):
+    an integer argument of 1 becomes a constexpr, pointers and integers divisible by 16 get
+    tt.divisibility 16 (our pointers are 16-byte aligned, as CuPy's allocations are)."""
     names = list(inspect.signature(call.kernel.fn).parameters)
-    types = {}
-    for name, value in zip(names, call.args):
-        types[name] = mangle_type(value) if isinstance(value, Pointer) else ("fp32" if isinstance(value, float) else "i32")
-    for name, value in call.constexprs.items():
-        types[name] = "constexpr"
-    return types, dict(call.constexprs)
+    values = dict(zip(names, call.args), **call.constexprs)
+    types, constexprs, attrs = {}, {}, {}
+    for index, name in enumerate(names):
+        if name in call.constexprs:
+            types[name], constexprs[name] = "constexpr", call.constexprs[name]
+            continue
+        kind, key = native_specialize_impl(BaseBackend, values[name], False, True, True)
+        types[name] = kind
+        if kind == "constexpr":
+            constexprs[name] = key
+        elif isinstance(key, str):
+            attrs[(index,)] = BaseBackend.parse_attr(key)
+    return types, constexprs, attrs
 
 
 def compile_call(call, arch: str) -> dict:
     """Resources and the cubin of one call compiled for `arch` ("sm_80", "sm_90")."""
-    types, constexprs = signature(call)
+    types, constexprs, attrs = signature(call)
     cc = int(arch.removeprefix("sm_"))
     options = dict(num_warps=call.num_warps, num_stages=call.num_stages, enable_fp_fusion=True)
-    parts = ["triton", triton.__version__, inspect.getsource(call.kernel.fn), _callees_source(call.kernel), types,
-             {k: str(v) for k, v in constexprs.items()}, options, arch]
+    parts = ["triton", triton.__version__, _source(call.kernel), types, {k: str(v) for k, v in constexprs.items()},
+             [[list(k), v] for k, v in attrs.items()], options, arch]
 
     def build() -> dict:
         log = io.StringIO()
@@ -60,7 +68,7 @@ def compile_call(call, arch: str) -> dict:
         knobs.nvidia.dump_ptxas_log, knobs.compilation.always_compile = True, True  # a fresh ptxas run, its log
         try:
             with contextlib.redirect_stdout(log):
-                compiled = triton.compile(ASTSource(call.kernel, types, constexprs), target=GPUTarget("cuda", cc, 32),
+                compiled = triton.compile(ASTSource(call.kernel, types, constexprs, attrs), target=GPUTarget("cuda", cc, 32),
                                           options=options)
         except Exception as exc:
             if "fp8" in str(exc).lower():
@@ -81,11 +89,10 @@ def compile_call(call, arch: str) -> dict:
     return compile_cache.cached("triton-cubin", parts, build)
 
 
-def _callees_source(kernel) -> list[str]:
-    """The source of every @triton.jit function the kernel's module defines (its callees are among them)."""
-    module = inspect.getmodule(kernel.fn)
-    return sorted(inspect.getsource(v.fn) for v in vars(module).values() if isinstance(v, triton.JITFunction)
-                  and inspect.getmodule(v.fn) is not module) + [inspect.getsource(module)]
+def _source(kernel) -> list[str]:
+    """What the compiled code depends on in this repository: the kernel's module and the family's device functions."""
+    from . import common
+    return [inspect.getsource(inspect.getmodule(kernel.fn)), inspect.getsource(common)]
 
 
 def representative(block_size: int, head_dim: int, dtype: str, kv_dtype: str | None) -> DecodeProblem:
