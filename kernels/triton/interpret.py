@@ -26,6 +26,7 @@ from triton.runtime.jit import JITFunction
 from .memory import Memory, OutOfBounds
 
 _PLAIN_DOT = type(interpreter_builder).create_dot
+_MISSING = object()
 
 TESTED_TRITON = "3.9.0"  # the interpreter internals this adapter replaces (pyproject pins it)
 
@@ -58,18 +59,26 @@ def interpreted(kernel: JITFunction) -> InterpretedFunction:
     return twin
 
 
+def _language_objects() -> list:
+    """Everything the interpreter's _patch_lang may change: triton.language's modules and classes."""
+    core = tl.core
+    return [tl, core, tl.math, tl.standard, core.tensor, core.tensor_descriptor_base, core.dtype,
+            getattr(tl, "condition", core.tensor)]
+
+
 @contextlib.contextmanager
 def _language_twins():
     """triton.language's own @jit functions (tl.zeros, tl.cdiv, tl.sum, ...) as interpreted twins for one launch:
-    what importing triton under TRITON_INTERPRET=1 would have made them, and the interpreter's flag on."""
-    import triton
-    import triton.language as tl
+    what importing triton under TRITON_INTERPRET=1 would have made them, and the interpreter's flag on.
 
-    saved = []
+    Everything is put back afterwards, so the same process still compiles for a GPU: the interpreter patches the
+    language at each device-function call and never restores that (under TRITON_INTERPRET=1 nothing compiles)."""
+    import triton
+
+    snapshot = [(obj, dict(vars(obj))) for obj in _language_objects()]
     for module in (tl, tl.standard, tl.math):
         for name, value in list(vars(module).items()):
             if isinstance(value, JITFunction):
-                saved.append((module, name, value))
                 setattr(module, name, interpreted(value))
     flag = triton.knobs.runtime.interpret
     triton.knobs.runtime.interpret = True
@@ -77,8 +86,12 @@ def _language_twins():
         yield
     finally:
         triton.knobs.runtime.interpret = flag
-        for module, name, value in saved:
-            setattr(module, name, value)
+        for obj, saved in snapshot:
+            for name in [n for n in vars(obj) if n not in saved]:
+                delattr(obj, name)
+            for name, value in saved.items():
+                if vars(obj).get(name, _MISSING) is not value:
+                    setattr(obj, name, value)
 
 
 @contextlib.contextmanager

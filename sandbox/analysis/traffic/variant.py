@@ -280,9 +280,12 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     problem.validate()
     variant.limits.check(name, problem, "cpu")
     sampler = mla_sample if kind == "mla" else sample
-    counted, scale, note = sampler(problem, sample_seqs if variant.family == "cupy" else None)
+    counted, scale, note = sampler(problem, sample_seqs if variant.family in ("cupy", "triton") else None)
     if variant.family == "cupy":
         launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
+    elif variant.family == "triton":  # Triton's interpreter, its accesses mapped by the TTGIR layouts
+        from kernels.triton import traffic as triton_traffic
+        launches, grids, resources = triton_traffic.capture_variant(name, problem, counted, census, config)
     else:
         launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu, kind)
     if len(grids) != len(launches):
