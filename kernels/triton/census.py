@@ -58,7 +58,7 @@ def compile_call(call, arch: str) -> dict:
     types, constexprs, attrs = signature(call)
     cc = int(arch.removeprefix("sm_"))
     options = dict(num_warps=call.num_warps, num_stages=call.num_stages, enable_fp_fusion=True)
-    parts = ["triton", triton.__version__, _source(call.kernel), types, {k: str(v) for k, v in constexprs.items()},
+    parts = ["triton", triton.__version__, call.kernel.fn.__qualname__, _source(call.kernel), types, {k: str(v) for k, v in constexprs.items()},
              [[list(k), v] for k, v in attrs.items()], options, arch]
 
     def build() -> dict:

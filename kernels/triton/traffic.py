@@ -77,6 +77,15 @@ class Recorder:
                                      addresses, np.asarray(mask).ravel().copy(), offsets.shape))
 
 
+def _contiguous(access: _Access, slots: np.ndarray) -> bool:
+    """Whether every slot's active elements lie at consecutive addresses (what one vector access needs)."""
+    if slots.shape[3] == 1:
+        return True
+    addresses = access.addresses[slots].astype(np.int64)
+    both = access.mask[slots][..., 1:] & access.mask[slots][..., :-1]
+    return bool(np.all(~both | (np.diff(addresses, axis=3) == access.itemsize)))
+
+
 def _records(access: _Access, op: layouts.MemoryOp, site: int, num_warps: int, block: int, epoch: int):
     """RECORD_DTYPE rows of one access: one per (warp, access slot, active lane), epochs numbering the slots."""
     held = op.elements(num_warps)                         # [warps, 32, registers]
@@ -84,8 +93,8 @@ def _records(access: _Access, op: layouts.MemoryOp, site: int, num_warps: int, b
     if held.max(initial=0) >= size:
         raise RuntimeError(f"TTGIR layout of {access.line} covers {held.max() + 1} elements, the access has {size}")
     vector = op.vector(access.itemsize)
-    registers = held.shape[2] - held.shape[2] % vector if held.shape[2] >= vector else held.shape[2]
-    vector = vector if registers == held.shape[2] else 1
+    if held.shape[2] % vector or not _contiguous(access, held.reshape(num_warps, 32, -1, vector)):
+        vector = 1  # addresses the layout's run does not make consecutive (a stride, a gather): one access each
     slots = held.reshape(num_warps, 32, -1, vector)       # [warps, lanes, slots, vector]
     active = access.mask[slots]
     if access.store:  # only the first thread holding an element stores it
