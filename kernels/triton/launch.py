@@ -136,7 +136,8 @@ class Launch:
 
     def _run(self, call: Call) -> None:
         if self.args.backend == "gpu":
-            call.kernel[call.grid](*call.args, num_warps=call.num_warps, num_stages=call.num_stages, **call.constexprs)
+            call.kernel[call.grid](*call.args, num_warps=call.num_warps, num_stages=call.num_stages,
+                                   enable_fp_fusion=True, **call.constexprs)  # as the census compiles it
         else:
             interpret.run(call.kernel, call.grid, self.args.memory, *call.args, **call.constexprs)
 

@@ -61,6 +61,7 @@ WRONG_VARIANTS = {
     "wrong.cupy.neighbour_head_scale": "kernels.wrong.cupy_neighbour_head_scale",
     "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_mla_v_from_rope",
     "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
+    "wrong.triton.skips_first_token": "kernels.wrong.triton_skips_first_token",
 }
 
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
