@@ -94,3 +94,19 @@ def test_the_language_is_compilable_again_after_an_interpreted_launch():
 
 def test_next_power_of_two():
     assert [launch.next_power_of_two(n) for n in (1, 2, 3, 16, 17, 2112)] == [1, 2, 4, 16, 32, 4096]
+
+
+def test_split_times_its_two_kernels_alone_and_the_others_have_one():
+    problem = DecodeProblem.random(6, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=32, block_size=8,
+                                   max_context_len=30, dtype="float16")
+    prepared, _ = runner.prepare("triton.split", problem, "cpu")
+    prepared.launch()
+    whole = prepared.result().copy()
+    parts = prepared.launch_parts()
+    assert [name for name, _ in parts] == ["partition", "reduce"]
+    prepared.args.arrays["out"][:] = 0
+    for _, part in parts:
+        part()
+    np.testing.assert_array_equal(prepared.result(), whole)
+    for name in ("triton.naive", "triton.unified"):
+        assert not hasattr(runner.prepare(name, problem, "cpu")[0], "launch_parts"), name

@@ -145,12 +145,6 @@ class Launch:
         for call in self.calls:
             self._run(call)
 
-    def launch_parts(self):
-        """Each kernel alone, (name, callable) in launch order (sandbox/variant/limits.py); one kernel: None."""
-        if len(self.calls) < 2:
-            return None
-        return [(call.name, lambda call=call: self._run(call)) for call in self.calls]
-
     def result(self):
         if self.args.backend == "gpu":
             import cupy
@@ -159,3 +153,11 @@ class Launch:
         if self.problem.options.return_lse:
             return out, self.args.host("lse").copy()
         return out
+
+
+class PartedLaunch(Launch):
+    """A Launch of several kernels (split-KV: partition, reduce) that the sweep may time one by one."""
+
+    def launch_parts(self):
+        """Each kernel alone, (name, callable) in launch order (sandbox/variant/limits.py)."""
+        return [(call.name, lambda call=call: self._run(call)) for call in self.calls]

@@ -144,7 +144,7 @@ def calls(problem, args: launch.Arguments, values: tuple, partition: int, tile: 
 def prepare(problem, backend: str, partition: int = 512, tile: int = 32,
             num_warps: int = launch.NUM_WARPS[0]) -> launch.Launch:
     args, values = launch.decode_arguments("triton.split", problem, backend)
-    return launch.Launch("triton.split", problem, args, calls(problem, args, values, partition, tile, num_warps))
+    return launch.PartedLaunch("triton.split", problem, args, calls(problem, args, values, partition, tile, num_warps))
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,

@@ -300,9 +300,10 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
 
 def first_launch_is_a_sample(family: str, resolved: str) -> bool:
     """Whether a point's correctness launch is also its first timed call: on the CPU where nothing compiles in
-    a launch (the Numba simulator, NumPy; the executor builds a CUDA C kernel at its first launch, and a GPU
-    compiles and warms up), so a simulated point that takes longer than the budget runs once, not twice."""
-    return resolved == "cpu" and family in ("numba", "numpy")
+    a launch (the Numba simulator, NumPy, Triton's interpreter; the executor builds a CUDA C kernel at its first
+    launch, and a GPU compiles and warms up), so a simulated point that takes longer than the budget runs once,
+    not twice."""
+    return resolved == "cpu" and family in ("numba", "numpy", "triton")
 
 
 def point_bytes(prepared, problem) -> int:
