@@ -26,7 +26,7 @@ def test_naive_reports_ptxas_registers_and_its_sass_for_sm_90():
 
 def test_num_warps_is_a_tunable_the_census_compiles():
     (row,) = _rows(["triton.naive"], config={"num_warps": 2})
-    assert row["threads_per_block"] == 64 and row["config"] == "num_warps=2"
+    assert row["threads_per_block"] == 64 and row["config"] == "num_warps=2,num_stages=2"
     with pytest.raises(Unsupported, match="num_warps=3"):
         _rows(["triton.naive"], config={"num_warps": 3})
 

@@ -26,6 +26,7 @@ HEAD_DIMS = (32, 64, 80, 96, 112, 120, 128, 192, 256)
 TL_DTYPES = {"float32": tl.float32, "float16": tl.float16, "bfloat16": tl.bfloat16, "float8_e4m3fn": tl.float8e4nv,
              "float8_e5m2": tl.float8e5, "int32": tl.int32}
 NUM_WARPS = (4, 2, 8)  # the num_warps tunable of every variant, the default first
+NUM_STAGES = (2, 3)    # num_stages: how deep Triton pipelines a loop's loads (async copies on sm_80+)
 
 
 def limits(max_query_len: int | None = 1) -> Limits:

@@ -5,7 +5,7 @@ whole block of K (a [block, head_dim] tile) per step, with an online softmax (ru
 Limits: any block size 1..4096 (the tile is the next power of two, masked), head dims 32..256 (HEAD_DIMS in
 launch.py), any GQA ratio, queries float32/float16/bfloat16, caches of the query's dtype or fp8 (e4m3fn,
 e5m2; per tensor or per token and KV head), the options window, softcap, alibi, kv_scale, sinks, lse,
-kv_scales; decode only (one query token per sequence). Tunable: num_warps.
+kv_scales; decode only (one query token per sequence). Tunables: num_warps, num_stages.
 Verdict: matches the reference on every problem the suites draw (the interpreter on a CPU). Design-level
 expectation, not a measurement: every query head re-reads its KV head's blocks (GQA ratio x the ideal K/V
 bytes) and num_seqs x num_heads programs are too few to fill a GPU at small batch.
@@ -21,7 +21,7 @@ from . import launch
 from .common import adjust_logits, finish_factor, first_token, log_sum_exp
 
 LIMITS = launch.limits(max_query_len=1)
-TUNABLES = {"num_warps": launch.NUM_WARPS}
+TUNABLES = {"num_warps": launch.NUM_WARPS, "num_stages": launch.NUM_STAGES}
 
 
 @triton.jit
@@ -76,22 +76,25 @@ def naive_kernel(query, key_cache, value_cache, block_tables, context_lens, out,
         tl.store(lse + seq * num_heads + head, log_sum_exp(top, total))
 
 
-def calls(problem, args: tuple, num_warps: int) -> list[launch.Call]:
+def calls(problem, args: tuple, num_warps: int, num_stages: int = launch.NUM_STAGES[0]) -> list[launch.Call]:
     """The one kernel call for `problem` with the decode arguments `args`."""
     p = problem
     shape = (p.num_heads, p.num_kv_heads, p.max_blocks_per_seq, p.block_size, p.head_dim)
     constexprs = dict(BLOCK=launch.next_power_of_two(p.block_size), HEAD=launch.next_power_of_two(p.head_dim),
                       **launch.option_constexprs(p))
-    return [launch.Call("naive", naive_kernel, (p.num_seqs, p.num_heads), args + shape, constexprs, num_warps)]
+    return [launch.Call("naive", naive_kernel, (p.num_seqs, p.num_heads), args + shape, constexprs, num_warps,
+                        num_stages)]
 
 
-def prepare(problem, backend: str, num_warps: int = launch.NUM_WARPS[0]) -> launch.Launch:
+def prepare(problem, backend: str, num_warps: int = launch.NUM_WARPS[0],
+            num_stages: int = launch.NUM_STAGES[0]) -> launch.Launch:
     args, values = launch.decode_arguments("triton.naive", problem, backend)
-    return launch.Launch("triton.naive", problem, args, calls(problem, values, num_warps))
+    return launch.Launch("triton.naive", problem, args, calls(problem, values, num_warps, num_stages))
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   num_warps: int = launch.NUM_WARPS[0]) -> dict:
+                   num_warps: int = launch.NUM_WARPS[0], num_stages: int = launch.NUM_STAGES[0]) -> dict:
     """Registers, shared memory and spills of the kernel compiled by Triton for `arch` (kernels/triton/census.py)."""
     from . import census
-    return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype, num_warps=num_warps)
+    return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype, num_warps=num_warps,
+                                 num_stages=num_stages)

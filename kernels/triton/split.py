@@ -7,7 +7,7 @@ one by one through the block table (any block size). It writes an unnormalised p
 running max and sum per head; the second kernel, one program per (sequence, query head), merges the
 partitions by log-sum-exp, adds the sink once and writes the output (and lse).
 Limits: as triton.naive (any block size, head dims 32..256, every query dtype, fp8 caches, every option
-but nvfp4), decode only. Tunables: partition (tokens per program), tile (tokens per step), num_warps.
+but nvfp4), decode only. Tunables: partition (tokens per program), tile (tokens per step), num_warps, num_stages.
 Verdict: matches the reference on every problem the suites draw (the interpreter on a CPU). Design-level
 expectation: K/V bytes read once per KV head (near the ideal), and num_seqs x num_kv_heads x partitions
 programs keep a GPU busy at long contexts.
@@ -24,7 +24,7 @@ from . import launch
 from .common import adjust_logits, finish_factor, first_token, log_sum_exp
 
 LIMITS = launch.limits(max_query_len=1)
-TUNABLES = {"partition": (512, 256, 1024), "tile": (32, 16, 64), "num_warps": launch.NUM_WARPS}
+TUNABLES = {"partition": (512, 256, 1024), "tile": (32, 64), "num_warps": (4, 8), "num_stages": launch.NUM_STAGES}
 
 
 @triton.jit
@@ -115,7 +115,8 @@ def merge_kernel(part_out, part_top, part_total, context_lens, out, lse, v_scale
         tl.store(lse + seq * num_heads + head, log_sum_exp(top, total))
 
 
-def calls(problem, args: launch.Arguments, values: tuple, partition: int, tile: int, num_warps: int) -> list[launch.Call]:
+def calls(problem, args: launch.Arguments, values: tuple, partition: int, tile: int, num_warps: int,
+          num_stages: int) -> list[launch.Call]:
     """The partition kernel's and the merge kernel's calls; the partial results are allocated in `args`."""
     p = problem
     (query, key_cache, value_cache, tables, lens, out, lse, scale, window, soft_cap, alibi, v_scale, sinks, k_scales,
@@ -132,24 +133,26 @@ def calls(problem, args: launch.Arguments, values: tuple, partition: int, tile: 
                          soft_cap, alibi, k_scales, v_scales, p.num_heads, p.num_kv_heads, p.max_blocks_per_seq,
                          p.block_size, p.head_dim, max_parts),
                         dict(PARTITION=partition, TILE=tile, GROUP=group, HEAD=head, SOFTCAP=flags["SOFTCAP"],
-                             ALIBI=flags["ALIBI"], KV_SCALES=flags["KV_SCALES"]), num_warps)
+                             ALIBI=flags["ALIBI"], KV_SCALES=flags["KV_SCALES"]), num_warps, num_stages)
     second = launch.Call("reduce", merge_kernel, (p.num_seqs, p.num_heads),
                          (part_out, part_top, part_total, lens, out, lse, v_scale, sinks, p.num_heads, p.head_dim,
                           max_parts),
                          dict(PARTITION=partition, PARTS=launch.next_power_of_two(max_parts), HEAD=head,
-                              SINKS=flags["SINKS"], LSE=flags["LSE"]), num_warps)
+                              SINKS=flags["SINKS"], LSE=flags["LSE"]), num_warps, num_stages)
     return [first, second]
 
 
 def prepare(problem, backend: str, partition: int = 512, tile: int = 32,
-            num_warps: int = launch.NUM_WARPS[0]) -> launch.Launch:
+            num_warps: int = 4, num_stages: int = launch.NUM_STAGES[0]) -> launch.Launch:
     args, values = launch.decode_arguments("triton.split", problem, backend)
-    return launch.PartedLaunch("triton.split", problem, args, calls(problem, args, values, partition, tile, num_warps))
+    return launch.PartedLaunch("triton.split", problem, args, calls(problem, args, values, partition, tile, num_warps,
+                                                                               num_stages))
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   partition: int = 512, tile: int = 32, num_warps: int = launch.NUM_WARPS[0]) -> dict:
+                   partition: int = 512, tile: int = 32, num_warps: int = 4,
+                   num_stages: int = launch.NUM_STAGES[0]) -> dict:
     """Registers, shared memory and spills of both kernels (partition, reduce) compiled by Triton for `arch` (kernels/triton/census.py)."""
     from . import census
     return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype,
-                                 partition=partition, tile=tile, num_warps=num_warps)
+                                 partition=partition, tile=tile, num_warps=num_warps, num_stages=num_stages)

@@ -7,7 +7,7 @@ own position p = L - q + j), and the softmax is online over tiles of TILE tokens
 position. Decode is the case q = 1.
 Limits: as triton.naive (any block size, head dims 32..256, every query dtype, fp8 caches, every option but
 nvfp4), and any number of query tokens per sequence (query_start). Tunables: block_q (query tokens per
-program), tile (tokens per step), num_warps.
+program), tile (tokens per step), num_warps, num_stages.
 Verdict: matches the reference on every problem the suites draw (the interpreter on a CPU). Design-level
 expectation: K/V read once per (KV head, query tile); at decode most of a BLOCK_Q tile's rows are padding.
 """
@@ -23,7 +23,7 @@ from . import launch
 from .common import adjust_logits, finish_factor, log_sum_exp
 
 LIMITS = launch.limits(max_query_len=None)
-TUNABLES = {"block_q": (4, 1, 8, 16), "tile": (32, 16, 64), "num_warps": launch.NUM_WARPS}
+TUNABLES = {"block_q": (4, 1, 16), "tile": (32, 64), "num_warps": (4, 8), "num_stages": launch.NUM_STAGES}
 
 
 @triton.jit
@@ -98,7 +98,8 @@ def unified_kernel(query, key_cache, value_cache, block_tables, context_lens, ou
             tl.store(lse + q_rows, log_sum_exp(top, total), mask=row_ok)
 
 
-def calls(problem, args: launch.Arguments, values: tuple, block_q: int, tile: int, num_warps: int) -> list[launch.Call]:
+def calls(problem, args: launch.Arguments, values: tuple, block_q: int, tile: int, num_warps: int,
+          num_stages: int) -> list[launch.Call]:
     """The one kernel call; query_start (arange for decode) is registered in `args`."""
     p = problem
     starts = p.query_start if p.query_start is not None else np.arange(p.num_seqs + 1, dtype=np.int32)
@@ -109,17 +110,20 @@ def calls(problem, args: launch.Arguments, values: tuple, block_q: int, tile: in
     constexprs = dict(BLOCK_Q=block_q, GROUP=group, TILE=tile, HEAD=launch.next_power_of_two(p.head_dim),
                       **launch.option_constexprs(p))
     shape = (p.num_heads, p.num_kv_heads, p.max_blocks_per_seq, p.block_size, p.head_dim)
-    return [launch.Call("unified", unified_kernel, grid, values + (query_start,) + shape, constexprs, num_warps)]
+    return [launch.Call("unified", unified_kernel, grid, values + (query_start,) + shape, constexprs, num_warps,
+                        num_stages)]
 
 
-def prepare(problem, backend: str, block_q: int = 4, tile: int = 32, num_warps: int = launch.NUM_WARPS[0]) -> launch.Launch:
+def prepare(problem, backend: str, block_q: int = 4, tile: int = 32, num_warps: int = 4,
+            num_stages: int = launch.NUM_STAGES[0]) -> launch.Launch:
     args, values = launch.decode_arguments("triton.unified", problem, backend)
-    return launch.Launch("triton.unified", problem, args, calls(problem, args, values, block_q, tile, num_warps))
+    return launch.Launch("triton.unified", problem, args, calls(problem, args, values, block_q, tile, num_warps,
+                                                                         num_stages))
 
 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
-                   block_q: int = 4, tile: int = 32, num_warps: int = launch.NUM_WARPS[0]) -> dict:
+                   block_q: int = 4, tile: int = 32, num_warps: int = 4, num_stages: int = launch.NUM_STAGES[0]) -> dict:
     """Registers, shared memory and spills of the kernel compiled by Triton for `arch` (kernels/triton/census.py)."""
     from . import census
     return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype,
-                                 block_q=block_q, tile=tile, num_warps=num_warps)
+                                 block_q=block_q, tile=tile, num_warps=num_warps, num_stages=num_stages)
