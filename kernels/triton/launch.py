@@ -115,6 +115,8 @@ def decode_arguments(name: str, problem, backend: str) -> tuple[Arguments, tuple
     """(Arguments, the pointers and values every decode kernel of the family starts with): query, caches,
     block table, context lengths, out, lse, then scale and the option arguments in the table's order."""
     p = problem
+    if backend == "gpu" and p.kv_format == "float8_e4m3fn":
+        _refuse_e4m3_below_sm89(name)
     args = Arguments(name, backend)
     num_tokens = p.query.shape[0]
     head = (args.pointer("query", p.query), args.pointer("key_cache", p.key_cache),
@@ -127,6 +129,17 @@ def decode_arguments(name: str, problem, backend: str) -> tuple[Arguments, tuple
     scale = float(p.softmax_scale * o.scale_factor())
     values = (scale, int(o.window_left), float(o.logits_soft_cap), alibi, float(o.v_scale), sinks, k_scales, v_scales)
     return args, head + values
+
+
+def _refuse_e4m3_below_sm89(name: str) -> None:
+    """Triton 3.9 has no float8_e4m3fn (fp8e4nv) before sm_89: refuse such a cache on an older GPU, before compiling."""
+    import cupy
+    from sandbox.variant import Unsupported
+
+    capability = int(cupy.cuda.Device().compute_capability)
+    if capability < 89:
+        raise Unsupported(f"{name} does not support kv_dtype=float8_e4m3fn on sm_{capability} (Triton has fp8e4nv "
+                          "from sm_89 on; e5m2 works)")
 
 
 class Launch:
