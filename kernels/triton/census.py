@@ -16,11 +16,9 @@ import inspect
 import io
 import re
 
-import numpy as np
 import triton
-from triton.backends.compiler import GPUTarget
+from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
-from triton.backends.compiler import BaseBackend
 from triton.runtime.jit import native_specialize_impl
 
 from sandbox.analysis import compile_cache

@@ -1,4 +1,4 @@
-"""Triton's interpreter on NumPy without torch: the adapter between a @triton.jit kernel and sandbox.triton memory.
+"""Triton's interpreter on NumPy without torch: the adapter between a @triton.jit kernel and memory.Memory.
 
 Triton 3.9's interpreter (`TRITON_INTERPRET=1`) runs a kernel's Python body on NumPy, one program after
 another, but its GridExecutor copies arguments to the host through torch (`untyped_storage()`, `new_empty`,
@@ -17,8 +17,8 @@ import contextlib
 import types
 
 import numpy as np
+import triton
 import triton.language as tl
-
 from triton.runtime import interpreter
 from triton.runtime.interpreter import GridExecutor, InterpretedFunction, InterpreterError, interpreter_builder
 from triton.runtime.jit import JITFunction
@@ -29,6 +29,9 @@ _PLAIN_DOT = type(interpreter_builder).create_dot
 _MISSING = object()
 
 TESTED_TRITON = "3.9.0"  # the interpreter internals this adapter replaces (pyproject pins it)
+if triton.__version__ != TESTED_TRITON:
+    raise ImportError(f"kernels/triton's interpreter adapter replaces Triton {TESTED_TRITON}'s internals; "
+                      f"Triton {triton.__version__} is installed (pip install triton=={TESTED_TRITON})")
 
 
 class _HostArgsExecutor(GridExecutor):
@@ -73,8 +76,6 @@ def _language_twins():
 
     Everything is put back afterwards, so the same process still compiles for a GPU: the interpreter patches the
     language at each device-function call and never restores that (under TRITON_INTERPRET=1 nothing compiles)."""
-    import triton
-
     snapshot = [(obj, dict(vars(obj))) for obj in _language_objects()]
     for module in (tl, tl.standard, tl.math):
         for name, value in list(vars(module).items()):
