@@ -12,9 +12,10 @@ import dataclasses
 import numpy as np
 import triton.language as tl
 
+from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
+from sandbox.problem.options import FEATURES as TABLE_FEATURES
 from sandbox.problem.options import KERNEL_FLAGS
 from sandbox.variant import Limits
-from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
 
 from . import interpret
 from .memory import Memory
@@ -22,6 +23,7 @@ from .memory import Memory
 OPT = dict(KERNEL_FLAGS)
 # The option features every Triton variant implements (nvfp4 caches are refused: no e2m1 decode here).
 FEATURES = ("window", "softcap", "alibi", "kv_scale", "sinks", "lse", "kv_scales")
+assert set(FEATURES) <= set(TABLE_FEATURES), "FEATURES names a feature the option table lacks"
 HEAD_DIMS = (32, 64, 80, 96, 112, 120, 128, 192, 256)
 TL_DTYPES = {"float32": tl.float32, "float16": tl.float16, "bfloat16": tl.bfloat16, "float8_e4m3fn": tl.float8e4nv,
              "float8_e5m2": tl.float8e5, "int32": tl.int32}
