@@ -14,6 +14,7 @@ A thread's registers run fastest along order[0]; `vector` of them are one access
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -94,7 +95,11 @@ class MemoryOp:
     contiguity: int | None          # the async copy's proven contiguity (elements), if stated
 
     def elements(self, num_warps: int) -> np.ndarray:
-        """int64 [num_warps, 32, registers] of flat element indices (a scalar: every lane holds element 0)."""
+        """int64 [num_warps, 32, registers] of flat element indices (a scalar: every lane holds element 0); computed
+        once per (operation, num_warps): read-only."""
+        return _held(self, num_warps)
+
+    def _elements(self, num_warps: int) -> np.ndarray:
         if self.layout is None:
             return np.zeros((num_warps, 32, 1), np.int64)
         shape = self.shape if self.sliced is None else self.shape[:self.sliced] + (1,) + self.shape[self.sliced:]
@@ -110,6 +115,13 @@ class MemoryOp:
             return 1
         vector = min(self.layout.vector_elements(), max(1, 16 // itemsize))
         return min(vector, self.contiguity) if self.contiguity else vector
+
+
+@functools.lru_cache(maxsize=256)
+def _held(op: MemoryOp, num_warps: int) -> np.ndarray:
+    held = op._elements(num_warps)
+    held.flags.writeable = False
+    return held
 
 
 def _resolve(loc: str, defs: dict, depth: int = 0) -> tuple[str, int] | None:

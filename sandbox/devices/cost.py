@@ -15,7 +15,7 @@ the CUDA C executor 1.6e7 (cupy.v1) to 2.9e7 (cupy.gqa), NumPy 8.3e7 (numpy.gath
 7.8e5 (triton.naive, 4.3 s) to 5.2e6 (triton.unified). Each family's
 slowest is its rate: an estimate errs long. A traffic count costs TRAFFIC_FACTOR times a plain run
 (the Numba capture costs 2-5x the simulator's time, the executor's traffic mode 7-12x a plain launch, the
-Triton capture 3.8-6.9x a plain interpreted run).
+Triton capture 1.1-1.3x a plain interpreted run).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import os
 RATES = {"numba": 2.8e4, "cupy": 1.6e7, "numpy": 8.3e7, "triton": 7.8e5}
 WHERE = {"numba": "the Numba simulator", "cupy": "the CUDA C executor", "numpy": "NumPy",
          "triton": "Triton's interpreter"}
-TRAFFIC_FACTOR = {"numba": 5.0, "cupy": 12.0, "numpy": 1.0, "triton": 7.0}
+TRAFFIC_FACTOR = {"numba": 5.0, "cupy": 12.0, "numpy": 1.0, "triton": 1.5}
 WARN_SECONDS = 60.0
 REFUSE_SECONDS = 1800.0
 
