@@ -92,3 +92,17 @@ def test_split_reads_each_kv_head_once_and_its_dram_is_near_ideal():
     columns = summary(result)
     assert 15.5 <= columns["kv_sectors_per_request"] <= 16.0  # whole 16-byte runs; the last tiles are partial
     assert 0.95 <= columns["bytes_over_ideal"] <= 1.1, columns
+
+
+@pytest.mark.parametrize("name", ["triton.naive", "triton.unified"])
+def test_every_access_of_an_option_kernel_finds_its_ttgir_operation(name):
+    """Option kernels add loads (slopes, sinks, per-token scales): each is mapped to its compiled operation."""
+    from sandbox.analysis.traffic.variant import traffic as variant_traffic
+
+    query_lens = 3 if name == "triton.unified" else None
+    problem = DecodeProblem.random(8, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=32, block_size=8,
+                                   max_context_len=24, dtype="float16", kv_dtype="float8_e5m2", query_lens=query_lens,
+                                   alibi_slopes="random", sinks="random", per_token_scales=True, return_lse=True)
+    result = variant_traffic(name, problem, census=False)
+    targets = {s["target"] for k in result["kernels"] for s in k["sites"]}
+    assert {"alibi_slopes", "sinks", "k_scales", "v_scales", "key_cache", "value_cache", "lse", "out"} <= targets
