@@ -4,5 +4,15 @@ The family's surface, for a plug-in interface to call:
     launch.Launch / launch.Call      prepare() results: the kernel calls of one launch, on either backend
     interpret.run(kernel, grid, memory, *args, **constexprs)   one interpreted launch over memory.Memory
     memory.Memory, memory.OutOfBounds                           checked NumPy-backed device memory on the CPU
+    census.compile_report(module, ...), census.compile_call(call, arch)   sm_80/sm_90 cubins and their resources
+    traffic.capture(prepared), traffic.capture_variant(...)    RawLaunch records for sandbox.analysis.traffic
 Variants: naive.py, split.py, unified.py (one module each, registered in sandbox/variant/registry.py).
+
+The kernels stay @triton.jit functions (compiled for the census and a GPU) and the interpreter is run on demand,
+so TRITON_INTERPRET=1, which turns every @triton.jit into an interpreted function at import, is refused.
 """
+import os
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    raise ImportError("kernels/triton runs Triton's interpreter itself (on the CPU backend) and compiles the same "
+                      "kernels for the census and a GPU: unset TRITON_INTERPRET")
