@@ -122,7 +122,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"])")
 
 
 def variants(family: str | None = None, problem: str | None = "decode") -> list[str]:
-    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", or "wrong"), solving one
+    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", "triton", or "wrong"), solving one
     kind of problem (PROBLEMS: "decode" by default, "mla"; None: every kind)."""
     if problem is not None and problem not in PROBLEMS:
         raise ValueError(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")
