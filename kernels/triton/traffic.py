@@ -99,7 +99,7 @@ def _records(access: _Access, op: layouts.MemoryOp, site: int, num_warps: int, b
     active = access.mask[slots]
     if access.store:  # only the first thread holding an element stores it
         first_holder = np.full(size, -1, np.int64)
-        flat = slots.reshape(-1, )
+        flat = slots.reshape(-1)
         thread_of = np.repeat(np.arange(num_warps * 32), slots.shape[2] * vector)
         order = np.argsort(flat, kind="stable")
         firsts = np.ones(len(flat), bool)
