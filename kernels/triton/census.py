@@ -23,7 +23,9 @@ from triton.runtime.jit import native_specialize_impl
 
 from sandbox.analysis import compile_cache
 from sandbox.problem import DecodeProblem
-from sandbox.variant.limits import Unsupported
+from sandbox.variant import Unsupported
+
+from . import common
 
 REPRESENTATIVE = dict(num_seqs=1, num_heads=32, num_kv_heads=8, max_context_len=2048)
 PATH = f"triton {triton.__version__} -> ptxas -> cubin"
@@ -89,7 +91,6 @@ def compile_call(call, arch: str) -> dict:
 
 def _source(kernel) -> list[str]:
     """What the compiled code depends on in this repository: the kernel's module and the family's device functions."""
-    from . import common
     return [inspect.getsource(inspect.getmodule(kernel.fn)), inspect.getsource(common)]
 
 

@@ -15,7 +15,7 @@ import triton.language as tl
 from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
 from sandbox.problem.options import FEATURES as TABLE_FEATURES
 from sandbox.problem.options import KERNEL_FLAGS
-from sandbox.variant import Limits
+from sandbox.variant import Limits, Unsupported
 
 from . import interpret
 from .memory import Memory
@@ -136,7 +136,6 @@ def decode_arguments(name: str, problem, backend: str) -> tuple[Arguments, tuple
 def _refuse_e4m3_below_sm89(name: str) -> None:
     """Triton 3.9 has no float8_e4m3fn (fp8e4nv) before sm_89: refuse such a cache on an older GPU, before compiling."""
     import cupy
-    from sandbox.variant import Unsupported
 
     capability = int(cupy.cuda.Device().compute_capability)
     if capability < 89:

@@ -17,7 +17,7 @@ import sys
 import triton
 import triton.language as tl
 
-from . import launch
+from . import census, launch
 from .common import adjust_logits, finish_factor, first_token, log_sum_exp
 
 LIMITS = launch.limits(max_query_len=1)
@@ -95,6 +95,5 @@ def prepare(problem, backend: str, num_warps: int = launch.NUM_WARPS[0],
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
                    num_warps: int = launch.NUM_WARPS[0], num_stages: int = launch.NUM_STAGES[0]) -> dict:
     """Registers, shared memory and spills of the kernel compiled by Triton for `arch` (kernels/triton/census.py)."""
-    from . import census
     return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype, num_warps=num_warps,
                                  num_stages=num_stages)

@@ -20,7 +20,7 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from . import launch
+from . import census, launch
 from .common import adjust_logits, finish_factor, first_token, log_sum_exp
 
 LIMITS = launch.limits(max_query_len=1)
@@ -153,6 +153,5 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
                    partition: int = 512, tile: int = 32, num_warps: int = 4,
                    num_stages: int = launch.NUM_STAGES[0]) -> dict:
     """Registers, shared memory and spills of both kernels (partition, reduce) compiled by Triton for `arch` (kernels/triton/census.py)."""
-    from . import census
     return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype,
                                  partition=partition, tile=tile, num_warps=num_warps, num_stages=num_stages)

@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 import triton
 
-from sandbox.analysis.traffic.raw import RawLaunch, Site
+from sandbox.analysis.occupancy import occupancy
 from sandbox.analysis.traffic.requests import RECORD_DTYPE, group
+from sandbox.cpucuda.raw import RawLaunch, Site
+from sandbox.variant import runner
 
 from . import census, interpret, layouts
 
@@ -154,7 +156,7 @@ def raw_launch(call, recorder: Recorder, accesses: list, arch: str = "sm_90") ->
                      arrays=arrays)
 
 
-def capture(prepared) -> list[RawLaunch]:
+def capture(prepared, arch: str = "sm_90") -> list[RawLaunch]:
     """Run a CPU-backend launch.Launch once in the interpreter, recording: one RawLaunch per kernel call."""
     memory = prepared.args.memory
     recorder = Recorder(memory)
@@ -167,32 +169,34 @@ def capture(prepared) -> list[RawLaunch]:
             out.append((call, recorder.accesses))
     finally:
         memory.recorder = None
-    return [raw_launch(call, recorder, accesses) for call, accesses in out]
+    return [raw_launch(call, recorder, accesses, arch) for call, accesses in out]
 
 
 def resources(call, arch: str = "sm_90") -> dict:
-    """The compile census of one call (registers, shared memory, occupancy) for the performance model."""
-    from sandbox.analysis.occupancy import occupancy
-
+    """The compile census of one call (registers, shared memory, spills, occupancy) for the performance model."""
     compiled = census.compile_call(call, arch)
     threads = 32 * call.num_warps
     occ = occupancy(compiled["registers"], compiled["dynamic_shared_bytes"], threads, arch)
     return dict(registers=compiled["registers"], static_shared_bytes=0,
                 dynamic_shared_bytes=compiled["dynamic_shared_bytes"], local_bytes=compiled["local_bytes"],
+                spill_stores=compiled["spill_stores"], spill_loads=compiled["spill_loads"],
                 threads_per_block=threads, occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm,
                 limiter=occ.limiter)
 
 
-def capture_variant(name: str, problem, counted, with_census: bool, config) -> tuple[list, list, list]:
-    """sandbox.analysis.traffic.variant's capture for a triton.* variant: (RawLaunch per call of `counted`, the
-    grids of `problem`'s calls, each call's census)."""
-    from sandbox.variant import runner
-
+def capture_variant(name: str, problem, counted, with_census: bool, config, device, kind: str = "decode"
+                    ) -> tuple[list, list, list]:
+    """The family's capture (FAMILY.capture, called by sandbox.traffic): (RawLaunch per call of `counted`, the
+    grids of `problem`'s calls, each call's census), the layouts and the census those of `device`'s architecture
+    (sm_80 or sm_90: what census.compile_call targets)."""
+    if kind != "decode":
+        raise ValueError(f"{name}: the Triton capture counts decode problems, not {kind!r}")
     whole, _ = runner.prepare(name, problem, "cpu", config)
     part = whole if counted is problem else runner.prepare(name, counted, "cpu", config)[0]
-    launches = capture(part)
+    launches = capture(part, device.arch)
     grids = [tuple(c.grid) + (1,) * (3 - len(c.grid)) for c in whole.calls]
-    res = [resources(c) if with_census else dict(census_error="not asked for (census=False)",
-                                                 threads_per_block=32 * c.num_warps, dynamic_shared_bytes=0)
+    res = [resources(c, device.arch) if with_census else dict(census_error="not asked for (census=False)",
+                                                              threads_per_block=32 * c.num_warps,
+                                                              dynamic_shared_bytes=0)
            for c in whole.calls]
     return launches, grids, res

@@ -19,7 +19,7 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from . import launch
+from . import census, launch
 from .common import adjust_logits, finish_factor, log_sum_exp
 
 LIMITS = launch.limits(max_query_len=None)
@@ -124,6 +124,5 @@ def prepare(problem, backend: str, block_q: int = 4, tile: int = 32, num_warps: 
 def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dtype: str | None = None,
                    block_q: int = 4, tile: int = 32, num_warps: int = 4, num_stages: int = launch.NUM_STAGES[0]) -> dict:
     """Registers, shared memory and spills of the kernel compiled by Triton for `arch` (kernels/triton/census.py)."""
-    from . import census
     return census.compile_report(sys.modules[__name__], block_size, head_dim, dtype, arch, kv_dtype,
                                  block_q=block_q, tile=tile, num_warps=num_warps, num_stages=num_stages)
