@@ -106,3 +106,31 @@ def test_every_access_of_an_option_kernel_finds_its_ttgir_operation(name):
     result = variant_traffic(name, problem, census=False)
     targets = {s["target"] for k in result["kernels"] for s in k["sites"]}
     assert {"alibi_slopes", "sinks", "k_scales", "v_scales", "key_cache", "value_cache", "lse", "out"} <= targets
+
+
+def test_the_models_loads_in_flight_are_read_from_the_triton_sass():
+    """Each Triton kernel of a call (split's partition and reduce) carries the loads in flight read from the SASS of
+    the very cubin Triton compiled for the device's architecture, as a CUDA C kernel's are (issue #33 item 5):
+    the model's and the sweep's source is "sass", and the reading is the one sandbox.analysis.loads_in_flight
+    gives for that cubin. Without a census nothing is read, and the model says what it assumed."""
+    from sandbox.analysis import loads_in_flight, sass
+    from sandbox.analysis.traffic.variant import summary, traffic as variant_traffic
+    from sandbox.variant import registry
+
+    problem = DecodeProblem.random(4, num_seqs=2, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16,
+                                   max_context_len=160, dtype="float16", nan_fill=False)
+    for device, arch in (("h200", "sm_90"), ("a100", "sm_80")):
+        result = variant_traffic("triton.split", problem, device)
+        kernels, modelled = result["kernels"], result["model"]["kernels"]
+        assert len(kernels) == 2 and [k["loads_in_flight_source"] for k in modelled] == ["sass", "sass"], modelled
+        assert all(k["loads_in_flight_detail"].startswith(f"{arch}: ") for k in kernels)
+        assert all("image" not in k for k in kernels)  # the cubin is read, not reported
+        assert summary(result)["model_loads_source"] == "sass"
+        prepared = registry.get("triton.split").prepare(problem, "cpu")
+        for kernel, call in zip(kernels, prepared.calls):
+            cubin, function = census.compile_call(call, arch)["image"]
+            reading = loads_in_flight.read(sass.function_sass(cubin, function))
+            assert (kernel["loads_in_flight"], kernel["loads_per_wait"]) == (reading.loads_in_flight,
+                                                                            round(reading.per_wait, 3))
+    assumed = variant_traffic("triton.split", problem, census=False)["model"]["kernels"]
+    assert all(k["loads_in_flight_source"].startswith("assumed") for k in assumed)

@@ -9,7 +9,8 @@ The family's surface:
 Variants: naive.py, split.py, unified.py (one module each, registered in sandbox/variant/registry.py).
 FAMILY says how the harness runs them (sandbox/variant/family.py): CuPy arrays on a GPU, the interpreter
 elsewhere; counted by the family's own capture (traffic.capture_variant: the interpreter's accesses mapped
-onto the compiled TTGIR layouts); its compile census is each module's compile_report (census.py).
+onto the compiled TTGIR layouts, each call's census carrying its cubin so that sandbox.traffic reads the loads
+in flight from its SASS); its compile census is each module's compile_report (census.py).
 
 The kernels stay @triton.jit functions (compiled for the census and a GPU) and the interpreter is run on demand,
 so TRITON_INTERPRET=1, which turns every @triton.jit into an interpreted function at import, is refused.

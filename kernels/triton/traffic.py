@@ -173,7 +173,9 @@ def capture(prepared, arch: str = "sm_90") -> list[RawLaunch]:
 
 
 def resources(call, arch: str = "sm_90") -> dict:
-    """The compile census of one call (registers, shared memory, spills, occupancy) for the performance model."""
+    """The compile census of one call for the performance model: registers, shared memory, spills, occupancy, and
+    `image` (cubin, function), the very cubin Triton built, whose SASS sandbox.traffic reads the loads in flight
+    from (sandbox/variant/family.py: a capture function's census may carry its image)."""
     compiled = census.compile_call(call, arch)
     threads = 32 * call.num_warps
     occ = occupancy(compiled["registers"], compiled["dynamic_shared_bytes"], threads, arch)
@@ -181,7 +183,7 @@ def resources(call, arch: str = "sm_90") -> dict:
                 dynamic_shared_bytes=compiled["dynamic_shared_bytes"], local_bytes=compiled["local_bytes"],
                 spill_stores=compiled["spill_stores"], spill_loads=compiled["spill_loads"],
                 threads_per_block=threads, occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm,
-                limiter=occ.limiter)
+                limiter=occ.limiter, image=tuple(compiled["image"]))
 
 
 def capture_variant(name: str, problem, counted, with_census: bool, config, device, kind: str = "decode"
