@@ -417,7 +417,7 @@ def estimate_points(config: "SweepConfig") -> None:
             if kind != shape_kind(shape):
                 continue
             try:
-                backend = backends.resolve(config.backend, family)
+                backend = registry.family(family).resolve(config.backend)
             except ValueError:
                 continue  # not runnable here: the point says so
             cost.guard(f"sweep shape {shape.name} ({family} variants, per block size)", cost.shape_multiply_adds(shape),
@@ -479,7 +479,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     not_raced = set()
     for c in candidates:
         try:
-            resolved[c.name] = (backends.resolve(config.backend, c.family) if c.family != "torch" else "gpu", None)
+            resolved[c.name] = (registry.family(c.family).resolve(config.backend) if c.family != "torch" else "gpu", None)
         except ValueError as exc:
             resolved[c.name] = (None, str(exc))
         if on_gpu and resolved[c.name][0] == "cpu":
