@@ -29,7 +29,8 @@ RUNTIMES = {
 }
 # How sandbox.traffic counts a variant's launches (sandbox/analysis/traffic/variant.py). A family may instead
 # pass its own function: capture(name, problem, counted, census, config, device, kind) -> (launches, grids,
-# resources), as the two below do.
+# resources), as the two below do; a launch's resources may carry `image`: (cubin bytes, function name) of the
+# kernel compiled for device.arch, whose SASS sandbox.traffic reads for the loads in flight (kernels/triton).
 CAPTURES = {
     "executor": "the CPU executor's traffic mode records every access of the CUDA C kernels it runs",
     "numba_simulator": "the Numba simulator's patched arrays record every access (sandbox/analysis/traffic/numba_sim.py)",

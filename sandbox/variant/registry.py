@@ -27,6 +27,7 @@ FAMILIES = {
     "numpy": "kernels.numpy_family",
     "numba": "kernels.numba_cuda",
     "cupy": "kernels.cupy_raw",
+    "triton": "kernels.triton",
     "micro": "kernels.micro",
 }
 
@@ -45,6 +46,9 @@ VARIANTS = {
     "cupy.multi": "kernels.cupy_raw.multi",
     "cupy.cascade": "kernels.cupy_raw.cascade",
     "cupy.tc": "kernels.cupy_raw.tc",
+    "triton.naive": "kernels.triton.naive",
+    "triton.split": "kernels.triton.split",
+    "triton.unified": "kernels.triton.unified",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
@@ -72,6 +76,7 @@ WRONG_VARIANTS = {
     "wrong.cupy.neighbour_head_scale": "kernels.wrong.cupy_controls:neighbour_head_scale",
     "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_controls:mla_v_from_rope",
     "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_controls:mla_invalid_as_slot0",
+    "wrong.triton.skips_first_token": "kernels.wrong.triton_skips_first_token",
 }
 
 # Micro-benchmark kernels (the "micro" problem kind, sandbox.problem.micro): counted and modelled like a variant,
@@ -97,7 +102,7 @@ class Variant:
 
     @property
     def family(self) -> str:
-        """numpy | numba | cupy | micro: decides the backend (for wrong.* the family of the broken kernel)."""
+        """numpy | numba | cupy | triton | micro: decides the backend (for wrong.* the family of the broken kernel)."""
         return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
 
     @property
@@ -159,7 +164,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"])")
 
 
 def variants(family: str | None = None, problem: str | None = "decode") -> list[str]:
-    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", or "wrong"), solving one
+    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", "triton", or "wrong"), solving one
     kind of problem (PROBLEMS: "decode" by default, "mla"; None: every kind)."""
     if problem is not None and problem not in PROBLEMS:
         raise ValueError(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")

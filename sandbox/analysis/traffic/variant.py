@@ -13,7 +13,9 @@
     columns(name, problem, device="h200", config=None) -> dict   the per-point columns a sweep records (COLUMNS)
 
 Each family's capture counts its launches (sandbox/variant/family.py): cupy.* run on the CPU executor in traffic
-mode; numba.* under the Numba simulator's capture (sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel.
+mode; numba.* under the Numba simulator's capture (sandbox.analysis.traffic.numba_sim); a family's own capture
+function (triton.*: Triton's interpreter) hands its launches and each one's census, with the cubin whose SASS
+gives the loads in flight; numpy.gather has no kernel.
 A micro-benchmark (the micro problem kind, micro.*) is counted one block for the grid (micro.py). One L2 model
 spans the call's kernels; each launch's census and the scaling of its counts are census.py's.
 
@@ -189,6 +191,20 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
 CAPTURES = {"executor": _capture_cupy, "numba_simulator": _capture_numba}
 
 
+def _read_image(census: dict, arch: str) -> dict:
+    """A capture's census with its loads in flight: a family's own capture may hand each launch's cubin as
+    `image` (cubin bytes, function name; sandbox/variant/family.py), whose SASS is read here as the CUDA C
+    census reads its own; a census with neither loads nor an image assumes them and says why."""
+    if "image" in census:
+        cubin, function = census["image"]
+        rest = {k: v for k, v in census.items() if k != "image"}
+        return dict(rest, **loads_fields(read_loads(cubin, function), arch))
+    if "loads_in_flight_source" in census:
+        return census
+    return dict(census, **assumed_loads("no compile census" if "census_error" in census
+                                        else "the family's capture gave no cubin to read"))
+
+
 def _launched(census: dict, block, arch: str, kernel: str = "") -> dict:
     """The census with the threads per block this launch ran (and the occupancy they give)."""
     threads = int(np.prod(_dims(block)))
@@ -302,6 +318,7 @@ def traffic(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = S
     counted, scale, note = sampler(problem, None if plugin.capture == "numba_simulator" else sample_seqs)
     capture = plugin.capture if callable(plugin.capture) else CAPTURES[plugin.capture]
     launches, grids, resources = capture(name, problem, counted, census, config, gpu, kind)
+    resources = [_read_image(res, gpu.arch) for res in resources]
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)

@@ -311,8 +311,9 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
 
 def first_launch_is_a_sample(family: str, resolved: str) -> bool:
     """Whether a point's correctness launch is also its first timed call: on the CPU where nothing compiles in
-    a launch (the Numba simulator, NumPy; the executor builds a CUDA C kernel at its first launch, and a GPU
-    compiles and warms up), so a simulated point that takes longer than the budget runs once, not twice."""
+    a launch (the Numba simulator, NumPy, Triton's interpreter; the executor builds a CUDA C kernel at its first
+    launch, and a GPU compiles and warms up), so a simulated point that takes longer than the budget runs once,
+    not twice."""
     return family not in PEER_FAMILIES and not registry.family(family).first_launch_compiles(resolved)
 
 
@@ -425,7 +426,7 @@ def estimate_points(config: "SweepConfig") -> None:
             if kind != shape_kind(shape):
                 continue
             try:
-                backend = backends.resolve(config.backend, family)
+                backend = registry.family(family).resolve(config.backend)
             except ValueError:
                 continue  # not runnable here: the point says so
             cost.guard(f"sweep shape {shape.name} ({family} variants, per block size)", cost.shape_multiply_adds(shape),
@@ -487,7 +488,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     not_raced = set()
     for c in candidates:
         try:
-            resolved[c.name] = (backends.resolve(config.backend, c.family) if c.family != "torch" else "gpu", None)
+            resolved[c.name] = (registry.family(c.family).resolve(config.backend) if c.family != "torch" else "gpu", None)
         except ValueError as exc:
             resolved[c.name] = (None, str(exc))
         if on_gpu and resolved[c.name][0] == "cpu":
