@@ -90,8 +90,11 @@ def compile_call(call, arch: str) -> dict:
 
 
 def _source(kernel) -> list[str]:
-    """What the compiled code depends on in this repository: the kernel's module and the family's device functions."""
-    return [inspect.getsource(inspect.getmodule(kernel.fn)), inspect.getsource(common)]
+    """What the compiled code depends on in this repository: the kernel's module and the family's device functions,
+    with their paths (the TTGIR's locations name the files, and traffic matches the interpreter's accesses by them)."""
+    module = inspect.getmodule(kernel.fn)
+    return [inspect.getsourcefile(module), inspect.getsource(module), inspect.getsourcefile(common),
+            inspect.getsource(common)]
 
 
 def representative(block_size: int, head_dim: int, dtype: str, kv_dtype: str | None) -> DecodeProblem:
