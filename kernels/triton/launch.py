@@ -144,7 +144,7 @@ def _refuse_e4m3_below_sm89(name: str) -> None:
 
 
 class Launch:
-    """What prepare() returns: launch() runs the calls, result() the output in the query's dtype (and lse)."""
+    """What prepare() returns: launch() runs the calls, result() the output in the query's dtype, lse() its log-sum-exp."""
 
     def __init__(self, name: str, problem, args: Arguments, calls: list[Call]):
         self.name, self.problem, self.args, self.calls = name, problem, args, calls
@@ -160,14 +160,22 @@ class Launch:
         for call in self.calls:
             self._run(call)
 
-    def result(self):
+    def _synchronize(self) -> None:
         if self.args.backend == "gpu":
             import cupy
             cupy.cuda.runtime.deviceSynchronize()
-        out = self.args.host("out").copy()
-        if self.problem.options.return_lse:
-            return out, self.args.host("lse").copy()
-        return out
+
+    def result(self) -> np.ndarray:
+        """float [num_query_tokens, num_heads, head_dim] in the query's dtype."""
+        self._synchronize()
+        return self.args.host("out").copy()
+
+    def lse(self) -> np.ndarray:
+        """float32 [num_query_tokens, num_heads]: the natural log-sum-exp of each row (problems with return_lse)."""
+        if not self.problem.options.return_lse:
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        self._synchronize()
+        return self.args.host("lse").copy()
 
 
 class PartedLaunch(Launch):
