@@ -13,9 +13,6 @@
 #ifndef CUDA_VERSION
 #define CUDA_VERSION (__CUDACC_VER_MAJOR__ * 1000 + __CUDACC_VER_MINOR__ * 10)
 #endif
-#ifndef CUDART_VERSION
-#define CUDART_VERSION CUDA_VERSION
-#endif
 
 enum cudaError { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
                  cudaErrorInvalidDevice = 101, cudaErrorNotSupported = 801, cudaErrorUnknown = 999 };
