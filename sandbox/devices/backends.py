@@ -78,7 +78,7 @@ def resolve(backend: str, family: str) -> str:
         if backend == "gpu":
             raise ValueError(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
         return "cpu"
-    if family == "cupy":
+    if family in ("cupy", "flashinfer"):  # CUDA C: CuPy on a GPU, the CPU executor elsewhere
         if backend == "auto":
             return "gpu" if cupy_usable() else "cpu"
         if backend == "gpu" and not cupy_usable():

@@ -32,6 +32,8 @@ VARIANTS = {
     "cupy.multi": "kernels.cupy_raw.multi",
     "cupy.cascade": "kernels.cupy_raw.cascade",
     "cupy.tc": "kernels.cupy_raw.tc",
+    # peers: other projects' kernels from their wheels' headers (unavailable, with the reason, without the wheel)
+    "flashinfer.decode": "kernels.flashinfer.decode",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
