@@ -94,23 +94,40 @@ def page_table(block_tables: np.ndarray, context_lens: np.ndarray, block_size: i
     return indptr, indices.astype(np.int32), last
 
 
+# On the CPU executor one g++ run compiles these groups (with and without the soft cap) for a head dim and dtype:
+# parsing FlashInfer's headers is most of a compile (13 s for one instantiation at -O2, 19 s for eight).
+BATCH_GROUPS = (1, 2, 4, 8)
+
+
+def options() -> tuple[str, ...]:
+    return ("-std=c++17",) + tuple(f"-I{d}" for d in wheel.locate().include_dirs)
+
+
+def batch(head_dim: int, dtype: str, kv_itemsize: int) -> tuple[str, ...]:
+    """The instantiations compiled together with any one of them on the CPU executor."""
+    return tuple(kernel_name(plan(head_dim, g, kv_itemsize), dtype, cap) for g in BATCH_GROUPS for cap in (False, True))
+
+
 @functools.lru_cache(maxsize=None)
-def _module(backend: str, expression: str):
-    found = wheel.locate()
-    options = ("-std=c++17",) + tuple(f"-I{d}" for d in found.include_dirs)
+def _module(backend: str, expressions: tuple, cpu_options: tuple):
     code = PATH.read_text()
     if backend != "gpu":
-        return backends.raw_module(backend, code, options, [expression])
+        return backends.raw_module(backend, code, options(), list(expressions), **dict(cpu_options))
     import cupy
     from sandbox.devices.grid import CheckedModule
-    compiler = "nvcc" if shutil.which("nvcc") else "nvrtc"
-    return CheckedModule(cupy.RawModule(code=code, options=options, name_expressions=[expression], backend=compiler))
+    compiler = "nvcc" if shutil.which("nvcc") else "nvrtc"  # the headers include <iostream>: NVRTC has none
+    return CheckedModule(cupy.RawModule(code=code, options=options(), name_expressions=list(expressions),
+                                        backend=compiler))
 
 
-def get_function(backend: str, expression: str):
+def get_function(backend: str, expression: str, together=()):
+    """The kernel `expression`; on the CPU compiled in one module with `together` (see BATCH_GROUPS)."""
+    from kernels.cupy_raw.common import _cpu_options
     from sandbox.cpucuda import CpuCompileError
+    expressions = (expression,) if backend == "gpu" or expression not in together else tuple(together)
+    cpu = () if backend == "gpu" else _cpu_options.get()
     try:
-        return _module(backend, expression).get_function(expression)
+        return _module(backend, expressions, cpu).get_function(expression)
     except CpuCompileError as exc:
         raise Unsupported(f"{NAME}: the executor cannot compile {wheel.locate().label}'s decode kernel: "
                           f"{str(exc).splitlines()[0]}") from exc
@@ -143,7 +160,8 @@ def prepare(problem, backend: str) -> Prepared:
     LIMITS.check(NAME, p, backend)
     shape = plan(p.head_dim, p.num_heads // p.num_kv_heads, np.dtype(p.kv_dtype).itemsize)
     soft_cap = p.options.logits_soft_cap > 0
-    kernel = get_function(backend, kernel_name(shape, dtype, soft_cap))
+    kv_itemsize = np.dtype(p.kv_dtype).itemsize
+    kernel = get_function(backend, kernel_name(shape, dtype, soft_cap), batch(p.head_dim, dtype, kv_itemsize))
     indptr, indices, last = page_table(p.block_tables, p.context_lens, p.block_size)
     n = p.num_seqs
     dev = [to_device(a, backend) for a in (p.query, p.key_cache, p.value_cache, indices, indptr, last,

@@ -1,0 +1,124 @@
+"""flashinfer.decode, the FlashInfer peer, beyond the shared suite (tests/test_variants.py walks it with the
+registry): the page-table conversion, FlashInfer's dispatch of template arguments, a missing or other wheel
+reported unavailable with its reason, head dims 128 and 256, and the CPU executor's checking modes (ASan,
+racecheck with FlashInfer's same-value lse stores as findings, reversed thread order, both poisons)."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from kernels.flashinfer import decode, wheel
+from sandbox.checking.check import check_problem
+from sandbox.cpucuda import modes, racecheck
+from sandbox.problem import DecodeProblem
+from sandbox.variant import Unsupported
+from sandbox.variant.runner import run_problem
+
+installed = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
+                               reason="flashinfer-python is not installed (make setup installs it)")
+
+
+def test_page_table_is_flashinfers_csr_form():
+    tables = np.array([[5, 2, -1], [7, -1, -1], [1, 3, 4]], np.int32)
+    indptr, indices, last = decode.page_table(tables, np.array([17, 16, 33], np.int32), 16)
+    assert indptr.tolist() == [0, 2, 3, 6]
+    assert indices.tolist() == [5, 2, 7, 1, 3, 4]
+    assert last.tolist() == [1, 16, 1]
+
+
+@pytest.mark.parametrize("head_dim, group, itemsize, want", [
+    (128, 1, 2, (8, 16, 1, 8, 4)),     # 128 threads as 16 x 1 x 8, four tokens per thread row and stage
+    (128, 4, 2, (8, 16, 4, 2, 1)),
+    (64, 8, 2, (8, 8, 8, 2, 1)),
+    (256, 16, 2, (8, 32, 16, 1, 1)),   # 512 threads
+    (128, 1, 1, (16, 8, 1, 16, 2)),    # a 1-byte cache: 16 elements per 16-byte vector
+])
+def test_plan_is_flashinfers_dispatch(head_dim, group, itemsize, want):
+    p = decode.plan(head_dim, group, itemsize)
+    assert (p.vec_size, p.bdx, p.bdy, p.bdz, p.tile_size_per_bdx) == want
+    kv = 2 * decode.NUM_STAGES_SMEM * p.tile_size_per_bdx * group * p.bdz * head_dim * itemsize
+    threads = p.bdx * p.bdy * p.bdz
+    assert p.shared_bytes == max(kv, p.bdz * group * head_dim * 4) + max(8 * p.tile_size_per_bdx * threads,
+                                                                         8 * group * p.bdz)
+
+
+@pytest.mark.parametrize("head_dim, group, reason", [(96, 1, "head_dim=96"), (128, 5, "GQA group of 5"),
+                                                     (256, 32, "GQA group of 32")])
+def test_what_flashinfer_does_not_dispatch_is_unsupported(head_dim, group, reason):
+    with pytest.raises(Unsupported, match=reason):
+        decode.plan(head_dim, group, 2)
+
+
+def test_a_missing_wheel_is_one_line_and_unsupported(monkeypatch):
+    wheel.locate.cache_clear()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    try:
+        with pytest.raises(Unsupported, match=r"^flashinfer-python is not installed \(make setup installs "
+                                              r"flashinfer-python==0\.7\.4 without its dependencies\)$"):
+            wheel.locate()
+        problem = DecodeProblem.random(1, num_seqs=1, num_heads=2, num_kv_heads=2, head_dim=64, dtype="float16")
+        with pytest.raises(Unsupported, match="flashinfer-python is not installed"):
+            run_problem("flashinfer.decode", problem, "cpu")
+    finally:
+        monkeypatch.undo()
+        wheel.locate.cache_clear()
+
+
+def test_another_wheel_version_is_refused_with_the_version(monkeypatch):
+    wheel.locate.cache_clear()
+    monkeypatch.setattr(wheel.importlib.metadata, "version", lambda name: "0.1.0")
+    if importlib.util.find_spec("flashinfer") is None:
+        pytest.skip("flashinfer-python is not installed")
+    try:
+        with pytest.raises(Unsupported, match=r"flashinfer-python 0\.1\.0 is installed; the sandbox's launcher is "
+                                              r"written for 0\.7\.4"):
+            wheel.locate()
+    finally:
+        monkeypatch.undo()
+        wheel.locate.cache_clear()
+
+
+@installed
+@pytest.mark.parametrize("head_dim, heads, kv_heads, dtype", [(128, 8, 2, "float16"), (256, 2, 2, "bfloat16")])
+def test_head_dims_128_and_256(head_dim, heads, kv_heads, dtype):
+    problem = DecodeProblem.random(31, num_seqs=2, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                                   block_size=16, context_lens=[49, 16], dtype=dtype)
+    result = check_problem("flashinfer.decode", problem, "cpu")
+    assert result.error is None and result.ok, f"{problem}: {result.error or result.comparison}"
+
+
+def _problem(**options) -> DecodeProblem:
+    # GQA 4 (bdy 4, bdz 2: sync_state merges the two thread slices), a partial last page, a one-token sequence
+    return DecodeProblem.random(23, num_seqs=3, num_heads=4, num_kv_heads=1, head_dim=64, block_size=8,
+                                context_lens=[21, 1, 16], dtype="float16", **options)
+
+
+@installed
+@pytest.mark.parametrize("mode", [dict(asan=True), dict(poison="finite"), dict(poison="nan")],
+                         ids=["asan", "poison-finite", "poison-nan"])
+def test_clean_and_right_under_the_executor_modes(mode):
+    with modes(**mode):
+        result = check_problem("flashinfer.decode", _problem(), "cpu")
+    assert result.error is None and result.ok, f"{mode}: {result.error or result.comparison}"
+
+
+@installed
+def test_racecheck_reports_the_same_value_lse_stores_as_findings():
+    """Every lane of a row stores its head's log-sum-exp to one address (decode.cuh's `lse[...] = st.get_lse()`
+    under `if (tz == 0)`): a write-after-write of identical bytes, a finding about the peer, not a failure."""
+    problem = _problem(return_lse=True)
+    with modes(racecheck=True):
+        result = check_problem("flashinfer.decode", problem, "cpu")
+    assert result.error is None and result.ok, result.error or result.comparison
+    (finding,) = racecheck.last_findings()
+    assert "same-value race (write-after-write of identical bytes" in finding and "decode.cuh" in finding
+
+
+@installed
+def test_reversed_thread_order_gives_identical_results():
+    forward = run_problem("flashinfer.decode", _problem(), "cpu")
+    with modes(order="reverse"):
+        backward = run_problem("flashinfer.decode", _problem(), "cpu")
+    np.testing.assert_array_equal(backward, forward)
