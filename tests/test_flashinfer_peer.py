@@ -122,3 +122,11 @@ def test_reversed_thread_order_gives_identical_results():
     with modes(order="reverse"):
         backward = run_problem("flashinfer.decode", _problem(), "cpu")
     np.testing.assert_array_equal(backward, forward)
+
+
+def test_pyproject_pins_the_wheel_the_launcher_supports():
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    pinned = re.search(r'^requirements = \["flashinfer-python==([\d.]+)"\]', text, re.M)
+    assert pinned and pinned.group(1) == wheel.SUPPORTED[0]
