@@ -89,18 +89,36 @@ def test_head_dims_128_and_256(head_dim, heads, kv_heads, dtype):
     assert result.error is None and result.ok, f"{problem}: {result.error or result.comparison}"
 
 
-def _problem(**options) -> DecodeProblem:
-    # GQA 4 (bdy 4, bdz 2: sync_state merges the two thread slices), a partial last page, a one-token sequence
+def _problem(long: int = 21, **options) -> DecodeProblem:
+    # GQA 4 (bdy 4, bdz 2: sync_state merges the two thread slices), a partial last page, a one-token sequence;
+    # long=300: the planner cuts the first sequence into 3 chunks and FlashInfer's merge kernel joins them
     return DecodeProblem.random(23, num_seqs=3, num_heads=4, num_kv_heads=1, head_dim=64, block_size=8,
-                                context_lens=[21, 1, 16], dtype="float16", **options)
+                                context_lens=[long, 1, 16], dtype="float16", **options)
+
+
+def test_split_plan_is_flashinfers_planner():
+    shape = decode.plan(64, 4, 2)
+    assert decode.split_plan(np.array([3, 1, 2]), 1, 8, shape, sms=132) is None       # chunks >= 16 pages
+    split = decode.split_plan(np.array([38, 1, 2]), 1, 8, shape, sms=132)
+    assert split.chunk_pages == 16 and split.request_indices.tolist() == [0, 0, 0, 1, 2]
+    assert split.kv_tile_indices.tolist() == [0, 1, 2, 0, 0] and split.o_indptr.tolist() == [0, 3, 4, 5]
+    assert decode.split_plan(np.array([38] * 200), 8, 8, shape, sms=132) is None        # the batch fills the grid
+    from sandbox.analysis.occupancy import occupancy
+    grid = occupancy(decode.ASSUMED_REGISTERS, shape.shared_bytes, 128, "sm_90").blocks_per_sm   # one SM
+    tight = decode.split_plan(np.array([4000, 4000]), 1, 1, shape, sms=1)  # the smallest chunk that fits the grid
+    chunks = -(-4000 // tight.chunk_pages)
+    assert 2 * chunks <= grid < 2 * -(-4000 // (tight.chunk_pages - 1))
+    assert len(tight.request_indices) == 2 * chunks
 
 
 @installed
 @pytest.mark.parametrize("mode", [dict(asan=True), dict(poison="finite"), dict(poison="nan")],
                          ids=["asan", "poison-finite", "poison-nan"])
 def test_clean_and_right_under_the_executor_modes(mode):
+    problem = _problem(long=300)
+    assert len(decode.prepare(problem, "cpu").launches) == 2   # split: the decode kernel, then the merge
     with modes(**mode):
-        result = check_problem("flashinfer.decode", _problem(), "cpu")
+        result = check_problem("flashinfer.decode", problem, "cpu")
     assert result.error is None and result.ok, f"{mode}: {result.error or result.comparison}"
 
 
@@ -118,9 +136,9 @@ def test_racecheck_reports_the_same_value_lse_stores_as_findings():
 
 @installed
 def test_reversed_thread_order_gives_identical_results():
-    forward = run_problem("flashinfer.decode", _problem(), "cpu")
+    forward = run_problem("flashinfer.decode", _problem(long=300), "cpu")
     with modes(order="reverse"):
-        backward = run_problem("flashinfer.decode", _problem(), "cpu")
+        backward = run_problem("flashinfer.decode", _problem(long=300), "cpu")
     np.testing.assert_array_equal(backward, forward)
 
 

@@ -25,7 +25,7 @@ static_assert(sizeof(FastDivTwin) == sizeof(flashinfer::uint_fastdiv), "uint_fas
 
 template <uint32_t NUM_STAGES_SMEM, uint32_t TILE_SIZE_PER_BDX, uint32_t VEC_SIZE, uint32_t BDX, uint32_t BDY,
           uint32_t BDZ, bool SOFT_CAP, bool WINDOW, typename DTypeQ, typename DTypeKV>
-__global__ void decode(const DTypeQ* q, const DTypeKV* k_cache, const DTypeKV* v_cache, const int32_t* kv_indices,
+__global__ void decode(const DTypeQ* q, const DTypeKV* key_cache, const DTypeKV* value_cache, const int32_t* kv_indices,
                        const int32_t* kv_indptr, const int32_t* kv_last_page_len, const int32_t* request_indices,
                        const int32_t* kv_tile_indices, const int32_t* kv_chunk_size, DTypeQ* o, float* lse,
                        uint32_t batch_size, uint32_t padded_batch_size, uint32_t num_qo_heads,
@@ -46,8 +46,8 @@ __global__ void decode(const DTypeQ* q, const DTypeKV* k_cache, const DTypeKV* v
   params.paged_kv.v_stride_page = params.paged_kv.stride_page;
   params.paged_kv.v_stride_n = params.paged_kv.stride_n;
   params.paged_kv.v_stride_h = params.paged_kv.stride_h;
-  params.paged_kv.k_data = const_cast<DTypeKV*>(k_cache);
-  params.paged_kv.v_data = const_cast<DTypeKV*>(v_cache);
+  params.paged_kv.k_data = const_cast<DTypeKV*>(key_cache);
+  params.paged_kv.v_data = const_cast<DTypeKV*>(value_cache);
   params.paged_kv.indices = const_cast<int32_t*>(kv_indices);
   params.paged_kv.indptr = const_cast<int32_t*>(kv_indptr);
   params.paged_kv.last_page_len = const_cast<int32_t*>(kv_last_page_len);

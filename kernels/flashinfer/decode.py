@@ -12,10 +12,11 @@ its cache layout [num_blocks, block_size, num_kv_heads, head_dim] is FlashInfer'
 Limits: FlashInfer's decode dispatch: head dims 64, 128, 256; GQA groups 1, 2, 3, 4, 6, 8, 16 (with at most
 1024 threads); any page size (a runtime divisor); float16 and bfloat16 queries with caches of the same
 dtype; softcap (DefaultAttention's logits soft cap) and lse (FlashInfer's base-2 log-sum-exp, converted to
-the natural log here). Not offered: split-KV and its merge (FlashInfer's planner splits long sequences
-across blocks, then runs VariableLengthMergeStates; here every sequence is one block per KV head, as
-FlashInfer runs when its planner does not split), fp8 caches, sliding windows (blocks freed before the
-window leave -1 pages that FlashInfer's loader would read), ALiBi and sinks.
+the natural log here). Split-KV as FlashInfer's planner (scheduler.cuh) decides it without CUDA graphs:
+when the batch's blocks do not fill the grid, sequences are cut into chunks of at least 128 tokens and
+FlashInfer's own PersistentVariableLengthMergeStatesKernel merges them (split_plan(); TUNABLES split="off"
+turns it off). Not offered: fp8 caches, sliding windows (blocks freed before the window leave -1 pages
+that FlashInfer's loader would read), ALiBi and sinks.
 On a GPU the same launcher goes through CuPy's RawModule (nvcc when on PATH: the headers include
 <iostream>, which NVRTC lacks); not yet run on a GPU here.
 """
@@ -39,6 +40,9 @@ PATH = Path(__file__).resolve().with_suffix(".cu")
 HEAD_DIMS = (64, 128, 256)
 GROUP_SIZES = (1, 2, 3, 4, 6, 8, 16)   # DISPATCH_GQA_GROUP_SIZE in the wheel's utils.cuh
 NUM_STAGES_SMEM = 2                   # DISPATCH_COMPUTE_CAP_DECODE_NUM_STAGES_SMEM for sm_80 and later
+# split: "planner" splits long sequences into chunks and merges them as FlashInfer's planner decides; "off"
+# runs one block per sequence and KV head (what FlashInfer does when its planner does not split).
+TUNABLES = {"split": ("planner", "off")}
 LIMITS = Limits(block_sizes=None, head_dims=HEAD_DIMS, dtypes=("float16", "bfloat16"), options=("softcap", "lse"))
 CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 
@@ -78,10 +82,90 @@ def plan(head_dim: int, group: int, kv_itemsize: int) -> Plan:
     return Plan(vec_size, bdx, group, bdz, tile, kv_bytes + offsets)
 
 
+def LOADS_IN_FLIGHT(problem) -> int:
+    """Global load requests a warp has in flight (the performance model's Little's law): cp.async keeps
+    2 * NUM_STAGES_SMEM - 1 commit groups outstanding at each wait_group, each of tile_size_per_bdx 16-byte
+    copies per lane: 12 requests at GQA group 1 (4 copies per group), 3 otherwise."""
+    shape = plan(problem.head_dim, problem.num_heads // problem.num_kv_heads, np.dtype(problem.kv_dtype).itemsize)
+    return (2 * NUM_STAGES_SMEM - 1) * shape.tile_size_per_bdx
+
+
 def kernel_name(p: Plan, dtype: str, soft_cap: bool) -> str:
     t = CTYPES[dtype]
     return (f"sandbox_fi::decode<{NUM_STAGES_SMEM}, {p.tile_size_per_bdx}, {p.vec_size}, {p.bdx}, {p.bdy}, {p.bdz}, "
             f"{str(soft_cap).lower()}, false, {t}, {t}>")
+
+
+# The planner (scheduler.cuh's BatchDecodeWithPagedKVCacheWorkEstimationDispatched) sizes its grid from the
+# device's SMs and the kernel's occupancy. The registers are not known here (NVRTC cannot compile the headers,
+# which include <iostream>): occupancy is taken at this count, beside the threads and shared memory the plan
+# fixes. The device is the performance model's default (H200 SXM, 132 SMs), or the GPU that runs it.
+ASSUMED_REGISTERS = 64
+MERGE_THREADS = 128      # VariableLengthMergeStates: 128 threads, 4 shared-memory stages
+MERGE_STAGES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """FlashInfer's split-KV plan: chunks of `chunk_pages` pages, one block per (chunk, KV head)."""
+
+    chunk_pages: int
+    request_indices: np.ndarray   # [padded_batch_size] int32: the sequence of each chunk
+    kv_tile_indices: np.ndarray   # [padded_batch_size] int32: the chunk's index within its sequence
+    o_indptr: np.ndarray          # [num_seqs + 1] int32: each sequence's first chunk
+
+
+def device_sms(backend: str) -> int:
+    if backend == "gpu":
+        import cupy
+        return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    from sandbox.analysis import gpus
+    return gpus.get("h200").sms
+
+
+def split_plan(pages: np.ndarray, num_kv_heads: int, block_size: int, shape: Plan, sms: int) -> Split | None:
+    """What FlashInfer's planner decides without CUDA graphs: None when the batch fills the grid (or chunks
+    would not shorten any sequence), else the smallest chunk (at least 128 tokens) whose chunks fit it."""
+    from sandbox.analysis.occupancy import occupancy
+    threads = shape.bdx * shape.bdy * shape.bdz
+    per_sm = occupancy(ASSUMED_REGISTERS, shape.shared_bytes, threads, "sm_90").blocks_per_sm
+    max_grid = max(per_sm, 1) * sms
+    batch = len(pages)
+    if batch * num_kv_heads >= max_grid:
+        return None
+    low, high = max(128 // block_size, 1), int(pages.max(initial=0))
+    while low < high:  # PartitionPagedKVCacheBinarySearchMinNumPagePerBatch
+        mid = (low + high) // 2
+        if int(sum(-(-int(n) // mid) for n in pages)) * num_kv_heads > max_grid:
+            low = mid + 1
+        else:
+            high = mid
+    chunks = [-(-max(int(n), 1) // low) for n in pages]
+    if sum(chunks) == batch:
+        return None
+    request = np.repeat(np.arange(batch, dtype=np.int32), chunks)
+    tiles = np.concatenate([np.arange(c, dtype=np.int32) for c in chunks])
+    return Split(low, request, tiles, np.concatenate([[0], np.cumsum(chunks)]).astype(np.int32))
+
+
+def merge_name(head_dim: int, dtype: str) -> str:
+    """FlashInfer's own merge kernel (cascade.cuh), launched as it is: its parameters are plain."""
+    t = CTYPES[dtype]
+    vec = max(16 // 2, head_dim // 32)
+    bdx = head_dim // vec
+    return (f"flashinfer::PersistentVariableLengthMergeStatesKernel<{vec}, {bdx}, {MERGE_THREADS // bdx}, "
+            f"{MERGE_STAGES}, {t}, {t}, int32_t>")
+
+
+def merge_launch(head_dim: int, itemsize: int, num_seqs: int, num_heads: int, sms: int):
+    """(grid, block, shared bytes) of VariableLengthMergeStates: a persistent grid of at most 4 blocks per SM
+    (its occupancy at 128 threads), no more than the (sequence, head) pairs need."""
+    vec = max(16 // itemsize, head_dim // 32)
+    bdx = head_dim // vec
+    bdy = MERGE_THREADS // bdx
+    shared = MERGE_STAGES * bdy * head_dim * itemsize + MERGE_THREADS * 4
+    per_sm = min(4, -(-num_seqs * num_heads // sms))
+    return (sms * per_sm,), (bdx, bdy), shared
 
 
 def page_table(block_tables: np.ndarray, context_lens: np.ndarray, block_size: int):
@@ -104,8 +188,9 @@ def options() -> tuple[str, ...]:
 
 
 def batch(head_dim: int, dtype: str, kv_itemsize: int) -> tuple[str, ...]:
-    """The instantiations compiled together with any one of them on the CPU executor."""
-    return tuple(kernel_name(plan(head_dim, g, kv_itemsize), dtype, cap) for g in BATCH_GROUPS for cap in (False, True))
+    """The instantiations compiled together with any one of them on the CPU executor (and the merge)."""
+    return tuple(kernel_name(plan(head_dim, g, kv_itemsize), dtype, cap) for g in BATCH_GROUPS
+                 for cap in (False, True)) + (merge_name(head_dim, dtype),)
 
 
 @functools.lru_cache(maxsize=None)
@@ -134,14 +219,25 @@ def get_function(backend: str, expression: str, together=()):
 
 
 class Prepared:
-    """One launch of FlashInfer's kernel; result() returns out (and the natural-log lse with return_lse)."""
+    """FlashInfer's launches: the decode kernel, then (split-KV) its merge; result() returns out (and the
+    natural-log lse with return_lse)."""
 
-    def __init__(self, kernel, grid, block, args, shared_bytes, out, lse, out_dtype, return_lse):
-        self.kernel, self.grid, self.block, self.args, self.shared_bytes = kernel, grid, block, args, shared_bytes
+    def __init__(self, launches, out, lse, out_dtype, return_lse):
+        self.launches = launches   # [(kernel, grid, block, args, shared_mem)], as kernels/cupy_raw's Prepared
         self.out, self.lse, self.out_dtype, self.return_lse = out, lse, out_dtype, return_lse
 
     def launch(self) -> None:
-        self.kernel(self.grid, self.block, self.args, shared_mem=self.shared_bytes)
+        for kernel, grid, block, args, shared in self.launches:
+            kernel(grid, block, args, shared_mem=shared)
+
+    def launch_parts(self):
+        """[("partition", ...), ("reduce", ...)] when split (the sweep times each), else None."""
+        if len(self.launches) < 2:
+            return None
+        def one(i):
+            kernel, grid, block, args, shared = self.launches[i]
+            return lambda: kernel(grid, block, args, shared_mem=shared)
+        return [("partition", one(0)), ("reduce", one(1))]
 
     def result(self):
         out = np.asarray(backends.to_host(self.out)).view(self.out_dtype)
@@ -151,26 +247,43 @@ class Prepared:
         return out, (lse2 * np.float32(math.log(2))).astype(np.float32)
 
 
-def prepare(problem, backend: str) -> Prepared:
-    """Convert the block tables, upload, compile FlashInfer's instantiation for the problem."""
+def prepare(problem, backend: str, *, split: str = "planner") -> Prepared:
+    """Convert the block tables, plan as FlashInfer would (split: "planner" as its planner decides, "off"
+    one block per sequence and KV head), upload, compile FlashInfer's instantiation for the problem."""
     from kernels.cupy_raw.common import to_device
     wheel.locate()  # a missing or other wheel: Unsupported with the reason, before any work
     p = problem
     dtype = np.dtype(p.dtype).name
     LIMITS.check(NAME, p, backend)
-    shape = plan(p.head_dim, p.num_heads // p.num_kv_heads, np.dtype(p.kv_dtype).itemsize)
-    soft_cap = p.options.logits_soft_cap > 0
     kv_itemsize = np.dtype(p.kv_dtype).itemsize
-    kernel = get_function(backend, kernel_name(shape, dtype, soft_cap), batch(p.head_dim, dtype, kv_itemsize))
+    shape = plan(p.head_dim, p.num_heads // p.num_kv_heads, kv_itemsize)
+    soft_cap = p.options.logits_soft_cap > 0
+    together = batch(p.head_dim, dtype, kv_itemsize)
+    kernel = get_function(backend, kernel_name(shape, dtype, soft_cap), together)
     indptr, indices, last = page_table(p.block_tables, p.context_lens, p.block_size)
-    n = p.num_seqs
-    dev = [to_device(a, backend) for a in (p.query, p.key_cache, p.value_cache, indices, indptr, last,
-                                           np.arange(n, dtype=np.int32), np.zeros(n, np.int32),
-                                           np.zeros(1, np.int32))]
+    n, heads = p.num_seqs, p.num_heads
+    sms = device_sms(backend)
+    chunks = split_plan(np.diff(indptr), p.num_kv_heads, p.block_size, shape, sms) if split == "planner" else None
+    request = chunks.request_indices if chunks else np.arange(n, dtype=np.int32)
+    tiles = chunks.kv_tile_indices if chunks else np.zeros(n, np.int32)
+    chunk_tokens = np.array([chunks.chunk_pages * p.block_size if chunks else 0], np.int32)
+    padded = len(request)
+    dev = [to_device(a, backend) for a in (p.query, p.key_cache, p.value_cache, indices, indptr, last, request,
+                                           tiles, chunk_tokens)]
     out = to_device(np.zeros(p.query.shape, p.query.dtype), backend)
-    lse = backends.to_device(np.full((n, p.num_heads), np.nan, np.float32), backend)
-    args = (*dev, out, lse if p.options.return_lse else None, np.uint32(n), np.uint32(n), np.uint32(p.num_heads),
-            np.uint32(p.num_kv_heads), np.uint32(p.block_size), np.int32(-1),
-            np.float32(p.options.logits_soft_cap), np.float32(p.softmax_scale), False)
-    return Prepared(kernel, (n, p.num_kv_heads), shape.threads, args, shape.shared_bytes, out, lse, p.query.dtype,
-                    p.options.return_lse)
+    lse = backends.to_device(np.full((n, heads), np.nan, np.float32), backend)
+    lse_arg = lse if p.options.return_lse else None
+    # split: the chunks' partial outputs and base-2 log-sum-exps, NaN-filled (an unwritten one poisons the merge)
+    tmp_v = to_device(np.full((padded, heads, p.head_dim), np.nan, p.query.dtype), backend) if chunks else out
+    tmp_s = backends.to_device(np.full((padded, heads), np.nan, np.float32), backend) if chunks else lse_arg
+    args = (*dev, tmp_v, tmp_s, np.uint32(n), np.uint32(padded), np.uint32(heads), np.uint32(p.num_kv_heads),
+            np.uint32(p.block_size), np.int32(-1), np.float32(p.options.logits_soft_cap),
+            np.float32(p.softmax_scale), bool(chunks))
+    launches = [(kernel, (padded, p.num_kv_heads), shape.threads, args, shape.shared_bytes)]
+    if chunks:
+        merge = get_function(backend, merge_name(p.head_dim, dtype), together)
+        grid, block, shared = merge_launch(p.head_dim, np.dtype(p.dtype).itemsize, n, heads, sms)
+        o_indptr = to_device(chunks.o_indptr, backend)
+        launches.append((merge, grid, block, (tmp_v, tmp_s, o_indptr, out, lse_arg, np.uint32(n), None,
+                                              np.uint32(heads)), shared))
+    return Prepared(launches, out, lse, p.query.dtype, p.options.return_lse)

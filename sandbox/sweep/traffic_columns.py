@@ -68,7 +68,7 @@ def why_not(name: str) -> str | None:
     variant = registry.get(name)
     if variant.family == "numpy":
         return "no kernel: NumPy gathers on the host"
-    if variant.family not in ("cupy", "numba"):
+    if variant.family not in ("cupy", "numba", "flashinfer"):
         return f"no traffic capture for the {variant.family} family"
     if variant.family == "numba" and not backends.numba_simulated():
         return "the Numba capture needs the simulator (numba.cuda is in real mode here)"

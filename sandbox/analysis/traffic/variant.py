@@ -280,8 +280,9 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     problem.validate()
     variant.limits.check(name, problem, "cpu")
     sampler = mla_sample if kind == "mla" else sample
-    counted, scale, note = sampler(problem, sample_seqs if variant.family == "cupy" else None)
-    if variant.family == "cupy":
+    executor = variant.family in ("cupy", "flashinfer")  # CUDA C on the CPU executor
+    counted, scale, note = sampler(problem, sample_seqs if executor else None)
+    if executor:
         launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
     else:
         launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu, kind)
