@@ -148,3 +148,26 @@ def test_pyproject_pins_the_wheel_the_launcher_supports():
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     pinned = re.search(r'^requirements = \["flashinfer-python==([\d.]+)"\]', text, re.M)
     assert pinned and pinned.group(1) == wheel.SUPPORTED[0]
+
+
+def test_the_sweep_marks_the_peer_and_its_failures_never_fail_the_sweep(monkeypatch):
+    from pathlib import Path
+    from sandbox.sweep import peers, run
+    wheel.locate.cache_clear()
+    try:
+        if importlib.util.find_spec("flashinfer") is not None:
+            assert peers.label("flashinfer.decode") == f"flashinfer.decode (peer: FlashInfer {wheel.SUPPORTED[0]})"
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+        wheel.locate.cache_clear()
+        assert peers.label("flashinfer.decode").startswith("flashinfer.decode (peer: FlashInfer unavailable: "
+                                                           "flashinfer-python is not installed")
+    finally:
+        monkeypatch.undo()
+        wheel.locate.cache_clear()
+    assert peers.label("cupy.rows") == "cupy.rows" and peers.label("torch.sdpa") == "torch.sdpa"
+    rows = [dict(variant="flashinfer.decode", family="flashinfer", status="wrong"),
+            dict(variant="cupy.rows", family="cupy", status="ok")]
+    outcome = run.SweepOutcome(Path("."), rows, False, {}, "")
+    assert outcome.failed == [] and outcome.exit_code == 0
+    unsupported = [dict(variant="flashinfer.decode", family="flashinfer", status="unsupported")]
+    assert run.variants_without_ok(unsupported, ["flashinfer.decode"]) == []

@@ -47,6 +47,14 @@ LIMITS = Limits(block_sizes=None, head_dims=HEAD_DIMS, dtypes=("float16", "bfloa
 CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
+def peer_label() -> str:
+    """How the sweep marks this variant: the project and the version of the wheel it runs, or why none runs."""
+    try:
+        return f"peer: {wheel.locate().label}"
+    except Unsupported as exc:
+        return f"peer: FlashInfer unavailable: {exc}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """FlashInfer's launch for one problem: template arguments, block shape and dynamic shared memory."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import statistics
 
+from . import peers
+
 
 def model_header(device: str = "h200") -> str:
     return f"MODEL ({str(device).upper()}), not a measurement"
@@ -63,10 +65,10 @@ def model_tables(rows, device: str = "h200") -> list[str]:
             for b in sizes:
                 r = by.get((v, b))
                 cells.append("-" if r is None else _us(r["model_time_us"]) + ("*" if best[(shape, b)] is r else ""))
-            body.append([v, *cells])
+            body.append([peers.label(v), *cells])
         lines.append(f" shape {shape}")
         lines += _table(["variant", *[f"bs{b}" for b in sizes]], body)
-    body = [[shape, b, r["variant"], _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}", r["model_bound"],
+    body = [[shape, b, peers.label(r["variant"]), _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}", r["model_bound"],
              f"{r['bytes_over_ideal']:.3f}", f"{r['kv_sectors_per_request']:.2f}", f"{int(r['bank_conflicts']):,}"]
             for (shape, b), r in best.items()]
     lines += [f"Best by the model per shape and block size ({model_header(device)}; % DRAM bw = DRAM bytes / "

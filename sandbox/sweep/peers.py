@@ -3,6 +3,10 @@
 ``torch.sdpa``: PyTorch's scaled_dot_product_attention over contiguous K/V (what a framework does
 without paging). It joins a GPU sweep only when torch is importable and sees a GPU; the sandbox
 never requires PyTorch. It has no block table, so it is measured once per shape (block_size empty).
+
+Registry peers (flashinfer.decode: another project's kernel compiled from its wheel's headers) are raced like
+our variants; label() marks them in the summary and the plots ("peer: FlashInfer 0.7.4") and their wrong or
+failed points never decide the sweep's exit status (run.PEER_FAMILIES).
 """
 from __future__ import annotations
 
@@ -13,6 +17,18 @@ import numpy as np
 from reference import gather_tokens
 
 from ..variant.limits import Limits
+
+
+def label(name: str) -> str:
+    """`name`, with "(peer: <project> <version>)" for a registry variant whose module says it is a peer
+    (a `peer_label()` function: the version its wheel has, or why the wheel is unavailable)."""
+    from ..variant import registry
+    try:
+        module = registry.get(name).module
+    except ValueError:  # a sweep-internal peer (torch.sdpa) or an unknown name: as it is
+        return name
+    peer = getattr(module, "peer_label", None)
+    return f"{name} ({peer()})" if callable(peer) else name
 
 
 def torch_available() -> bool:

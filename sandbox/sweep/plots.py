@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from . import peers
+
 GPU_TAG = "GPU {name}: CUDA events, L2 flushed, median (bars: IQR)"
 CPU_TAG = "CPU EMULATION (simulator / executor wall clock): NOT GPU performance"
 
@@ -117,7 +119,7 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
         for variant in variants:
             mine = sorted((r for r in here if r["variant"] == variant), key=lambda r: r["block_size"] or 0)
             ok = [r for r in mine if r["status"] == "ok" and value(r) is not None]
-            label = f"{variant} [{mine[0]['backend']}]" if mine else variant
+            label = f"{peers.label(variant)} [{mine[0]['backend']}]" if mine else variant
             if ok and ok[0]["block_size"] is None:  # per-shape peer: a horizontal reference line
                 handles[label] = ax.axhline(value(ok[0]), color=colors[variant], ls=":", lw=1.6, label=label)
             elif ok:

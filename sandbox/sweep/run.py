@@ -52,9 +52,9 @@ COLUMNS = [
 # prepare that raised sandbox.Unsupported, or not runnable here | skipped: --max-seconds spent
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
 FAILED = ("wrong", "error")
-# Outside implementations raced for reference (sweep/peers.py): a wrong torch.sdpa point is recorded
-# and shown like any other, but only the sandbox's own variants decide the exit status.
-PEER_FAMILIES = ("torch",)
+# Outside implementations raced for reference (sweep/peers.py: torch.sdpa; the registry's flashinfer.*): a wrong
+# peer point is recorded and shown like any other, but only the sandbox's own variants decide the exit status.
+PEER_FAMILIES = ("torch", "flashinfer")
 
 
 def shape_kind(shape) -> str:
@@ -66,7 +66,8 @@ def backend_label(family: str, resolved: str) -> str:
     """What a point ran on: gpu, or the CPU stand-in of its family (never mistaken for a GPU time)."""
     if resolved == "gpu":
         return "gpu"
-    return {"numba": "cpu-sim", "cupy": "cpu-executor", "numpy": "cpu-numpy"}.get(family, "cpu")
+    return {"numba": "cpu-sim", "cupy": "cpu-executor", "flashinfer": "cpu-executor", "numpy": "cpu-numpy"}.get(
+        family, "cpu")
 
 
 @dataclasses.dataclass
@@ -381,6 +382,8 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
     for name in variants:
         mine = [r for r in rows if r["variant"] == name]
         if name in not_raced or any(r["status"] in ("ok", "skipped") for r in mine):
+            continue
+        if mine and all(r["family"] in PEER_FAMILIES for r in mine):  # a peer without its wheel: said, not failed
             continue
         out.append(name)
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..problem import dtypes
 from . import goals as goals_mod
+from . import peers
 from .mla_summary import mla_table
 from .model_summary import measured_vs_model, model_tables
 
@@ -74,7 +75,7 @@ def time_tables(rows) -> list[str]:
                 body.append([variant, mine[0]["backend"], *[_cell(mine[0], False)] * len(sizes)])
                 continue
             by_bs = {r["block_size"]: r for r in mine}
-            body.append([variant, mine[0]["backend"],
+            body.append([peers.label(variant), mine[0]["backend"],
                          *[_cell(by_bs.get(b), by_bs.get(b) is not None and fastest.get(b) is by_bs.get(b)) for b in sizes]])
         lines.append(f" shape {shape}")
         lines += table(["variant", "backend", *[f"bs{b}" for b in sizes]], body)
