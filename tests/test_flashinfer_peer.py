@@ -171,3 +171,20 @@ def test_the_sweep_marks_the_peer_and_its_failures_never_fail_the_sweep(monkeypa
     assert outcome.failed == [] and outcome.exit_code == 0
     unsupported = [dict(variant="flashinfer.decode", family="flashinfer", status="unsupported")]
     assert run.variants_without_ok(unsupported, ["flashinfer.decode"]) == []
+
+
+@installed
+def test_compile_report_is_nvccs_census_of_both_kernels():
+    from kernels.flashinfer import census
+    try:
+        census.nvcc()
+    except census.NvccError as exc:
+        pytest.skip(str(exc))
+    report = decode.compile_report(16, 64, "float16", "sm_90")
+    assert report["path"] == "nvcc -> cubin" and report["arch"] == "sm_90"
+    partition, merge = report["kernels"]
+    assert (partition["name"], merge["name"]) == ("partition", "reduce")
+    assert 0 < partition["registers"] <= 255 and partition["threads_per_block"] == 128
+    assert partition["dynamic_shared_bytes"] == decode.plan(64, decode.REPORT_GROUP, 2).shared_bytes
+    cubin, mangled = partition["image"]
+    assert cubin[:4] == b"\x7fELF" and "sandbox_fi6decode" in mangled

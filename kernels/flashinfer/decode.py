@@ -295,3 +295,60 @@ def prepare(problem, backend: str, *, split: str = "planner") -> Prepared:
         launches.append((merge, grid, block, (tmp_v, tmp_s, o_indptr, out, lse_arg, np.uint32(n), None,
                                               np.uint32(heads)), shared))
     return Prepared(launches, out, lse, p.query.dtype, p.options.return_lse)
+
+
+def kernel_resources(expression: str, arch: str = "sm_90"):
+    """nvcc's ptxas resources of one instantiation (the traffic model's occupancy; census.py says why nvcc)."""
+    from . import census
+    return census.compile_one(PATH.read_text(), expression, arch, wheel.locate().include_dirs)[0]
+
+
+# compile_report's shape: the goal shapes' GQA group (32 query heads over 8 KV heads), as the CUDA C variants'.
+REPORT_GROUP = 4
+
+
+def compile_report(block_size: int, head_dim: int, dtype, arch: str, split: str = "planner") -> dict:
+    """Static resources of FlashInfer's decode kernel (GQA group 4; any block size is the same kernel) and of
+    its merge kernel, compiled by nvcc for `arch` (kernels/flashinfer/census.py): `kernels` lists the decode
+    ("partition") and the merge ("reduce") as the split-KV CUDA C variants do. split: the tunable (the same
+    kernels either way; without a split only the first runs)."""
+    from . import census
+    dtype = np.dtype(dtype).name
+    LIMITS.check(NAME, _ReportProblem(block_size, head_dim, dtype))
+    shape = plan(head_dim, REPORT_GROUP, np.dtype(dtype).itemsize)
+    code = PATH.read_text()
+    dirs = wheel.locate().include_dirs
+    rows = []
+    for role, expression, threads, shared in (
+            ("partition", kernel_name(shape, dtype, False), shape.bdx * shape.bdy * shape.bdz, shape.shared_bytes),
+            ("reduce", merge_name(head_dim, dtype), MERGE_THREADS,
+             merge_launch(head_dim, np.dtype(dtype).itemsize, 1, 1, 1)[2])):
+        res, cubin, mangled = census.compile_one(code, expression, arch, dirs)
+        rows.append(dict(name=role, kernel=expression, registers=res.registers,
+                         static_shared_bytes=res.static_shared_bytes, dynamic_shared_bytes=int(shared),
+                         local_bytes=res.local_bytes, spill_stores=res.spill_stores, spill_loads=res.spill_loads,
+                         threads_per_block=threads, image=(cubin, mangled)))
+    main = {k: v for k, v in rows[0].items() if k != "name"}
+    arch = arch if str(arch).startswith("sm_") else f"sm_{arch}"
+    return dict(main, path="nvcc -> cubin", arch=arch, kernels=rows,
+                note=f"{wheel.locate().label}, GQA group {REPORT_GROUP}; the merge runs only when the planner splits")
+
+
+@dataclasses.dataclass
+class _ReportProblem:
+    """What Limits.check reads, for compile_report's arguments (no arrays)."""
+
+    block_size: int
+    head_dim: int
+    dtype: str
+    kv_format: str = ""
+    features: tuple = ()
+    max_query_len: int = 1
+
+    def __post_init__(self):
+        self.kv_format = self.dtype
+        self.options = self
+
+    @property
+    def kv_dtype(self):
+        return np.dtype(self.dtype)

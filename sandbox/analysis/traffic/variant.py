@@ -137,7 +137,7 @@ def mla_sample(problem, sample_seqs: int | None):
 def _capture_cupy(name, problem, counted, census: bool, config, device, kind: str = "decode"):
     from kernels.cupy_raw import common
     from sandbox.cpucuda import traffic_capture
-    from sandbox.variant import mla_runner, runner
+    from sandbox.variant import mla_runner, registry, runner
 
     prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
     with common.cpu_options(traffic=True):
@@ -146,7 +146,9 @@ def _capture_cupy(name, problem, counted, census: bool, config, device, kind: st
     with traffic_capture() as launches:
         part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
-    resources = [_cupy_census(kernel, block, shared) if census else _no_census(block, shared)
+    # a variant whose headers NVRTC cannot compile (the FlashInfer peer) names its own census: kernel_resources
+    resources_of = getattr(registry.get(name).module, "kernel_resources", None)
+    resources = [_cupy_census(kernel, block, shared, resources_of) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
     return launches, grids, resources
 
@@ -220,11 +222,13 @@ def _no_census(block, dynamic_shared: int) -> dict:
                 dynamic_shared_bytes=int(dynamic_shared))
 
 
-def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
-    """Registers and shared memory of this exact instantiation (NVRTC -> cubin, sm_90), and its occupancy."""
+def _cupy_census(kernel, block, dynamic_shared: int, resources_of=None) -> dict:
+    """Registers and shared memory of this exact instantiation (NVRTC -> cubin, sm_90, or the variant's own
+    `resources_of(kernel name, arch)`), and its occupancy."""
     threads = int(np.prod(_dims(block)))
     try:
-        res = _nvrtc_resources(kernel.code, kernel.name, tuple(kernel.options))
+        res = (resources_of(kernel.name, "sm_90") if resources_of else
+               _nvrtc_resources(kernel.code, kernel.name, tuple(kernel.options)))
     except Exception as exc:  # no CUDA wheels: the model says occupancy is unknown
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300], threads_per_block=threads,
                     dynamic_shared_bytes=int(dynamic_shared))
