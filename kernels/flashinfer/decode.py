@@ -17,15 +17,14 @@ when the batch's blocks do not fill the grid, sequences are cut into chunks of a
 FlashInfer's own PersistentVariableLengthMergeStatesKernel merges them (split_plan(); TUNABLES split="off"
 turns it off). Not offered: fp8 caches, sliding windows (blocks freed before the window leave -1 pages
 that FlashInfer's loader would read), ALiBi and sinks.
-On a GPU the same launcher goes through CuPy's RawModule (nvcc when on PATH: the headers include
-<iostream>, which NVRTC lacks); not yet run on a GPU here.
+On a GPU the same launcher, compiled by nvcc to a cubin for the GPU's architecture (census.py: the headers
+include the C++ standard library, which NVRTC lacks), is loaded by CuPy's RawModule; not yet run on a GPU.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -203,24 +202,37 @@ def batch(head_dim: int, dtype: str, kv_itemsize: int) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _module(backend: str, expressions: tuple, cpu_options: tuple):
-    code = PATH.read_text()
-    if backend != "gpu":
-        return backends.raw_module(backend, code, options(), list(expressions), **dict(cpu_options))
+    return backends.raw_module(backend, PATH.read_text(), options(), list(expressions), **dict(cpu_options))
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_function(expression: str):
+    """On a GPU: nvcc's cubin for this GPU's architecture (census.py; NVRTC cannot compile the headers), loaded
+    by CuPy's RawModule and looked up by its mangled name."""
+    import tempfile
     import cupy
     from sandbox.devices.grid import CheckedModule
-    compiler = "nvcc" if shutil.which("nvcc") else "nvrtc"  # the headers include <iostream>: NVRTC has none
-    return CheckedModule(cupy.RawModule(code=code, options=options(), name_expressions=list(expressions),
-                                        backend=compiler))
+    from . import census
+    arch = "sm_" + cupy.cuda.Device().compute_capability
+    _, cubin, mangled = census.compile_one(PATH.read_text(), expression, arch, wheel.locate().include_dirs)
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    return CheckedModule(cupy.RawModule(path=f.name)).get_function(mangled)
 
 
 def get_function(backend: str, expression: str, together=()):
     """The kernel `expression`; on the CPU compiled in one module with `together` (see BATCH_GROUPS)."""
     from kernels.cupy_raw.common import _cpu_options
     from sandbox.cpucuda import CpuCompileError
-    expressions = (expression,) if backend == "gpu" or expression not in together else tuple(together)
-    cpu = () if backend == "gpu" else _cpu_options.get()
+    from . import census
+    if backend == "gpu":
+        try:
+            return _gpu_function(expression)
+        except census.NvccError as exc:
+            raise Unsupported(f"{NAME}: {str(exc).splitlines()[0]}") from exc
+    expressions = tuple(together) if expression in together else (expression,)
     try:
-        return _module(backend, expressions, cpu).get_function(expression)
+        return _module(backend, expressions, _cpu_options.get()).get_function(expression)
     except CpuCompileError as exc:
         raise Unsupported(f"{NAME}: the executor cannot compile {wheel.locate().label}'s decode kernel: "
                           f"{str(exc).splitlines()[0]}") from exc
@@ -286,7 +298,7 @@ def prepare(problem, backend: str, *, split: str = "planner") -> Prepared:
     tmp_s = backends.to_device(np.full((padded, heads), np.nan, np.float32), backend) if chunks else lse_arg
     args = (*dev, tmp_v, tmp_s, np.uint32(n), np.uint32(padded), np.uint32(heads), np.uint32(p.num_kv_heads),
             np.uint32(p.block_size), np.int32(-1), np.float32(p.options.logits_soft_cap),
-            np.float32(p.softmax_scale), bool(chunks))
+            np.float32(p.softmax_scale), np.bool_(bool(chunks)))
     launches = [(kernel, (padded, p.num_kv_heads), shape.threads, args, shape.shared_bytes)]
     if chunks:
         merge = get_function(backend, merge_name(p.head_dim, dtype), together)
