@@ -188,3 +188,22 @@ def test_compile_report_is_nvccs_census_of_both_kernels():
     assert partition["dynamic_shared_bytes"] == decode.plan(64, decode.REPORT_GROUP, 2).shared_bytes
     cubin, mangled = partition["image"]
     assert cubin[:4] == b"\x7fELF" and "sandbox_fi6decode" in mangled
+
+
+@installed
+def test_a_sampled_traffic_count_keeps_the_whole_batchs_split():
+    """The planner splits a small batch more finely than a large one: the traffic count's sample of a batch
+    must run the whole batch's chunks, or its scaled counts describe another launch."""
+    shape = dict(num_heads=32, num_kv_heads=8, head_dim=64, block_size=16, dtype="float16")
+    whole = DecodeProblem.random(4, num_seqs=64, context_lens=[600] * 64, **shape)   # 38 pages per sequence
+    prepared = decode.prepare(whole, "cpu")   # prepared, never launched: 64 x 8 blocks x 5 min-size chunks overfill
+    assert prepared.chunk_pages > 8 and len(prepared.launches) == 2   # the grid, so the chunks grow
+    part = DecodeProblem.random(4, num_seqs=2, context_lens=[600] * 2, **shape)
+    assert decode.prepare(part, "cpu").chunk_pages == 8                  # alone: the smallest chunks
+    sub = prepared.subset(part)
+    assert sub.chunk_pages == prepared.chunk_pages
+    assert sub.launches[0][1][0] == 2 * -(-38 // prepared.chunk_pages)
+    sub.launch()
+    from sandbox.checking.check import expected_output
+    from sandbox.checking.compare import assert_close
+    assert_close(sub.result(), expected_output(part), part.dtype, "subset")

@@ -137,8 +137,7 @@ def split_plan(pages: np.ndarray, num_kv_heads: int, block_size: int, shape: Pla
     threads = shape.bdx * shape.bdy * shape.bdz
     per_sm = occupancy(ASSUMED_REGISTERS, shape.shared_bytes, threads, "sm_90").blocks_per_sm
     max_grid = max(per_sm, 1) * sms
-    batch = len(pages)
-    if batch * num_kv_heads >= max_grid:
+    if len(pages) * num_kv_heads >= max_grid:
         return None
     low, high = max(128 // block_size, 1), int(pages.max(initial=0))
     while low < high:  # PartitionPagedKVCacheBinarySearchMinNumPagePerBatch
@@ -147,12 +146,18 @@ def split_plan(pages: np.ndarray, num_kv_heads: int, block_size: int, shape: Pla
             low = mid + 1
         else:
             high = mid
-    chunks = [-(-max(int(n), 1) // low) for n in pages]
+    return chunked(pages, low)
+
+
+def chunked(pages: np.ndarray, chunk_pages: int) -> Split | None:
+    """The chunks of `chunk_pages` pages (None when no sequence needs more than one)."""
+    batch = len(pages)
+    chunks = [-(-max(int(n), 1) // chunk_pages) for n in pages]
     if sum(chunks) == batch:
         return None
     request = np.repeat(np.arange(batch, dtype=np.int32), chunks)
     tiles = np.concatenate([np.arange(c, dtype=np.int32) for c in chunks])
-    return Split(low, request, tiles, np.concatenate([[0], np.cumsum(chunks)]).astype(np.int32))
+    return Split(chunk_pages, request, tiles, np.concatenate([[0], np.cumsum(chunks)]).astype(np.int32))
 
 
 def merge_name(head_dim: int, dtype: str) -> str:
@@ -242,9 +247,15 @@ class Prepared:
     """FlashInfer's launches: the decode kernel, then (split-KV) its merge; result() returns out (and the
     natural-log lse with return_lse)."""
 
-    def __init__(self, launches, out, lse, out_dtype, return_lse):
+    def __init__(self, launches, out, lse, out_dtype, return_lse, backend="cpu", chunk_pages=0):
         self.launches = launches   # [(kernel, grid, block, args, shared_mem)], as kernels/cupy_raw's Prepared
         self.out, self.lse, self.out_dtype, self.return_lse = out, lse, out_dtype, return_lse
+        self.backend, self.chunk_pages = backend, chunk_pages
+
+    def subset(self, problem) -> "Prepared":
+        """`problem` (some of this one's sequences: the traffic count's sample) prepared with this plan's
+        chunks, not the plan its smaller batch would get: the counts then scale to this launch."""
+        return prepare(problem, self.backend, chunk_pages=self.chunk_pages)
 
     def launch(self) -> None:
         for kernel, grid, block, args, shared in self.launches:
@@ -267,9 +278,10 @@ class Prepared:
         return out, (lse2 * np.float32(math.log(2))).astype(np.float32)
 
 
-def prepare(problem, backend: str, *, split: str = "planner") -> Prepared:
+def prepare(problem, backend: str, *, split: str = "planner", chunk_pages: int | None = None) -> Prepared:
     """Convert the block tables, plan as FlashInfer would (split: "planner" as its planner decides, "off"
-    one block per sequence and KV head), upload, compile FlashInfer's instantiation for the problem."""
+    one block per sequence and KV head; chunk_pages: this chunking instead, 0 none: Prepared.subset),
+    upload, compile FlashInfer's instantiation for the problem."""
     from kernels.cupy_raw.common import to_device
     wheel.locate()  # a missing or other wheel: Unsupported with the reason, before any work
     p = problem
@@ -283,7 +295,10 @@ def prepare(problem, backend: str, *, split: str = "planner") -> Prepared:
     indptr, indices, last = page_table(p.block_tables, p.context_lens, p.block_size)
     n, heads = p.num_seqs, p.num_heads
     sms = device_sms(backend)
-    chunks = split_plan(np.diff(indptr), p.num_kv_heads, p.block_size, shape, sms) if split == "planner" else None
+    if chunk_pages is not None:
+        chunks = chunked(np.diff(indptr), chunk_pages) if chunk_pages else None
+    else:
+        chunks = split_plan(np.diff(indptr), p.num_kv_heads, p.block_size, shape, sms) if split == "planner" else None
     request = chunks.request_indices if chunks else np.arange(n, dtype=np.int32)
     tiles = chunks.kv_tile_indices if chunks else np.zeros(n, np.int32)
     chunk_tokens = np.array([chunks.chunk_pages * p.block_size if chunks else 0], np.int32)
@@ -306,7 +321,8 @@ def prepare(problem, backend: str, *, split: str = "planner") -> Prepared:
         o_indptr = to_device(chunks.o_indptr, backend)
         launches.append((merge, grid, block, (tmp_v, tmp_s, o_indptr, out, lse_arg, np.uint32(n), None,
                                               np.uint32(heads)), shared))
-    return Prepared(launches, out, lse, p.query.dtype, p.options.return_lse)
+    return Prepared(launches, out, lse, p.query.dtype, p.options.return_lse, backend,
+                    chunks.chunk_pages if chunks else 0)
 
 
 def kernel_resources(expression: str, arch: str = "sm_90"):

@@ -142,7 +142,12 @@ def _capture_cupy(name, problem, counted, census: bool, config, device, kind: st
     prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
     with common.cpu_options(traffic=True):
         whole, _ = prepare(name, problem, "cpu", config)
-        part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
+        if counted is problem:
+            part = whole
+        elif hasattr(whole, "subset"):  # a plan that depends on the batch (FlashInfer's split): the whole's
+            part = whole.subset(counted)
+        else:
+            part = prepare(name, counted, "cpu", config)[0]
     with traffic_capture() as launches:
         part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
