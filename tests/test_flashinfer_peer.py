@@ -207,3 +207,29 @@ def test_a_sampled_traffic_count_keeps_the_whole_batchs_split():
     from sandbox.checking.check import expected_output
     from sandbox.checking.compare import assert_close
     assert_close(sub.result(), expected_output(part), part.dtype, "subset")
+
+
+def test_check_says_a_missing_wheel_once_and_a_peers_failures_are_findings(monkeypatch, capsys):
+    from sandbox import cli
+    wheel.locate.cache_clear()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flashinfer" else real(name, *a))
+    try:
+        assert cli.main(["check", "flashinfer.decode"]) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines() == ["SKIP  flashinfer.decode            unavailable: flashinfer-python is not installed "
+                                    "(make setup installs flashinfer-python==0.7.4 without its dependencies)"]
+    finally:
+        monkeypatch.undo()
+        wheel.locate.cache_clear()
+    if real("flashinfer") is None:
+        return
+    # every problem "wrong": printed as the peer's findings with the rebuild call, exit status 0
+    from sandbox.commands import check as command
+    monkeypatch.setattr(command, "run_checks", lambda name, variant, backend, args, config: [
+        ("planted", DecodeProblem.random(7, num_seqs=1, num_heads=2, num_kv_heads=2, head_dim=64),
+         type("R", (), dict(ok=False, comparison=None, error="planted failure"))())])
+    assert cli.main(["check", "flashinfer.decode"]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL  flashinfer.decode" in out and "(peer: FlashInfer 0.7.4: findings about it, not failures" in out
+    assert "problem=DecodeProblem.random(seed=7" in out and "planted failure" in out

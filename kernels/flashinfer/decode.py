@@ -46,6 +46,15 @@ LIMITS = Limits(block_sizes=None, head_dims=HEAD_DIMS, dtypes=("float16", "bfloa
 CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
+def unavailable() -> str | None:
+    """Why this peer cannot run here (the wheel missing, another version), or None: `check` says it once."""
+    try:
+        wheel.locate()
+    except Unsupported as exc:
+        return str(exc)
+    return None
+
+
 def peer_label() -> str:
     """How the sweep marks this variant: the project and the version of the wheel it runs, or why none runs."""
     try:
