@@ -58,6 +58,9 @@ DEEP = (
     "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]wrong.*",
     # FlashInfer's headers: a g++ run per head dim (the shared suite runs head dim 64 in both dtypes in ci)
     "tests/test_flashinfer_peer.py::test_head_dims_128_and_256*",
+    "tests/test_flashinfer_peer.py::test_clean_and_right_under_the_executor_modes[[]asan-split]",  # asan in ci
+    # two nvcc compiles; `python -m sandbox resources flashinfer.decode` runs the same census
+    "tests/test_flashinfer_peer.py::test_compile_report_is_nvccs_census_of_both_kernels",
 )
 
 
