@@ -1,6 +1,7 @@
 """FlashInfer's kernels compiled for sm_80/sm_90 with nvcc, as FlashInfer's own JIT compiles them.
 
-    compile_one(expression, arch) -> (Resources, cubin, mangled name)
+    compile_one(code, expression, arch, include_dirs) -> (Resources, cubin, mangled name)
+    report(code, wheel, plan, head_dim, dtype, arch) -> dict   compile_report's dict (decode and merge kernels)
 
 NVRTC cannot compile FlashInfer's headers (they include <iostream> and the C++ standard library, which NVRTC
 does not ship), so the census uses nvcc from the nvidia-cuda-nvcc wheel (cuda-toolkit[nvcc]; or nvcc on PATH)
@@ -20,6 +21,8 @@ from pathlib import Path
 from sandbox.analysis import compile_cache
 from sandbox.analysis.cuda_wheels import in_nvidia_wheels
 from sandbox.analysis.nvrtc import parse_ptxas_log
+
+from .dispatch import MERGE_THREADS, kernel_name, merge_launch, merge_name
 
 FLAGS = ("-std=c++17", "--expt-relaxed-constexpr", "-cubin", "-Xptxas", "-v")
 
@@ -67,3 +70,22 @@ def _compile(code: str, expression: str, flags: list) -> tuple:
             raise NvccError(f"nvcc compiled {len(resources)} entry functions for {expression}, expected one")
         (mangled, res), = resources.items()
         return res, out.read_bytes(), mangled
+
+
+def report(code: str, wheel, plan, head_dim: int, dtype: str, arch: str) -> dict:
+    """The decode kernel of `plan` and the merge kernel for `arch`: the decode's numbers on top, `kernels`
+    listing both ("partition", "reduce") as the split-KV CUDA C variants' compile reports do."""
+    itemsize = 2  # float16 and bfloat16, the dtypes the peer takes
+    rows = []
+    for role, expression, threads, shared in (
+            ("partition", kernel_name(plan, dtype, False), plan.bdx * plan.bdy * plan.bdz, plan.shared_bytes),
+            ("reduce", merge_name(head_dim, dtype), MERGE_THREADS, merge_launch(head_dim, itemsize, 1, 1, 1)[2])):
+        res, cubin, mangled = compile_one(code, expression, arch, wheel.include_dirs)
+        rows.append(dict(name=role, kernel=expression, registers=res.registers,
+                         static_shared_bytes=res.static_shared_bytes, dynamic_shared_bytes=int(shared),
+                         local_bytes=res.local_bytes, spill_stores=res.spill_stores, spill_loads=res.spill_loads,
+                         threads_per_block=threads, image=(cubin, mangled)))
+    arch = arch if str(arch).startswith("sm_") else f"sm_{arch}"
+    main = {k: v for k, v in rows[0].items() if k != "name"}
+    return dict(main, path="nvcc -> cubin", arch=arch, kernels=rows,
+                note=f"{wheel.label}, GQA group {plan.bdy}; the merge runs only when the planner splits")

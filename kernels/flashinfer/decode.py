@@ -4,7 +4,7 @@ Idea: not ours. The kernel is FlashInfer's own, compiled from the headers the fl
 (kernels/flashinfer/wheel.py finds them; nothing of FlashInfer is copied into this repository) behind a
 small launcher of ours (decode.cu) that builds FlashInfer's BatchDecodeParams from flat arguments and
 calls BatchDecodeWithPagedKVCacheDevice with FlashInfer's DefaultAttention, the template arguments picked
-as FlashInfer's BatchDecodeWithPagedKVCacheDispatched picks them (plan()): vec_size = max(16 B / elem,
+as FlashInfer's BatchDecodeWithPagedKVCacheDispatched picks them (dispatch.plan()): vec_size = max(16 B / elem,
 head_dim / 32), bdx = head_dim / vec_size, bdy = the GQA group, bdz = max(128, bdx * bdy) / (bdx * bdy),
 tile_size_per_bdx 4 for group 1 (2 for 1-byte caches) and 1 otherwise, two shared-memory stages (sm_80+).
 The sandbox's block tables become FlashInfer's CSR page table (kv_indptr, kv_indices, kv_last_page_len);
@@ -14,7 +14,7 @@ Limits: FlashInfer's decode dispatch: head dims 64, 128, 256; GQA groups 1, 2, 3
 dtype; softcap (DefaultAttention's logits soft cap) and lse (FlashInfer's base-2 log-sum-exp, converted to
 the natural log here). Split-KV as FlashInfer's planner (scheduler.cuh) decides it without CUDA graphs:
 when the batch's blocks do not fill the grid, sequences are cut into chunks of at least 128 tokens and
-FlashInfer's own PersistentVariableLengthMergeStatesKernel merges them (split_plan(); TUNABLES split="off"
+FlashInfer's own PersistentVariableLengthMergeStatesKernel merges them (dispatch.split_plan(); TUNABLES split="off"
 turns it off). Not offered: fp8 caches, sliding windows (blocks freed before the window leave -1 pages
 that FlashInfer's loader would read), ALiBi and sinks.
 On a GPU the same launcher, compiled by nvcc to a cubin for the GPU's architecture (census.py: the headers
@@ -22,7 +22,6 @@ include the C++ standard library, which NVRTC lacks), is loaded by CuPy's RawMod
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from pathlib import Path
@@ -33,17 +32,14 @@ from sandbox.devices import backends
 from sandbox.variant import Limits, Unsupported
 
 from . import wheel
+from .dispatch import (ASSUMED_REGISTERS, HEAD_DIMS, MERGE_THREADS, NAME, NUM_STAGES_SMEM, Plan, Split,  # noqa: F401
+                       chunked, kernel_name, merge_launch, merge_name, page_table, plan, split_plan)
 
-NAME = "flashinfer.decode"
 PATH = Path(__file__).resolve().with_suffix(".cu")
-HEAD_DIMS = (64, 128, 256)
-GROUP_SIZES = (1, 2, 3, 4, 6, 8, 16)   # DISPATCH_GQA_GROUP_SIZE in the wheel's utils.cuh
-NUM_STAGES_SMEM = 2                   # DISPATCH_COMPUTE_CAP_DECODE_NUM_STAGES_SMEM for sm_80 and later
 # split: "planner" splits long sequences into chunks and merges them as FlashInfer's planner decides; "off"
 # runs one block per sequence and KV head (what FlashInfer does when its planner does not split).
 TUNABLES = {"split": ("planner", "off")}
 LIMITS = Limits(block_sizes=None, head_dims=HEAD_DIMS, dtypes=("float16", "bfloat16"), options=("softcap", "lse"))
-CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
 def unavailable() -> str | None:
@@ -63,41 +59,6 @@ def peer_label() -> str:
         return f"peer: FlashInfer unavailable: {exc}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """FlashInfer's launch for one problem: template arguments, block shape and dynamic shared memory."""
-
-    vec_size: int
-    bdx: int
-    bdy: int
-    bdz: int
-    tile_size_per_bdx: int
-    shared_bytes: int
-
-    @property
-    def threads(self) -> tuple[int, int, int]:
-        return self.bdx, self.bdy, self.bdz
-
-
-def plan(head_dim: int, group: int, kv_itemsize: int) -> Plan:
-    """The template arguments BatchDecodeWithPagedKVCacheDispatched instantiates (decode.cuh), or Unsupported."""
-    if head_dim not in HEAD_DIMS:
-        raise Unsupported(f"{NAME} does not support head_dim={head_dim} (FlashInfer's decode: {HEAD_DIMS})")
-    if group not in GROUP_SIZES:
-        raise Unsupported(f"{NAME} does not support a GQA group of {group} (FlashInfer dispatches {GROUP_SIZES})")
-    vec_size = max(16 // kv_itemsize, head_dim // 32)
-    bdx = head_dim // vec_size
-    threads = max(128, bdx * group)
-    if threads > 1024:
-        raise Unsupported(f"{NAME}: head_dim {head_dim} with a GQA group of {group} needs {threads} threads per "
-                          "block (CUDA allows 1024)")
-    bdz = threads // (bdx * group)
-    tile = (2 if kv_itemsize == 1 else 4) if group == 1 else 1
-    kv_bytes = max(2 * NUM_STAGES_SMEM * tile * group * bdz * head_dim * kv_itemsize, bdz * group * head_dim * 4)
-    offsets = max(tile * threads * 8, 2 * group * bdz * 4)   # size_t page offsets, or the m/d pairs of sync_state
-    return Plan(vec_size, bdx, group, bdz, tile, kv_bytes + offsets)
-
-
 def LOADS_IN_FLIGHT(problem) -> int:
     """Global load requests a warp has in flight (the performance model's Little's law): cp.async keeps
     2 * NUM_STAGES_SMEM - 1 commit groups outstanding at each wait_group, each of tile_size_per_bdx 16-byte
@@ -106,97 +67,12 @@ def LOADS_IN_FLIGHT(problem) -> int:
     return (2 * NUM_STAGES_SMEM - 1) * shape.tile_size_per_bdx
 
 
-def kernel_name(p: Plan, dtype: str, soft_cap: bool) -> str:
-    t = CTYPES[dtype]
-    return (f"sandbox_fi::decode<{NUM_STAGES_SMEM}, {p.tile_size_per_bdx}, {p.vec_size}, {p.bdx}, {p.bdy}, {p.bdz}, "
-            f"{str(soft_cap).lower()}, false, {t}, {t}>")
-
-
-# The planner (scheduler.cuh's BatchDecodeWithPagedKVCacheWorkEstimationDispatched) sizes its grid from the
-# device's SMs and the kernel's occupancy. The registers are not known here (NVRTC cannot compile the headers,
-# which include <iostream>): occupancy is taken at this count, beside the threads and shared memory the plan
-# fixes. The device is the performance model's default (H200 SXM, 132 SMs), or the GPU that runs it.
-ASSUMED_REGISTERS = 64
-MERGE_THREADS = 128      # VariableLengthMergeStates: 128 threads, 4 shared-memory stages
-MERGE_STAGES = 4
-
-
-@dataclasses.dataclass(frozen=True)
-class Split:
-    """FlashInfer's split-KV plan: chunks of `chunk_pages` pages, one block per (chunk, KV head)."""
-
-    chunk_pages: int
-    request_indices: np.ndarray   # [padded_batch_size] int32: the sequence of each chunk
-    kv_tile_indices: np.ndarray   # [padded_batch_size] int32: the chunk's index within its sequence
-    o_indptr: np.ndarray          # [num_seqs + 1] int32: each sequence's first chunk
-
-
 def device_sms(backend: str) -> int:
     if backend == "gpu":
         import cupy
         return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
     from sandbox.analysis import gpus
     return gpus.get("h200").sms
-
-
-def split_plan(pages: np.ndarray, num_kv_heads: int, block_size: int, shape: Plan, sms: int) -> Split | None:
-    """What FlashInfer's planner decides without CUDA graphs: None when the batch fills the grid (or chunks
-    would not shorten any sequence), else the smallest chunk (at least 128 tokens) whose chunks fit it."""
-    from sandbox.analysis.occupancy import occupancy
-    threads = shape.bdx * shape.bdy * shape.bdz
-    per_sm = occupancy(ASSUMED_REGISTERS, shape.shared_bytes, threads, "sm_90").blocks_per_sm
-    max_grid = max(per_sm, 1) * sms
-    if len(pages) * num_kv_heads >= max_grid:
-        return None
-    low, high = max(128 // block_size, 1), int(pages.max(initial=0))
-    while low < high:  # PartitionPagedKVCacheBinarySearchMinNumPagePerBatch
-        mid = (low + high) // 2
-        if int(sum(-(-int(n) // mid) for n in pages)) * num_kv_heads > max_grid:
-            low = mid + 1
-        else:
-            high = mid
-    return chunked(pages, low)
-
-
-def chunked(pages: np.ndarray, chunk_pages: int) -> Split | None:
-    """The chunks of `chunk_pages` pages (None when no sequence needs more than one)."""
-    batch = len(pages)
-    chunks = [-(-max(int(n), 1) // chunk_pages) for n in pages]
-    if sum(chunks) == batch:
-        return None
-    request = np.repeat(np.arange(batch, dtype=np.int32), chunks)
-    tiles = np.concatenate([np.arange(c, dtype=np.int32) for c in chunks])
-    return Split(chunk_pages, request, tiles, np.concatenate([[0], np.cumsum(chunks)]).astype(np.int32))
-
-
-def merge_name(head_dim: int, dtype: str) -> str:
-    """FlashInfer's own merge kernel (cascade.cuh), launched as it is: its parameters are plain."""
-    t = CTYPES[dtype]
-    vec = max(16 // 2, head_dim // 32)
-    bdx = head_dim // vec
-    return (f"flashinfer::PersistentVariableLengthMergeStatesKernel<{vec}, {bdx}, {MERGE_THREADS // bdx}, "
-            f"{MERGE_STAGES}, {t}, {t}, int32_t>")
-
-
-def merge_launch(head_dim: int, itemsize: int, num_seqs: int, num_heads: int, sms: int):
-    """(grid, block, shared bytes) of VariableLengthMergeStates: a persistent grid of at most 4 blocks per SM
-    (its occupancy at 128 threads), no more than the (sequence, head) pairs need."""
-    vec = max(16 // itemsize, head_dim // 32)
-    bdx = head_dim // vec
-    bdy = MERGE_THREADS // bdx
-    shared = MERGE_STAGES * bdy * head_dim * itemsize + MERGE_THREADS * 4
-    per_sm = min(4, -(-num_seqs * num_heads // sms))
-    return (sms * per_sm,), (bdx, bdy), shared
-
-
-def page_table(block_tables: np.ndarray, context_lens: np.ndarray, block_size: int):
-    """FlashInfer's CSR page table: (kv_indptr [num_seqs + 1], kv_indices [pages], kv_last_page_len [num_seqs]),
-    int32; a sequence's pages are its table's first ceil(len / block_size) entries."""
-    pages = -(-context_lens.astype(np.int64) // block_size)
-    indptr = np.concatenate([[0], np.cumsum(pages)]).astype(np.int32)
-    indices = np.concatenate([block_tables[i, :n] for i, n in enumerate(pages)] + [np.zeros(0, np.int32)])
-    last = np.where(pages > 0, context_lens - (pages - 1) * block_size, 0).astype(np.int32)
-    return indptr, indices.astype(np.int32), last
 
 
 # On the CPU executor one g++ run compiles these groups (with and without the soft cap) for a head dim and dtype:
@@ -346,46 +222,11 @@ REPORT_GROUP = 4
 
 def compile_report(block_size: int, head_dim: int, dtype, arch: str, split: str = "planner") -> dict:
     """Static resources of FlashInfer's decode kernel (GQA group 4; any block size is the same kernel) and of
-    its merge kernel, compiled by nvcc for `arch` (kernels/flashinfer/census.py): `kernels` lists the decode
-    ("partition") and the merge ("reduce") as the split-KV CUDA C variants do. split: the tunable (the same
-    kernels either way; without a split only the first runs)."""
+    its merge kernel, compiled by nvcc (census.report). split: the tunable (the same kernels either way;
+    without a split only the first runs)."""
     from . import census
     dtype = np.dtype(dtype).name
-    LIMITS.check(NAME, _ReportProblem(block_size, head_dim, dtype))
-    shape = plan(head_dim, REPORT_GROUP, np.dtype(dtype).itemsize)
-    code = PATH.read_text()
-    dirs = wheel.locate().include_dirs
-    rows = []
-    for role, expression, threads, shared in (
-            ("partition", kernel_name(shape, dtype, False), shape.bdx * shape.bdy * shape.bdz, shape.shared_bytes),
-            ("reduce", merge_name(head_dim, dtype), MERGE_THREADS,
-             merge_launch(head_dim, np.dtype(dtype).itemsize, 1, 1, 1)[2])):
-        res, cubin, mangled = census.compile_one(code, expression, arch, dirs)
-        rows.append(dict(name=role, kernel=expression, registers=res.registers,
-                         static_shared_bytes=res.static_shared_bytes, dynamic_shared_bytes=int(shared),
-                         local_bytes=res.local_bytes, spill_stores=res.spill_stores, spill_loads=res.spill_loads,
-                         threads_per_block=threads, image=(cubin, mangled)))
-    main = {k: v for k, v in rows[0].items() if k != "name"}
-    arch = arch if str(arch).startswith("sm_") else f"sm_{arch}"
-    return dict(main, path="nvcc -> cubin", arch=arch, kernels=rows,
-                note=f"{wheel.locate().label}, GQA group {REPORT_GROUP}; the merge runs only when the planner splits")
-
-
-@dataclasses.dataclass
-class _ReportProblem:
-    """What Limits.check reads, for compile_report's arguments (no arrays)."""
-
-    block_size: int
-    head_dim: int
-    dtype: str
-    kv_format: str = ""
-    features: tuple = ()
-    max_query_len: int = 1
-
-    def __post_init__(self):
-        self.kv_format = self.dtype
-        self.options = self
-
-    @property
-    def kv_dtype(self):
-        return np.dtype(self.dtype)
+    if dtype not in LIMITS.dtypes:
+        raise Unsupported(f"{NAME} does not support dtype={dtype} (supported: {', '.join(LIMITS.dtypes)})")
+    shape = plan(head_dim, REPORT_GROUP, np.dtype(dtype).itemsize)  # Unsupported for another head dim
+    return census.report(PATH.read_text(), wheel.locate(), shape, head_dim, dtype, arch)
