@@ -236,3 +236,18 @@ def test_check_says_a_missing_wheel_once_and_a_peers_failures_are_findings(monke
     out = capsys.readouterr().out
     assert "FAIL  flashinfer.decode" in out and "(peer: FlashInfer 0.7.4: findings about it, not failures" in out
     assert "problem=DecodeProblem.random(seed=7" in out and "planted failure" in out
+
+
+def test_flashinfer_api_peer_joins_only_where_it_can_run_and_says_why_not(monkeypatch):
+    from sandbox.sweep import peers, traffic_columns
+    assert peers.flashinfer_api_missing(False) == "no GPU"
+    assert peers.peers(on_gpu=False) == []
+    assert peers.unavailable(on_gpu=False) == ["flashinfer.api (FlashInfer through its own Python API) not raced: "
+                                               "no GPU"]
+    assert peers.unavailable(on_gpu=False, enabled=False) == []
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert peers.flashinfer_api_missing(True).startswith("torch is not installed")
+    api = peers.FlashInferApi()
+    assert api.family in ("torch",) and not api.per_shape and api.limits.backends == ("gpu",)
+    assert traffic_columns.why_not(api.name).startswith("an outside peer")

@@ -97,7 +97,8 @@ class Candidate:
 
     @classmethod
     def from_peer(cls, peer) -> "Candidate":
-        return cls(peer.name, peer.family, peer.limits, peer.prepare, per_shape=True, note=lambda: peer.note)
+        return cls(peer.name, peer.family, peer.limits, peer.prepare, per_shape=getattr(peer, "per_shape", True),
+                   note=lambda: peer.note)
 
 
 @dataclasses.dataclass
@@ -470,6 +471,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     log = _log_via(bar)
     log(f"sweep: {len(candidates)} variants x {len(config.block_sizes)} block sizes x {len(config.shapes)} shapes "
         f"on {'the GPU' if on_gpu else 'the CPU (emulation: times are not GPU performance)'} -> {run_dir}")
+    for line in peers.unavailable(on_gpu, config.torch):
+        log(line)
     env = Environment.create(on_gpu, config.quick, log)
     if config.tune:
         tuning = tune_mod.Tuning.explore(run_dir, on_gpu)
