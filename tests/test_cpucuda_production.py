@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 

@@ -32,8 +32,8 @@ from sandbox.devices import backends
 from sandbox.variant import Limits, Unsupported
 
 from . import wheel
-from .dispatch import (ASSUMED_REGISTERS, HEAD_DIMS, MERGE_THREADS, NAME, NUM_STAGES_SMEM, Plan, Split,  # noqa: F401
-                       chunked, kernel_name, merge_launch, merge_name, page_table, plan, split_plan)
+from .dispatch import (ASSUMED_REGISTERS, HEAD_DIMS, NAME, NUM_STAGES_SMEM, chunked, kernel_name,  # noqa: F401
+                       merge_launch, merge_name, page_table, plan, split_plan)
 
 PATH = Path(__file__).resolve().with_suffix(".cu")
 # split: "planner" splits long sequences into chunks and merges them as FlashInfer's planner decides; "off"
