@@ -61,6 +61,10 @@ DEEP = (
     "tests/test_flashinfer_peer.py::test_clean_and_right_under_the_executor_modes[[]asan-split]",  # asan in ci
     # two nvcc compiles; `python -m sandbox resources flashinfer.decode` runs the same census
     "tests/test_flashinfer_peer.py::test_compile_report_is_nvccs_census_of_both_kernels",
+    # every default micro row of model-check (two of them in ci: test_model_check_writes_points_json...)
+    "tests/test_model_check.py::test_the_default_micro_rows_are_within_15_percent",
+    # every model-check row re-modelled against the docs' tables (two micro rows in ci: ...quotes_the_default_rows)
+    "tests/test_model_tables.py::test_the_model_check_tables_are_the_model_now",
 )
 
 

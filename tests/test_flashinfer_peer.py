@@ -155,19 +155,20 @@ def test_pyproject_pins_the_wheel_the_launcher_supports():
 
 def test_the_sweep_marks_the_peer_and_its_failures_never_fail_the_sweep(monkeypatch):
     from pathlib import Path
-    from sandbox.sweep import peers, run
+    from sandbox.sweep.measure import run
+    from sandbox.variant.registry import labelled
     wheel.locate.cache_clear()
     try:
         if importlib.util.find_spec("flashinfer") is not None:
-            assert peers.label("flashinfer.decode") == f"flashinfer.decode (peer: FlashInfer {wheel.SUPPORTED[0]})"
+            assert labelled("flashinfer.decode") == f"flashinfer.decode (peer: FlashInfer {wheel.SUPPORTED[0]})"
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
         wheel.locate.cache_clear()
-        assert peers.label("flashinfer.decode").startswith("flashinfer.decode (peer: FlashInfer unavailable: "
+        assert labelled("flashinfer.decode").startswith("flashinfer.decode (peer: FlashInfer unavailable: "
                                                            "flashinfer-python is not installed")
     finally:
         monkeypatch.undo()
         wheel.locate.cache_clear()
-    assert peers.label("cupy.rows") == "cupy.rows" and peers.label("torch.sdpa") == "torch.sdpa"
+    assert labelled("cupy.rows") == "cupy.rows" and labelled("torch.sdpa") == "torch.sdpa"
     rows = [dict(variant="flashinfer.decode", family="flashinfer", status="wrong"),
             dict(variant="cupy.rows", family="cupy", status="ok")]
     outcome = run.SweepOutcome(Path("."), rows, False, {}, "")
@@ -239,7 +240,7 @@ def test_check_says_a_missing_wheel_once_and_a_peers_failures_are_findings(monke
 
 
 def test_flashinfer_api_peer_joins_only_where_it_can_run_and_says_why_not(monkeypatch):
-    from sandbox.sweep import peers, traffic_columns
+    from sandbox.sweep.measure import peers, traffic_columns
     assert peers.flashinfer_api_missing(False) == "no GPU"
     assert peers.peers(on_gpu=False) == []
     assert peers.unavailable(on_gpu=False) == ["flashinfer.api (FlashInfer through its own Python API) not raced: "

@@ -1,6 +1,7 @@
 """FlashInfer's kernels compiled for sm_80/sm_90 with nvcc, as FlashInfer's own JIT compiles them.
 
     compile_one(code, expression, arch, include_dirs) -> (Resources, cubin, mangled name)
+    kernel_census(kernel, arch) -> (Resources, cubin, mangled name)   one launched kernel (Family.census)
     report(code, wheel, plan, head_dim, dtype, arch) -> dict   compile_report's dict (decode and merge kernels)
 
 NVRTC cannot compile FlashInfer's headers (they include <iostream> and the C++ standard library, which NVRTC
@@ -8,7 +9,8 @@ does not ship), so the census uses nvcc from the nvidia-cuda-nvcc wheel (cuda-to
 with g++ as its host compiler and --expt-relaxed-constexpr as FlashInfer's JIT passes. One nvcc run per
 instantiation (a host function takes the kernel's address, which instantiates it), cached on disk like the
 NVRTC cubins (sandbox/analysis/compile_cache.py). ptxas -v's log gives the resources; the cubin goes to
-`python -m sandbox sass`.
+`python -m sandbox sass` and to the traffic model, which reads each kernel's loads in flight from its SASS
+(sandbox/analysis/loads_in_flight.py) as it does the CUDA C variants' NVRTC cubins.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from sandbox.analysis import compile_cache
 from sandbox.analysis.cuda_wheels import in_nvidia_wheels
 from sandbox.analysis.nvrtc import parse_ptxas_log
 
+from . import wheel
 from .dispatch import MERGE_THREADS, kernel_name, merge_launch, merge_name
 
 FLAGS = ("-std=c++17", "--expt-relaxed-constexpr", "-cubin", "-Xptxas", "-v")
@@ -55,6 +58,12 @@ def compile_one(code: str, expression: str, arch: str, include_dirs) -> tuple:
     flags = list(FLAGS) + [f"-arch={arch}"] + [f"-I{d}" for d in include_dirs]
     parts = ["nvcc", _version(), code, expression, flags]
     return compile_cache.cached("nvcc", parts, lambda: _compile(code, expression, flags))
+
+
+def kernel_census(kernel, arch: str) -> tuple:
+    """The family's census (kernels/flashinfer/__init__.py, Family.census): nvcc's (Resources, cubin, mangled
+    name) of one launched kernel (its `code` and name expression), for the traffic model's occupancy and SASS."""
+    return compile_one(kernel.code, kernel.name, arch, wheel.locate().include_dirs)
 
 
 def _compile(code: str, expression: str, flags: list) -> tuple:

@@ -24,14 +24,19 @@ from __future__ import annotations
 
 import functools
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from sandbox.analysis import gpus
+from sandbox.cpucuda import CpuCompileError
 from sandbox.devices import backends
+from sandbox.devices.grid import CheckedModule
 from sandbox.variant import Limits, Unsupported
+from sandbox.variant.cuda_launch import current_cpu_options, to_device
 
-from . import wheel
+from . import census, wheel
 from .dispatch import (ASSUMED_REGISTERS, HEAD_DIMS, NAME, NUM_STAGES_SMEM, chunked, kernel_name,  # noqa: F401
                        merge_launch, merge_name, page_table, plan, split_plan)
 
@@ -42,37 +47,11 @@ TUNABLES = {"split": ("planner", "off")}
 LIMITS = Limits(block_sizes=None, head_dims=HEAD_DIMS, dtypes=("float16", "bfloat16"), options=("softcap", "lse"))
 
 
-def unavailable() -> str | None:
-    """Why this peer cannot run here (the wheel missing, another version), or None: `check` says it once."""
-    try:
-        wheel.locate()
-    except Unsupported as exc:
-        return str(exc)
-    return None
-
-
-def peer_label() -> str:
-    """How the sweep marks this variant: the project and the version of the wheel it runs, or why none runs."""
-    try:
-        return f"peer: {wheel.locate().label}"
-    except Unsupported as exc:
-        return f"peer: FlashInfer unavailable: {exc}"
-
-
-def LOADS_IN_FLIGHT(problem) -> int:
-    """Global load requests a warp has in flight (the performance model's Little's law): cp.async keeps
-    2 * NUM_STAGES_SMEM - 1 commit groups outstanding at each wait_group, each of tile_size_per_bdx 16-byte
-    copies per lane: 12 requests at GQA group 1 (4 copies per group), 3 otherwise."""
-    shape = plan(problem.head_dim, problem.num_heads // problem.num_kv_heads, np.dtype(problem.kv_dtype).itemsize)
-    return (2 * NUM_STAGES_SMEM - 1) * shape.tile_size_per_bdx
-
-
 def device_sms(backend: str) -> int:
     if backend == "gpu":
         import cupy
         return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
-    from sandbox.analysis import gpus
-    return gpus.get("h200").sms
+    return gpus.get(gpus.DEFAULT).sms
 
 
 # On the CPU executor one g++ run compiles these groups (with and without the soft cap) for a head dim and dtype:
@@ -99,10 +78,7 @@ def _module(backend: str, expressions: tuple, cpu_options: tuple):
 def _gpu_function(expression: str):
     """On a GPU: nvcc's cubin for this GPU's architecture (census.py; NVRTC cannot compile the headers), loaded
     by CuPy's RawModule and looked up by its mangled name."""
-    import tempfile
     import cupy
-    from sandbox.devices.grid import CheckedModule
-    from . import census
     arch = "sm_" + cupy.cuda.Device().compute_capability
     _, cubin, mangled = census.compile_one(PATH.read_text(), expression, arch, wheel.locate().include_dirs)
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
@@ -112,9 +88,6 @@ def _gpu_function(expression: str):
 
 def get_function(backend: str, expression: str, together=()):
     """The kernel `expression`; on the CPU compiled in one module with `together` (see BATCH_GROUPS)."""
-    from kernels.cupy_raw.common import _cpu_options
-    from sandbox.cpucuda import CpuCompileError
-    from . import census
     if backend == "gpu":
         try:
             return _gpu_function(expression)
@@ -122,7 +95,7 @@ def get_function(backend: str, expression: str, together=()):
             raise Unsupported(f"{NAME}: {str(exc).splitlines()[0]}") from exc
     expressions = tuple(together) if expression in together else (expression,)
     try:
-        return _module(backend, expressions, _cpu_options.get()).get_function(expression)
+        return _module(backend, expressions, current_cpu_options()).get_function(expression)
     except CpuCompileError as exc:
         raise Unsupported(f"{NAME}: the executor cannot compile {wheel.locate().label}'s decode kernel: "
                           f"{str(exc).splitlines()[0]}") from exc
@@ -167,7 +140,6 @@ def prepare(problem, backend: str, *, split: str = "planner", chunk_pages: int |
     """Convert the block tables, plan as FlashInfer would (split: "planner" as its planner decides, "off"
     one block per sequence and KV head; chunk_pages: this chunking instead, 0 none: Prepared.subset),
     upload, compile FlashInfer's instantiation for the problem."""
-    from kernels.cupy_raw.common import to_device
     wheel.locate()  # a missing or other wheel: Unsupported with the reason, before any work
     p = problem
     dtype = np.dtype(p.dtype).name
@@ -210,12 +182,6 @@ def prepare(problem, backend: str, *, split: str = "planner", chunk_pages: int |
                     chunks.chunk_pages if chunks else 0)
 
 
-def kernel_resources(expression: str, arch: str = "sm_90"):
-    """nvcc's ptxas resources of one instantiation (the traffic model's occupancy; census.py says why nvcc)."""
-    from . import census
-    return census.compile_one(PATH.read_text(), expression, arch, wheel.locate().include_dirs)[0]
-
-
 # compile_report's shape: the goal shapes' GQA group (32 query heads over 8 KV heads), as the CUDA C variants'.
 REPORT_GROUP = 4
 
@@ -224,7 +190,6 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, split: str 
     """Static resources of FlashInfer's decode kernel (GQA group 4; any block size is the same kernel) and of
     its merge kernel, compiled by nvcc (census.report). split: the tunable (the same kernels either way;
     without a split only the first runs)."""
-    from . import census
     dtype = np.dtype(dtype).name
     if dtype not in LIMITS.dtypes:
         raise Unsupported(f"{NAME} does not support dtype={dtype} (supported: {', '.join(LIMITS.dtypes)})")

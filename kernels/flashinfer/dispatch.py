@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from sandbox.analysis.occupancy import occupancy
 from sandbox.variant import Unsupported
 
 NAME = "flashinfer.decode"
@@ -84,7 +85,6 @@ class Split:
 def split_plan(pages: np.ndarray, num_kv_heads: int, block_size: int, shape: Plan, sms: int) -> Split | None:
     """What FlashInfer's planner decides without CUDA graphs: None when the batch fills the grid (or chunks
     would not shorten any sequence), else the smallest chunk (at least 128 tokens) whose chunks fit it."""
-    from sandbox.analysis.occupancy import occupancy
     threads = shape.bdx * shape.bdy * shape.bdz
     per_sm = occupancy(ASSUMED_REGISTERS, shape.shared_bytes, threads, "sm_90").blocks_per_sm
     max_grid = max(per_sm, 1) * sms

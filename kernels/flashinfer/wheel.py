@@ -1,6 +1,8 @@
 """Where the installed flashinfer-python wheel keeps its CUDA headers, found without importing it.
 
     locate() -> Wheel            the include folders and version, or raises Unsupported with a one-line reason
+    missing() -> str | None      why the wheel cannot be used here, or None (the family's `unavailable`)
+    label() -> str               "FlashInfer 0.7.4", or why none runs (the family's `peer`)
 
 The sandbox never imports flashinfer (its __init__ needs torch and a GPU): importlib.util.find_spec reads
 where the package lies, importlib.metadata its version, and the headers are plain files under
@@ -58,3 +60,20 @@ def locate() -> Wheel:
     if missing:
         raise Unsupported(f"{DISTRIBUTION} {version} lacks {missing[0]} (a wheel without its CUDA sources?)")
     return Wheel(version, data)
+
+
+def missing() -> str | None:
+    """Why this peer cannot run here (the wheel missing, another version), or None: `check` says it once."""
+    try:
+        locate()
+    except Unsupported as exc:
+        return str(exc)
+    return None
+
+
+def label() -> str:
+    """How the sweep marks the peer's variants: the project and the version of the wheel it runs, or why none runs."""
+    try:
+        return locate().label
+    except Unsupported as exc:
+        return f"FlashInfer unavailable: {exc}"

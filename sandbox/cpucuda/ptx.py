@@ -10,7 +10,7 @@ the input operands into registers, runs each PTX instruction through ``include/c
     ->  do { uint16_t __ptx0 = 0; const float __ptx1 = to_reg<float>((f)); ...; from_reg((h), __ptx0); } while (0);
 
 Statements are found and read by ptx_statements.py; the instructions translated are
-ptx_ops.OPCODES. Anything else becomes a ``static_assert`` that
+OPCODES (ptx_ops.py's and ptx_more_ops.py's). Anything else becomes a ``static_assert`` that
 names the instruction: g++ reports it with the file and line, and only where the preprocessor
 keeps the statement (an asm inside an inactive ``#ifdef USE_ROCM`` costs nothing), which
 compiler.py turns into "file:line: inline PTX ..." messages. Statements inside ``#define``
@@ -22,16 +22,13 @@ import json
 import re
 from dataclasses import dataclass
 
-from . import ptx_ops
-from .ptx_statements import Statement, find_statements, split
+from . import ptx_more_ops, ptx_ops
+from .ptx_statements import Refusal, Statement, find_statements, immediate, split  # noqa: F401  (re-exported)
 from .source import tokenize
 
 REFUSAL = "sandbox.cpucuda: inline PTX"  # the static_assert message prefix compiler.py looks for
+OPCODES = {**ptx_ops.OPCODES, **ptx_more_ops.OPCODES}  # PTX opcode -> its translation (ins, ctx) -> C++
 _CTYPE = {"h": "uint16_t", "r": "uint32_t", "l": "uint64_t", "f": "float", "d": "double", "n": "long long"}
-
-
-class Refusal(Exception):
-    """This statement (or one instruction of it) cannot run on the CPU; the message says why."""
 
 
 # ---------------------------------------------------------------- translating
@@ -80,7 +77,7 @@ class Translator:
                 self._declare(item)
             else:
                 guard, item = _guard(item)
-                code = ptx_ops.emit(_instruction(item), self)
+                code = emit(_instruction(item), self)
                 self.code.append(self._guarded(guard, code) if guard else code)
         self._writeback()
         return "do { " + " ".join(self.code) + " } while (0)"
@@ -210,24 +207,6 @@ def _special(text: str) -> str | None:
     return _SPECIAL.get(text.strip().replace("\x00", "%"))
 
 
-def immediate(text: str) -> str | None:
-    """A PTX integer or float immediate as a C++ expression (0f3F800000: a float's bits), else None."""
-    text = text.strip()
-    m = re.fullmatch(r"-?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uU]?", text)
-    if m:
-        neg = text.startswith("-")
-        body = text.lstrip("-").rstrip("uU")
-        value = int(body, 0) if not re.fullmatch(r"0\d+", body) else int(body, 8)
-        return f"{'-' if neg else ''}{value}ull" if not neg else f"(-(long long){value})"
-    m = re.fullmatch(r"0[fF]([0-9a-fA-F]{8})", text)
-    if m:
-        return f"0x{m.group(1)}u"
-    m = re.fullmatch(r"0[dD]([0-9a-fA-F]{16})", text)
-    if m:
-        return f"0x{m.group(1)}ull"
-    return None
-
-
 def _strip_comments(body: str) -> str:
     return re.sub(r"//[^\n]*|/\*.*?\*/", " ", body, flags=re.S)
 
@@ -335,3 +314,13 @@ def has_asm(text: str) -> bool:
     """Whether ``text`` holds an asm statement anywhere (a header that needs the translated copy)."""
     return _mentions_asm(text) and (bool(find_statements(text)) or any(
         t.kind == "pp" and _mentions_asm(t.text) for t in tokenize(text)))
+
+
+def emit(ins, ctx) -> str:
+    """The C++ of one instruction (OPCODES), or a Refusal naming it and the translated ones."""
+    fn = OPCODES.get(ins.parts[0])
+    if fn is None:
+        raise Refusal(f"instruction `{ins.name}` is not translated (sandbox.cpucuda translates "
+                      f"{', '.join(sorted(OPCODES))}); use the CUDA intrinsic instead, or guard the asm with "
+                      "#ifndef __CPUCUDA__")
+    return fn(ins, ctx)

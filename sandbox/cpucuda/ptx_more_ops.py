@@ -1,6 +1,6 @@
 """More PTX instructions for the CPU executor: the ones production kernels (FlashInfer, CCCL) carry.
 
-Registered into ``ptx_ops.OPCODES``; each returns the C++ of one instruction over
+Joined to ``ptx_ops.OPCODES`` by ptx.py (``ptx.OPCODES``); each returns the C++ of one instruction over
 include/cpucuda_ptx_approx.h and include/cpucuda_ptx_async.h, or refuses naming what it cannot do.
 
 * ``ex2``, ``lg2``, ``rcp``, ``rsqrt``, ``sqrt``, ``tanh``, ``sin``, ``cos`` (.approx with .ftz,
@@ -19,6 +19,7 @@ import json
 import re
 
 from .ptx_ops import TYPES, _check_count, _refuse
+from .ptx_statements import immediate
 
 _APPROX = {"ex2": "EX2", "lg2": "LG2", "rcp": "RCP", "rsqrt": "RSQRT", "sqrt": "SQRT", "tanh": "TANH",
            "sin": "SIN", "cos": "COS"}
@@ -184,7 +185,6 @@ def _register_address(text: str, ctx, ins) -> str:
     m = re.fullmatch(r"\s*\[\s*([^\]+\-]+?)\s*(?:\+\s*(\w+))?\s*\]\s*", text)
     if not m:
         _refuse(f"`{ins.text}`: cannot read the address {text.strip()!r} (use [reg] or [reg+offset])")
-    from .ptx import immediate
     base = ctx.value(m.group(1), "uint64_t")
     if m.group(2) is None:
         return base

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import re
 
+from .ptx_statements import Refusal, immediate
+
 # Instruction types: (bits, C++ unsigned type, float format or None, signed integer)
 TYPES = {
     "b8": (8, "uint8_t", None, False), "u8": (8, "uint8_t", None, False), "s8": (8, "uint8_t", None, True),
@@ -39,7 +41,6 @@ _SHAPE = {"f16": (5, 11), "bf16": (8, 8), "f32": (8, 24), "f64": (11, 53)}
 
 
 def _refuse(msg: str):
-    from .ptx import Refusal
     raise Refusal(msg)
 
 
@@ -252,7 +253,6 @@ def _address(text: str, ctx, ins, shared: bool = False) -> str:
         _refuse(f"`{ins.text}`: the address {base} must be a 64-bit register (an \"l\" operand holding a pointer)"
                 + (" or a 32-bit shared-window address" if shared else ""))
     name = f"(uint64_t){name}"
-    from .ptx import immediate
     off = ""
     if offset is not None:
         imm = immediate(offset)
@@ -342,16 +342,3 @@ def _fence(ins, ctx) -> str:
 OPCODES = {"mov": _mov, "cvt": _cvt, "add": _arith, "sub": _arith, "mul": _arith, "fma": _arith, "ld": _memory,
            "st": _memory, "prmt": _prmt, "lop3": _lop3, "selp": _selp, "shfl": _shfl, "bar": _bar, "barrier": _bar,
            "membar": _fence, "fence": _fence}
-
-from .ptx_more_ops import OPCODES as _MORE_OPCODES  # noqa: E402  (it reads this module's helpers)
-
-OPCODES.update(_MORE_OPCODES)
-
-
-def emit(ins, ctx) -> str:
-    fn = OPCODES.get(ins.parts[0])
-    if fn is None:
-        _refuse(f"instruction `{ins.name}` is not translated (sandbox.cpucuda translates "
-                f"{', '.join(sorted(OPCODES))}); use the CUDA intrinsic instead, or guard the asm with "
-                "#ifndef __CPUCUDA__")
-    return fn(ins, ctx)

@@ -4,9 +4,10 @@
 without paging). It joins a GPU sweep only when torch is importable and sees a GPU; the sandbox
 never requires PyTorch. It has no block table, so it is measured once per shape (block_size empty).
 
-Registry peers (flashinfer.decode: another project's kernel compiled from its wheel's headers) are raced like
-our variants; label() marks them in the summary and the plots ("peer: FlashInfer 0.7.4") and their wrong or
-failed points never decide the sweep's exit status (run.PEER_FAMILIES).
+Registry peers (flashinfer.decode: another project's kernel compiled from its wheel's headers; a family declared
+with `peer`, sandbox/variant/family.py) are raced like our variants; registry.labelled() marks them in the summary
+and the plots ("peer: FlashInfer 0.7.4") and their wrong or failed points never decide the sweep's exit status
+(run.is_peer).
 """
 from __future__ import annotations
 
@@ -14,21 +15,10 @@ import importlib.util
 
 import numpy as np
 
+from kernels.flashinfer.dispatch import page_table
 from reference import gather_tokens
 
-from ..variant.limits import Limits
-
-
-def label(name: str) -> str:
-    """`name`, with "(peer: <project> <version>)" for a registry variant whose module says it is a peer
-    (a `peer_label()` function: the version its wheel has, or why the wheel is unavailable)."""
-    from ..variant import registry
-    try:
-        module = registry.get(name).module
-    except ValueError:  # a sweep-internal peer (torch.sdpa) or an unknown name: as it is
-        return name
-    peer = getattr(module, "peer_label", None)
-    return f"{name} ({peer()})" if callable(peer) else name
+from ...variant.limits import Limits
 
 
 def torch_available() -> bool:
@@ -148,8 +138,6 @@ class FlashInferApi:
     def prepare(self, problem, backend: str) -> _ApiPrepared:
         import flashinfer
         import torch
-
-        from kernels.flashinfer.dispatch import page_table
 
         if backend != "gpu":
             raise ValueError("flashinfer.api runs on the GPU only")
