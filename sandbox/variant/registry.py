@@ -29,6 +29,7 @@ FAMILIES = {
     "cupy": "kernels.cupy_raw",
     "triton": "kernels.triton",
     "micro": "kernels.micro",
+    "flashinfer": "kernels.flashinfer",
 }
 
 VARIANTS = {
@@ -49,6 +50,8 @@ VARIANTS = {
     "triton.naive": "kernels.triton.naive",
     "triton.split": "kernels.triton.split",
     "triton.unified": "kernels.triton.unified",
+    # peers: other projects' kernels from their wheels' headers (unavailable, with the reason, without the wheel)
+    "flashinfer.decode": "kernels.flashinfer.decode",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
@@ -152,6 +155,17 @@ def family(name: str) -> Family:
     if not isinstance(declared, Family) or declared.name != name:
         raise TypeError(f"{FAMILIES[name]}.FAMILY must be a sandbox.variant.family.Family named {name!r}")
     return declared
+
+
+def labelled(name: str) -> str:
+    """`name`, with "(peer: <project> <version>)" for a variant of a peer family (Family.peer: the version its
+    wheel has, or why it is unavailable), as the sweep's tables and plots show it; a name outside the registry
+    (the sweep's own torch.sdpa) as it is."""
+    prefix = name.split(".")[1] if name.startswith("wrong.") else name.split(".")[0]
+    if name not in VARIANTS and name not in WRONG_VARIANTS or prefix not in FAMILIES:
+        return name
+    peer = family(prefix).peer_label()
+    return f"{name} ({peer})" if peer else name
 
 
 def first_sentence(doc: str) -> str:

@@ -151,11 +151,19 @@ def _capture_cupy(name, problem, counted, census: bool, config, device, kind: st
     prepare = kinds.named(kind).part("prepare")
     with cpucuda_modes(traffic=True):  # the executor's one switch: every kernel launched inside is counted
         whole, _ = prepare(name, problem, "cpu", config)
-        part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
+        if counted is problem:
+            part = whole
+        elif hasattr(whole, "subset"):  # a plan that depends on the batch (FlashInfer's split): the whole's
+            part = whole.subset(counted)
+        else:
+            part = prepare(name, counted, "cpu", config)[0]
         with traffic_capture() as launches:
             part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
-    resources = [_cupy_census(kernel, block, shared, device.arch) if census else _no_census(block, shared)
+    # a family whose headers NVRTC cannot compile (FlashInfer's) names its own compile (Family.census)
+    compiler = registry.get(name).family_plugin.census
+    compiler = compiler if callable(compiler) else None
+    resources = [_cupy_census(kernel, block, shared, device.arch, compiler) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
     return launches, grids, resources
 
@@ -245,12 +253,17 @@ def _no_census(block, dynamic_shared: int) -> dict:
                 dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census (census=False)"))
 
 
-def _cupy_census(kernel, block, dynamic_shared: int, arch: str) -> dict:
-    """Registers and shared memory of this exact instantiation (NVRTC -> cubin for the device's arch), its occupancy
-    and the loads its warps keep in flight (read from the same cubin's SASS)."""
+def _cupy_census(kernel, block, dynamic_shared: int, arch: str, compiler=None) -> dict:
+    """Registers and shared memory of this exact instantiation (NVRTC -> cubin for the device's arch, or the
+    family's own `compiler(kernel, arch) -> (Resources, cubin, function)`), its occupancy and the loads its warps
+    keep in flight (read from the same cubin's SASS)."""
     threads = int(np.prod(_dims(block)))
     try:
-        res, reading = nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
+        if compiler is None:
+            res, reading = nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
+        else:
+            res, cubin, function = compiler(kernel, arch)
+            reading = read_loads(cubin, function)
     except Exception as exc:  # no CUDA wheels: the model says occupancy is unknown
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300], threads_per_block=threads,
                     dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census"))
