@@ -9,7 +9,9 @@ import pytest
 from sandbox.analysis.traffic.variant import traffic
 from sandbox.problem import DecodeProblem
 from sandbox.serving import cost_model
-from sandbox.serving.cost import ModelShape, StepBatch, make_cost_model
+from sandbox.memory.budget import ModelShape
+from sandbox.serving.cost import StepBatch
+from sandbox.serving.cost_sources import make_cost_model
 from sandbox.serving.cost_model import ModelCost
 
 SHAPE = ModelShape(num_layers=3, num_kv_heads=4, head_dim=64, kv_dtype_bytes=2, params=1e9)

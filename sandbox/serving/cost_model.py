@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from sandbox.serving.cost import AnalyticCost, ModelShape, StepBatch
+from sandbox.memory.budget import ModelShape
+from sandbox.serving.cost import AnalyticCost, StepBatch
 
 # The CUDA C single-query decode variants; cupy.multi and cupy.cascade (several query tokens, shared prefixes)
 # are taken when named (model:cupy.multi,...). Numba variants count under the simulator, which pays per
@@ -69,8 +70,9 @@ def _parse_variants(argument: str) -> tuple[str, ...]:
 class ModelCost(AnalyticCost):
     """Decode attention from the performance model's time of the fastest variant; the rest analytic."""
 
-    def __init__(self, argument: str, shape: ModelShape, fixed_ms: float | None = None, device: str = "h200"):
-        super().__init__(shape, fixed_ms)
+    def __init__(self, argument: str, shape: ModelShape, fixed_ms: float | None = None, device: str = "h200",
+                 overhead_ms: float = 0.0):
+        super().__init__(shape, fixed_ms, overhead_ms)
         from sandbox.analysis import gpus
 
         self.variants = _parse_variants(argument)
