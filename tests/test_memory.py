@@ -397,3 +397,12 @@ def test_nvfp4_cache_budgets_its_codes_and_block_scales():
     assert "230,400 bytes/token, nvfp4 cache" in nvfp4.budget_note
     with pytest.raises(ValueError, match="--head-dim a multiple of 16"):
         cli.config_from_args(parse(["--kv-dtype", "nvfp4", "--head-dim", "72"]))
+
+
+def test_orca_reservations_follow_the_paper():
+    from sandbox.memory.arena import reservation
+
+    assert reservation(100, 25, 2048, "pow2") == 100 + 32          # the paper's example: 25 outputs reserve 32
+    assert reservation(100, 32, 2048, "pow2") == 132                # a power of two is not doubled
+    assert reservation(2000, 40, 2048, "pow2") == 2048              # capped at max_len
+    assert reservation(100, 25, 2048, "oracle") == 125 and reservation(100, 25, 2048, "max") == 2048
