@@ -78,6 +78,18 @@ def test_contiguous_max_reservation_makes_the_second_request_wait():
     assert finishes(both) == {0: (0.01, 0.03), 1: (0.01, 0.03)}
 
 
+def test_static_batching_waits_for_the_whole_batch():
+    # budget 16 = two max_len-8 reservations. A (2 tokens) ends at 0.02, B (5 tokens) at 0.05; C arrives at
+    # 0.015. Continuous batching admits C into A's freed range at 0.02; static batching only after B, at 0.05.
+    reqs = [Request(0, 0.0, [1, 2], [3, 4]), Request(1, 0.0, [5, 6], [7, 8, 9, 10, 11]),
+            Request(2, 0.015, [12, 13], [14, 15])]
+    continuous = serve(ContiguousKV(16, 8, "max"), reqs)
+    static = serve(ContiguousKV(16, 8, "max", static=True), reqs)
+    assert finishes(continuous) == {0: (0.01, 0.02), 1: (0.01, 0.05), 2: (0.03, 0.04)}
+    assert finishes(static) == {0: (0.01, 0.02), 1: (0.01, 0.05), 2: (0.06, 0.07)}
+    assert static.kv.name == "static-max" and not static.kv.leaked()
+
+
 def _two_growing():
     # Block size 2, 4 blocks. Both requests hold 2 blocks after step 3; at step 4 A needs a third block:
     # B, the latest arrival (same time, higher id), is preempted.

@@ -66,7 +66,7 @@ def test_bad_numbers_are_refused_by_the_parser(tmp_path, capsys, argv, message):
     (["--num-requests", "1000000"], "--num-requests x --seeds x --max-len: 1,000,000 requests"),
     (["--max-batched-tokens", "100"], "--max-batched-tokens must be >= --max-num-seqs (256)"),
     (["--block-sizes", "4096", "--budget-tokens", "3000"], "--block-sizes must be small enough"),
-    (["--reserve", "max,huge"], "--reserve must be a list of max, pow2, oracle, got ['huge']"),
+    (["--reserve", "max,huge"], "--reserve must be a list of max, pow2, oracle, static, got ['huge']"),
     (["--workload", "shared-prompt", "--prefix-len", "4000"], "--prefix-len must be in 0..2046"),
     (["--trace", "/nonexistent.csv"], "is not a readable file"),
     (["--step-cost", "roofline"], "--step-cost 'roofline': unknown source 'roofline'"),

@@ -26,6 +26,7 @@ from sandbox.serving.workloads import WORKLOADS, WorkloadSpec
 
 QUICK = dict(block_sizes=(16,), seeds=3, requests_factor=1)
 FULL = dict(block_sizes=(8, 16, 32, 64, 128), seeds=5, requests_factor=4)
+BASELINES = (*RESERVE_POLICIES, "static")
 MAX_RATE = 1e5          # req/s: beyond any GPU's prefill rate; keeps simulated times finite
 
 
@@ -55,8 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-sizes", type=block_size_list, metavar="LIST",
                         help=f"paged block sizes (default {','.join(map(str, QUICK['block_sizes']))}, --full "
                              f"{','.join(map(str, FULL['block_sizes']))})")
-    parser.add_argument("--reserve", default=",".join(RESERVE_POLICIES), metavar="LIST",
-                        help="contiguous baselines: max, pow2, oracle (default all; '' for none)")
+    parser.add_argument("--reserve", default=",".join(BASELINES), metavar="LIST",
+                        help="contiguous baselines: max, pow2, oracle (Orca's reservations, continuous batching) and "
+                             "static (static batching with max-length reservations, FasterTransformer's); default "
+                             "all, '' for none")
     parser.add_argument("--widths", type=number_list(numbers.integer(1, 16)), default=(2, 4, 6), metavar="LIST",
                         help="parallel samples / beam widths (default 2,4,6)")
     parser.add_argument("--prefix-len", type=numbers.integer(0, 10**6), default=256,
@@ -140,8 +143,8 @@ def config_from_args(args: argparse.Namespace) -> ServingConfig:
         _check("--block-sizes", bs, budget.tokens // bs * bs >= args.max_len,
                f"small enough that the budget's whole blocks hold --max-len ({args.max_len}) tokens")
     reserves = tuple(r.strip() for r in args.reserve.split(",") if r.strip())
-    unknown = [r for r in reserves if r not in RESERVE_POLICIES]
-    _check("--reserve", unknown, not unknown, f"a list of {', '.join(RESERVE_POLICIES)}")
+    unknown = [r for r in reserves if r not in BASELINES]
+    _check("--reserve", unknown, not unknown, f"a list of {', '.join(BASELINES)}")
     widths = args.widths if workload.mode != "single" else (1,)
     check_token_memory(n, args.max_len, seeds * sum(widths) * (1 + (args.workload == "chat")),
                        "--num-requests x --seeds x --max-len")

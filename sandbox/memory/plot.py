@@ -11,7 +11,7 @@ from sandbox.memory.waste import CATEGORIES
 
 COLORS = {"tokens": "#2a9d8f", "reserved": "#e9c46a", "internal": "#e76f51", "external": "#8d99ae", "free": "#edf2f4"}
 # One colour per allocator in every figure of both studies (paged block sizes share paged's blue).
-ALLOCATOR_COLORS = {"paged": "#1f77b4", "max": "#d62728", "pow2": "#ff7f0e", "oracle": "#2ca02c"}
+ALLOCATOR_COLORS = {"paged": "#1f77b4", "static": "#9467bd", "max": "#d62728", "pow2": "#ff7f0e", "oracle": "#2ca02c"}
 
 
 def allocator_color(name: str) -> str:

@@ -10,7 +10,8 @@ One ``step()``:
    first: chunked prefill);
 3. if nobody was preempted this step, swapped groups come back first come first served, and only
    once none waits, waiting requests are admitted in arrival order while they fit (blocks beyond the
-   watermark), ``max_num_seqs`` sequences are not exceeded and budget is left for a first chunk;
+   watermark), ``max_num_seqs`` sequences are not exceeded and budget is left for a first chunk (an
+   allocator with ``static`` set admits only when nothing runs: static batching, FasterTransformer's);
 4. the step's time is the cost model's for its batch plus the swap traffic's (``cost.SwapCost``: a latency
    per copy and the bytes at the host link's bandwidth, per block moved); the clock
    advances, each decode sequence and each finished prefill emits a token, beams re-parent, finished
@@ -134,6 +135,8 @@ class Engine:
         bisect.insort(queue, g, key=lambda x: (x.arrival, x.req.rid))
 
     def _admit(self, budget: int, chunks: list) -> int:
+        if self.kv.static and self.running:      # static batching: the next batch once the last one has finished
+            return budget
         while self.waiting and budget > 0 and self.seqs_running + self.waiting[0].width <= self.config.max_num_seqs:
             g = self.waiting[0]
             if not self.kv.admit(g, busy=bool(self.running)):

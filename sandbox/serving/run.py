@@ -48,7 +48,7 @@ class ServingConfig:
     rates: tuple[float, ...] | None = WORKLOADS["sharegpt"].rates   # the search's grid; None: a trace's own times
     latency_bound: float = 0.05
     block_sizes: tuple[int, ...] = (16,)
-    reserves: tuple[str, ...] = RESERVE_POLICIES
+    reserves: tuple[str, ...] = RESERVE_POLICIES     # and "static": static batching with max-length reservations
     widths: tuple[int, ...] = (1,)
     max_num_seqs: int = 256
     max_batched_tokens: int = 2048
@@ -77,7 +77,8 @@ class ServingConfig:
         b, swap = self.budget, self.swap_blocks
         out = [lambda bs=bs: PagedKV(b.tokens, bs, prefix_cache=self.prefix_cache, swap_blocks=swap(bs))
                for bs in self.block_sizes]
-        return out + [lambda p=p: ContiguousKV(b.tokens, self.workload.max_len, p) for p in self.reserves]
+        return out + [lambda p=p: ContiguousKV(b.tokens, self.workload.max_len, "max" if p == "static" else p,
+                                               static=p == "static") for p in self.reserves]
 
     def swap_blocks(self, block_size: int) -> int:
         return int(self.swap_gb * 1e9 // (block_size * self.budget.bytes_per_token))
