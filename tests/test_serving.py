@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import pytest
 
@@ -300,3 +301,22 @@ def test_kernel_time_scales_the_roofline_by_the_models_block_size_ratio():
     assert cost.decode_time(b) == pytest.approx((1.5 * 5000 + 10) * 819_200 / roof.bandwidth)
     assert cost.decode_time(b._replace(block_size=16)) == pytest.approx(roof.decode_time(b))
     assert "fastest of fast, slow" in cost.source
+
+
+def test_tensor_parallelism_splits_the_work_and_pays_two_all_reduces_per_layer():
+    from sandbox.memory.budget import kv_budget
+    from sandbox.serving import cost as C
+
+    budget = kv_budget(model="66b")
+    assert (budget.num_layers, budget.num_kv_heads, budget.tensor_parallel) == (64, 72, 4)
+    assert 9_400 < budget.tokens < 9_800                                   # the paper's Table 1: 9.7K slots
+    shape = budget.shape()
+    one, four = AnalyticCost(dataclasses.replace(shape, tensor_parallel=1)), AnalyticCost(shape)
+    assert four.bandwidth == pytest.approx(4 * one.bandwidth) and four.fixed == pytest.approx(one.fixed / 4)
+    b = StepBatch(decode_tokens=100, decode_context=50_000)
+    ring = 2 * 3 / 4 * 100 * 72 * 128 * 2
+    comm = 2 * 64 * (C.ALLREDUCE_LATENCY_S + ring / C.LINK_BYTES_PER_S)
+    assert four.linear_time(b) == pytest.approx(four.fixed + comm) and one.communication_time(100) == 0
+    assert "tensor parallel over 4 GPUs" in four.source
+    with pytest.raises(ValueError, match="--num-layers and --model 66b both set the model's shape"):
+        kv_budget(num_layers=40, model="66b")

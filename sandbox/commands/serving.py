@@ -108,8 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                       "(default: streaming the weights)")
     parser.add_argument("--step-overhead-ms", type=numbers.real(0, 1e6), default=0.0,
                         help="fixed scheduling cost per step in ms, added to every step (default 0: overlapped)")
-    parser.add_argument("--params-b", type=numbers.real(0, 1e5, low_open=True), default=13.0,
-                        help="model parameters in billions (default 13)")
+    parser.add_argument("--params-b", type=numbers.real(0, 1e5, low_open=True),
+                        help="model parameters in billions (default 13, or --model's)")
     parser.add_argument("--beam-survival", type=numbers.real(0, 1, low_open=True), default=beam.SURVIVAL,
                         help=f"beam model: probability a beam survives a step (default {beam.SURVIVAL}, calibrated)")
     parser.add_argument("--seed", type=numbers.integer(0, 2**32 - 1), default=0,

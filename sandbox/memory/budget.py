@@ -3,6 +3,7 @@
     ModelShape     layers, KV heads, head dim, bytes per KV element, parameters (the cost model's view)
     KVBudget       KV slots in the budget, how they were derived, and the shape they hold
     kv_budget(...) -> KVBudget     tokens given directly, or GB of memory at the shape's bytes per token
+    MODELS         the vLLM paper's three OPT models (Table 1): shape, GPUs (tensor parallelism), KV memory
 
 The commands' flags (``sandbox/commands/kv_budget.py``) only parse; every rule lives here.
 """
@@ -24,16 +25,37 @@ MAX_BUDGET_TOKENS = 10**8
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the cost model needs of the model: its KV bytes per token and its parameter count."""
+    """What the cost model needs of the model: its KV bytes per token, its parameter count, and the GPUs it is
+    split over by tensor parallelism (each holds 1/tensor_parallel of the weights and of every layer's heads)."""
     num_layers: int
     num_kv_heads: int
     head_dim: int
     kv_dtype_bytes: float
     params: float = 13e9
+    tensor_parallel: int = 1
 
     @property
     def kv_bytes_per_token(self) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """One model of the vLLM paper's Table 1 (OPT; hidden size = heads x 128)."""
+    name: str
+    num_layers: int
+    num_heads: int
+    params: float
+    tensor_parallel: int
+    kv_gib: float             # the paper's "memory for KV cache" (GiB: 12 GiB / 819,200 bytes = its 15.7K slots)
+    gpus: str
+
+
+MODELS = {
+    "13b": ModelPreset("OPT-13B", 40, 40, 13e9, 1, 12, "1 x A100-40GB"),
+    "66b": ModelPreset("OPT-66B", 64, 72, 66e9, 4, 21, "4 x A100-40GB"),
+    "175b": ModelPreset("OPT-175B", 96, 96, 175e9, 8, 264, "8 x A100-80GB"),
+}
 
 
 @dataclass(frozen=True)
@@ -45,15 +67,35 @@ class KVBudget:
     num_kv_heads: int
     head_dim: int
     dtype_bytes: float        # bytes per KV element (0.5625 for NVFP4: codes and block scales)
+    params: float | None = None       # a preset's parameter count (None: the caller's)
+    tensor_parallel: int = 1
 
-    def shape(self, params: float) -> ModelShape:
-        return ModelShape(self.num_layers, self.num_kv_heads, self.head_dim, self.dtype_bytes, params)
+    def shape(self, params: float | None = None) -> ModelShape:
+        """The model shape; `params` (when given) overrides the preset's, else 13e9."""
+        chosen = params if params is not None else (self.params or 13e9)
+        return ModelShape(self.num_layers, self.num_kv_heads, self.head_dim, self.dtype_bytes, chosen,
+                          self.tensor_parallel)
 
 
-def kv_budget(num_layers: int = 40, num_kv_heads: int = 40, head_dim: int = 128, dtype_bytes: float | None = None,
-              kv_dtype: str | None = None, budget_tokens: int | None = None,
-              model_gb: float | None = None) -> KVBudget:
-    """The budget these settings describe; RefusedRequest naming the flag on a bad value or an impossible size."""
+def kv_budget(num_layers: int | None = None, num_kv_heads: int | None = None, head_dim: int | None = None,
+              dtype_bytes: float | None = None, kv_dtype: str | None = None, budget_tokens: int | None = None,
+              model_gb: float | None = None, model: str | None = None) -> KVBudget:
+    """The budget these settings describe; RefusedRequest naming the flag on a bad value or an impossible size.
+
+    model: a MODELS key; it sets the shape (given dimensions must agree with it or be None), the tensor
+    parallelism and, unless a budget is given, the paper's KV memory. Without it: 40 x 40 x 128, 12 GB."""
+    preset = None
+    if model is not None:
+        if model not in MODELS:
+            raise RefusedRequest(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+        preset = MODELS[model]
+        for flag, given in (("--num-layers", num_layers), ("--num-kv-heads", num_kv_heads), ("--head-dim", head_dim)):
+            if given is not None:
+                raise RefusedRequest(f"{flag} and --model {model} both set the model's shape: give one")
+        num_layers, num_kv_heads, head_dim = preset.num_layers, preset.num_heads, 128
+    num_layers = 40 if num_layers is None else num_layers
+    num_kv_heads = 40 if num_kv_heads is None else num_kv_heads
+    head_dim = 128 if head_dim is None else head_dim
     if kv_dtype is not None and kv_dtype not in KV_DTYPE_BYTES:
         raise RefusedRequest(f"--kv-dtype must be one of {', '.join(sorted(KV_DTYPE_BYTES))}, got {kv_dtype!r}")
     if kv_dtype is None and dtype_bytes is not None and dtype_bytes < 1:
@@ -70,6 +112,10 @@ def kv_budget(num_layers: int = 40, num_kv_heads: int = 40, head_dim: int = 128,
         if budget_tokens < 1:
             raise RefusedRequest(f"--budget-tokens must be >= 1, got {budget_tokens}")
         tokens, note, flag = budget_tokens, "", "--budget-tokens"
+    elif preset is not None and model_gb is None:
+        tokens = int(preset.kv_gib * 2**30 // per_token)
+        note, flag = (f" = {preset.name}'s {preset.kv_gib:g} GiB on {preset.gpus} (the paper's Table 1) at "
+                      f"{per_token:,} bytes/token"), "--model"
     else:
         gb = DEFAULT_MODEL_GB if model_gb is None else model_gb
         if not (math.isfinite(gb) and gb > 0):
@@ -81,4 +127,5 @@ def kv_budget(num_layers: int = 40, num_kv_heads: int = 40, head_dim: int = 128,
         raise RefusedRequest(f"{flag}: a KV budget of {tokens:,} tokens is more than the simulators hold "
                              f"({MAX_BUDGET_TOKENS:,} tokens: Python state per block and token would need gigabytes "
                              "before the first step)")
-    return KVBudget(tokens, note, per_token, num_layers, num_kv_heads, head_dim, element)
+    return KVBudget(tokens, note, per_token, num_layers, num_kv_heads, head_dim, element,
+                    preset.params if preset else None, preset.tensor_parallel if preset else 1)

@@ -16,6 +16,10 @@ A source is a ``StepCostModel``: ``step_time(batch) = linear_time + decode_time 
   prefill_time = 4 * d_model * layers * attended / flops + prefill tokens * KV bytes per token / bandwidth,
                  attended = sum over prefill tokens of the tokens each attends to (causal), d_model =
                  kv heads * head dim (one query head per KV head, as OPT-13B).
+  Tensor parallelism over T GPUs (``ModelShape.tensor_parallel``, the paper's 66B and 175B): every GPU
+  streams 1/T of the weights and of the KV at the same rate, so bandwidth and FLOP/s are T times one GPU's;
+  the stated cost is two all-reduces per layer (attention and MLP outputs, as Megatron-LM splits a layer),
+  each ``ALLREDUCE_LATENCY_S`` plus a ring's 2 (T - 1) / T x tokens x hidden x 2 bytes at ``LINK_BYTES_PER_S``.
   Not modelled here: the paging overhead of the attention kernel (the same bytes for every block size;
   ``kernel_time.KernelTimeCost``, ``--kernel``, adds it from the traffic model).
 - ``sweep:RUN`` (``SweepCost``): decode attention from a GPU sweep's ``RUN/sweep.csv``: per block size,
@@ -43,6 +47,9 @@ DEVICE = "h200"
 HBM_EFFICIENCY = 0.8      # a well-tuned streaming kernel reaches 80-90% of the DRAM peak
 FLOPS_EFFICIENCY = 0.6
 WEIGHT_BYTES_PER_PARAM = 2
+# Tensor parallelism's stated cost (no field of the device table holds a GPU-to-GPU link yet):
+ALLREDUCE_LATENCY_S = 10e-6   # assumption: NCCL's small-message all-reduce latency on NVLink is 10-20 us
+LINK_BYTES_PER_S = 450e9      # NVIDIA H200 datasheet: NVLink 900 GB/s, both directions together
 
 
 class StepBatch(NamedTuple):
@@ -72,8 +79,9 @@ class AnalyticCost:
         self.shape = shape
         self.gpu = gpus.get(DEVICE)
         self.kv_bytes = shape.kv_bytes_per_token
-        self.bandwidth = self.gpu.dram_bytes_per_s * HBM_EFFICIENCY
-        self.flops = self.gpu.tensor_flops_per_s * FLOPS_EFFICIENCY
+        self.tp = shape.tensor_parallel
+        self.bandwidth = self.gpu.dram_bytes_per_s * HBM_EFFICIENCY * self.tp
+        self.flops = self.gpu.tensor_flops_per_s * FLOPS_EFFICIENCY * self.tp
         weights_s = shape.params * WEIGHT_BYTES_PER_PARAM / self.bandwidth
         self.fixed = weights_s if fixed_ms is None else fixed_ms / 1e3
         self.overhead = overhead_ms / 1e3
@@ -82,11 +90,23 @@ class AnalyticCost:
                        f"fixed {1e3 * self.fixed:.2f} ms/step "
                        + ("(--fixed-ms)" if fixed_ms is not None else
                           f"(streaming {shape.params / 1e9:g}B params x {WEIGHT_BYTES_PER_PARAM} bytes)")
-                       + f" + {overhead_ms:g} ms scheduling")
+                       + f" + {overhead_ms:g} ms scheduling"
+                       + (f"; tensor parallel over {self.tp} GPUs (2 all-reduces per layer: "
+                          f"{1e6 * ALLREDUCE_LATENCY_S:g} us + bytes at {LINK_BYTES_PER_S / 1e9:g} GB/s)"
+                          if self.tp > 1 else ""))
+
+    def communication_time(self, tokens: int) -> float:
+        """Tensor parallelism's all-reduces for one step of `tokens` tokens (0 on one GPU)."""
+        if self.tp == 1:
+            return 0.0
+        s = self.shape
+        ring = 2 * (self.tp - 1) / self.tp * tokens * s.num_kv_heads * s.head_dim * WEIGHT_BYTES_PER_PARAM
+        return 2 * s.num_layers * (ALLREDUCE_LATENCY_S + ring / LINK_BYTES_PER_S)
 
     def linear_time(self, b: StepBatch) -> float:
-        compute = 2.0 * self.shape.params * (b.decode_tokens + b.prefill_tokens) / self.flops
-        return max(self.fixed, compute) + self.overhead
+        tokens = b.decode_tokens + b.prefill_tokens
+        compute = 2.0 * self.shape.params * tokens / self.flops
+        return max(self.fixed, compute) + self.overhead + self.communication_time(tokens)
 
     def decode_time(self, b: StepBatch) -> float:
         return (b.decode_context + b.decode_tokens) * self.kv_bytes / self.bandwidth

@@ -61,7 +61,7 @@ class ServingConfig:
     kernel: tuple[str, ...] = ()             # variants whose traffic model sets the block-size ratio
     fixed_ms: float | None = None
     overhead_ms: float = 0.0
-    params_b: float = 13.0
+    params_b: float | None = None           # None: 13, or the budget's model preset
     beam_survival: float = beam.SURVIVAL
     seed: int = 0
     seeds: int = 1
@@ -70,7 +70,7 @@ class ServingConfig:
     args: dict = field(default_factory=dict)
 
     def shape(self) -> ModelShape:
-        return self.budget.shape(self.params_b * 1e9)
+        return self.budget.shape(None if self.params_b is None else self.params_b * 1e9)
 
     def allocators(self) -> list:
         """Factories of fresh allocators, paged block sizes first."""
