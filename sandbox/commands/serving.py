@@ -17,7 +17,7 @@ from sandbox.commands import block_size_list, numbers
 from sandbox.commands.kv_budget import add_budget_arguments, budget_from_args
 from sandbox.commands.study_args import check_results_dir, check_token_memory
 from sandbox.errors import RefusedRequest
-from sandbox.memory import beam, distributions
+from sandbox.memory import beam, distributions, paper
 from sandbox.memory.arena import RESERVE_POLICIES
 from sandbox.serving import search
 from sandbox.serving.metrics import WARMUP
@@ -62,8 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "all, '' for none")
     parser.add_argument("--widths", type=number_list(numbers.integer(1, 16)), default=(2, 4, 6), metavar="LIST",
                         help="parallel samples / beam widths (default 2,4,6)")
-    parser.add_argument("--prefix-len", type=numbers.integer(0, 10**6), default=256,
-                        help="shared-prompt: system prompt tokens (default 256)")
+    parser.add_argument("--prefix-len", type=numbers.integer(0, 10**6),
+                        default=paper.FIG16_PREFIX_TOKENS["five-shot"],
+                        help="shared-prompt: shared prefix tokens (default 341, the paper's five-shot prefix; its "
+                             f"one-shot prefix is {paper.FIG16_PREFIX_TOKENS['one-shot']})")
     parser.add_argument("--turns", type=numbers.integer(1, 100), default=4, help="chat: turns per conversation (default 4)")
     parser.add_argument("--think-time", type=numbers.real(0, 1e5), default=5.0,
                         help="chat: mean seconds between turns (default 5)")

@@ -75,7 +75,7 @@ class WorkloadSpec:
     max_len: int = 2048
     lengths: str | None = None     # length distribution; None: WORKLOADS[name].lengths
     width: int = 1                 # parallel n / beam k
-    prefix_len: int = 256          # shared-prompt: tokens of the system prompt
+    prefix_len: int = 341          # shared-prompt: tokens of the shared prefix (the paper's five-shot prompt)
     turns: int = 4                 # chat: turns per conversation
     think_time: float = 5.0        # chat: mean seconds between a response and the next user message
     trace: tuple | None = field(default=None, repr=False)   # (prompts, outputs, arrivals or None)
