@@ -320,3 +320,12 @@ def test_tensor_parallelism_splits_the_work_and_pays_two_all_reduces_per_layer()
     assert "tensor parallel over 4 GPUs" in four.source
     with pytest.raises(ValueError, match="--num-layers and --model 66b both set the model's shape"):
         kv_budget(num_layers=40, model="66b")
+
+
+def test_paired_ratios_cancel_the_seeds_common_luck():
+    paged = search.combine([search.Knee(8.0, False), search.Knee(9.0, False), search.Knee(6.4, False)])
+    oracle = search.combine([search.Knee(4.0, False), search.Knee(4.5, False), search.Knee(3.2, False)])
+    r = search.paired_ratio(paged, oracle)
+    assert r["ratio_by_seed"] == pytest.approx([2.0, 2.0, 2.0]) and r["ratio_ci"] == pytest.approx([2.0, 2.0])
+    assert paged["max_rate_ci"][1] - paged["max_rate_ci"][0] > 1                # the rates alone: wide
+    assert search.paired_ratio(paged, search.combine([search.Knee(None, False)] * 3)) is None

@@ -129,6 +129,9 @@ def test_paged_sustains_a_higher_rate_and_the_json_has_the_contract(tmp_path, ca
     # six times (6 -> 384 req/s) and reports a lower bound, marked, not a measurement
     assert paged["max_rate_censored"] is True and paged["max_rate"] == 384
     assert contiguous["max_rate_censored"] is False and ">=384.00" in out
+    (ratio,) = data["ratios"]
+    assert (ratio["paged"], ratio["baseline"], ratio["censored"]) == ("paged-16", "contiguous-max", True)
+    assert ratio["ratio_by_seed"] == pytest.approx([384 / k for k in contiguous["max_rate_by_seed"]])
     for p in paged["points"] + contiguous["points"]:
         assert {"rate", "throughput", "normalized_latency", "recomputed_tokens", "swapped_bytes",
                 "prefix_hit_rate", "measured_requests"} <= p.keys()

@@ -209,6 +209,13 @@ def summary(result: dict) -> str:
                      f"{p['throughput']:>7.2f}{100 * p['tokens_share']:>8.1f}{p['mean_running_seqs']:>6.1f}"
                      f"{p['preemptions']:>8}{p['recomputed_tokens']:>11,}{p['swapped_bytes'] / 1e9:>8.2f}G"
                      f"{100 * p['prefix_hit_rate']:>6.1f}{100 * p['sharing_saved']:>8.1f}")
+    if result.get("ratios"):
+        lines += ["", "Paged over each baseline, the knees' ratio seed by seed (same requests; mean, 95% interval):"]
+        for r in result["ratios"]:
+            ci = r["ratio_ci"]
+            lines.append(f"  {r['paged']} / {r['baseline']}: {r['ratio']:.2f}x"
+                         + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+                         + ("  (a censored rate: bound, not measurement)" if r["censored"] else ""))
     worst = max((p for e in result["allocators"].values() for p in e["points"]), key=lambda p: p["preemptions"])
     lines += ["", "max rate: mean over seeds of the highest rate meeting the bound (>=: censored, the search's "
               "extended top still met it: a lower bound); norm lat / p99 in s/token, TTFT in s, thru in req/s; "

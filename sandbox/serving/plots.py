@@ -77,10 +77,10 @@ def plot_latency(result: dict, path: Path) -> Path:
         ax.set_title(f"{meta['workload']}" + (f", width {width}" if width > 1 else ""))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
-    source = textwrap.fill(f"step time: {meta['step_cost']}", width=110 * len(widths))
-    fig.suptitle(f"Normalized latency vs request rate ({meta['requests']} requests, {meta['seeds']} seed(s) from "
-                 f"{meta['seed']}; diamonds: max rate with its 95% interval, triangles: censored)\n{source}",
-                 fontsize=8)
+    source = textwrap.fill(f"step time: {meta['step_cost']}", width=95 * len(widths))
+    title = (f"Normalized latency vs request rate ({meta['requests']} requests, {meta['seeds']} seed(s) from "
+             f"{meta['seed']}; diamonds: max rate with its 95% interval, triangles: censored)")
+    fig.suptitle(textwrap.fill(title, width=95 * len(widths)) + "\n" + source, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -180,12 +180,27 @@ def run_serving(config: ServingConfig, results_root: Path | None = None, show_pr
                 allocators[point_name(make().name, config.workload.name, width)].update(search.combine(knees))
     bar.close()
     meta["seconds"] = time.perf_counter() - t_start
-    result = dict(meta=meta, allocators=allocators, run_dir=str(run_dir),
+    result = dict(meta=meta, allocators=allocators, run_dir=str(run_dir), ratios=paired_ratios(allocators),
                   swap_vs_recompute=swap_vs_recompute(config.swap_cost(), cost))
     result["plots"] = [str(p) for p in plot_all(result, timelines, run_dir)]
     (run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return result
+
+
+def paired_ratios(allocators: dict) -> list[dict]:
+    """Every paged allocator's max rate over every baseline's of the same width, seed by seed."""
+    out = []
+    for name, top in allocators.items():
+        if not top["allocator"].startswith("paged"):
+            continue
+        for base_name, base in allocators.items():
+            if base["allocator"].startswith("paged") or base["width"] != top["width"]:
+                continue
+            ratio = search.paired_ratio(top, base)
+            if ratio is not None:
+                out.append(dict(paged=name, baseline=base_name, **ratio))
+    return out
 
 
 def knee_point(entry: dict, seed: int) -> dict:

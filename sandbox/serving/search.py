@@ -9,7 +9,9 @@ then bisection between the last rate that met the bound and the first that misse
 ``None`` when the lowest rate tried (the grid's bottom, halved up to ``max_extend`` times) misses it.
 
 Over seeds (``combine``): the mean knee, a two-sided 95% Student-t interval of the mean, and the
-censoring carried over (any censored seed makes the mean a lower bound).
+censoring carried over (any censored seed makes the mean a lower bound). ``paired_ratio``: one allocator's
+knee over another's seed by seed (both served the same requests), mean and interval: the seeds' common
+luck (an easy draw of lengths lifts every allocator) cancels, so the ratio is known far better than either rate.
 """
 from __future__ import annotations
 
@@ -95,8 +97,25 @@ def combine(knees: list[Knee]) -> dict:
     out = dict(max_rate_by_seed=rates, max_rate_censored=any(k.censored for k in knees))
     if any(r is None for r in rates):
         return dict(out, max_rate=None, max_rate_ci=None)
-    m = mean(rates)
-    if len(rates) < 2:
-        return dict(out, max_rate=m, max_rate_ci=None)
-    half = t95(len(rates)) * stdev(rates) / math.sqrt(len(rates))
-    return dict(out, max_rate=m, max_rate_ci=[m - half, m + half])
+    m, ci = _mean_ci(rates)
+    return dict(out, max_rate=m, max_rate_ci=ci)
+
+
+def _mean_ci(values: list[float]) -> tuple[float, list[float] | None]:
+    m = mean(values)
+    if len(values) < 2:
+        return m, None
+    half = t95(len(values)) * stdev(values) / math.sqrt(len(values))
+    return m, [m - half, m + half]
+
+
+def paired_ratio(top: dict, base: dict) -> dict | None:
+    """top's knee / base's knee per seed (entries as combine() returns them); None when a seed has no knee.
+    censored: top's knee was censored (the ratio is a lower bound) or base's (an upper bound)."""
+    pairs = list(zip(top["max_rate_by_seed"], base["max_rate_by_seed"]))
+    if not pairs or any(a is None or b is None for a, b in pairs):
+        return None
+    by_seed = [a / b for a, b in pairs]
+    m, ci = _mean_ci(by_seed)
+    return dict(ratio=m, ratio_ci=ci, ratio_by_seed=by_seed,
+                censored=bool(top["max_rate_censored"] or base["max_rate_censored"]))
