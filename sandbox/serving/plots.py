@@ -217,8 +217,8 @@ def plot_swap(result: dict, path: Path) -> Path:
     rows = study["rows"]
     fig, ax = plt.subplots(figsize=(7.5, 5))
     sizes = [r["block_size"] for r in rows]
-    ax.plot(sizes, [1e3 * r["swap_s"] for r in rows], marker="o", color="#9467bd", label="swap out + swap in")
-    ax.plot(sizes, [1e3 * r["swap_latency_s"] for r in rows], ls=":", color="#9467bd",
+    ax.plot(sizes, [1e3 * r["swap_s"] for r in rows], marker="o", color="#17becf", label="swap out + swap in")
+    ax.plot(sizes, [1e3 * r["swap_latency_s"] for r in rows], ls=":", color="#17becf",
             label="of which per-copy latency")
     ax.plot(sizes, [1e3 * r["recompute_s"] for r in rows], marker="s", color="#8c564b", label="recompute (prefill)")
     crossing = study["crossing"]
