@@ -329,3 +329,16 @@ def test_paired_ratios_cancel_the_seeds_common_luck():
     assert r["ratio_by_seed"] == pytest.approx([2.0, 2.0, 2.0]) and r["ratio_ci"] == pytest.approx([2.0, 2.0])
     assert paged["max_rate_ci"][1] - paged["max_rate_ci"][0] > 1                # the rates alone: wide
     assert search.paired_ratio(paged, search.combine([search.Knee(None, False)] * 3)) is None
+
+
+def test_the_block_size_figure_draws_rates_and_paired_ratios(tmp_path):
+    from sandbox.serving.plots import plot_block_size
+
+    def entry(name, knees, censored=False):
+        return dict(allocator=name, width=1, points=[], **search.combine([search.Knee(k, censored) for k in knees]))
+    result = dict(meta=dict(widths=[1], seed=0, seeds=2, rel_tol=0.05, latency_bound=0.05, workload="sharegpt",
+                            step_cost="test"),
+                  allocators={"paged-1": entry("paged-1", [4, 5]), "paged-16": entry("paged-16", [5, 6]),
+                              "paged-256": entry("paged-256", [9, 9], censored=True),
+                              "contiguous-oracle": entry("contiguous-oracle", [3, 3.5])})
+    assert plot_block_size(result, tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
