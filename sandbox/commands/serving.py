@@ -197,14 +197,14 @@ def summary(result: dict) -> str:
               f"Knee search from {', '.join(f'{r:g}' for r in meta['rates'])} req/s (extended past the top, "
               f"bisected to {100 * meta['rel_tol']:g}%)") + f"; latency bound {meta['latency_bound']:g} s/token "
              "(mean normalized latency = (finish - arrival) / output tokens)", ""]
-    header = (f"{'allocator':<22}{'max rate':>10}{'95% CI':>13}  at seed {meta['seed']}'s knee: {'rate':>6}"
+    header = (f"{'allocator':<22}{'max rate':>10}{'95% CI':>16}  at seed {meta['seed']}'s knee: {'rate':>6}"
               f"{'norm lat':>9}{'p99':>7}{'TTFT':>7}{'thru':>7}{'tokens%':>8}{'seqs':>6}{'preempt':>8}"
               f"{'recomputed':>11}{'swapped':>9}{'hit%':>6}{'shared%':>8}")
     lines += [header, "-" * len(header)]
     for name, e in result["allocators"].items():
         p = knee_point(e, meta["seed"])
         rate, ci = rate_text(e)
-        lines.append(f"{name:<22}{rate:>10}{ci:>13}  {'':>18}{p['rate']:>6.2f}"
+        lines.append(f"{name:<22}{rate:>10}{ci:>16}  {'':>18}{p['rate']:>6.2f}"
                      f"{p['normalized_latency']:>9.4f}{p['normalized_latency_p99']:>7.3f}{p['ttft']:>7.2f}"
                      f"{p['throughput']:>7.2f}{100 * p['tokens_share']:>8.1f}{p['mean_running_seqs']:>6.1f}"
                      f"{p['preemptions']:>8}{p['recomputed_tokens']:>11,}{p['swapped_bytes'] / 1e9:>8.2f}G"
