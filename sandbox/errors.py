@@ -2,9 +2,18 @@
 
 ``RefusedRequest`` is a request the user can correct (a bad argument, an impossible size): the CLI prints its
 one-line message and exits 2, and it is raised before anything is written. Every other exception escaping a
-command is an internal error (exit 1).
+command is an internal error (exit 1). ``Unsupported`` is a variant's refusal of a problem outside its limits
+(``sandbox.Unsupported``; sandbox/variant/limits.py re-exports it): the backends' child processes carry it back.
 """
 
 
 class RefusedRequest(ValueError):
     """A request refused before any work or any write; the message names the argument and the constraint."""
+
+
+class Unsupported(ValueError):
+    """A variant refuses a problem it was not built for (declared limits, or a prepare that cannot fit it).
+
+    Raise it (not a bare ValueError) from `prepare` to refuse: the sweep records the point as
+    `unsupported`; any other exception from a variant is an `error`.
+    """

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..sweep import diff
-
-
+from ..sweep.report import diff
 def add_arguments(parser) -> None:
     parser.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline: a sweep run folder or its sweep.csv")
     parser.add_argument("run_b", type=Path, metavar="RUN_B", help="the new run: a sweep run folder or its sweep.csv")

@@ -15,10 +15,11 @@ from sandbox.commands import block_size_list, numbers
 from sandbox.commands.kv_budget import add_budget_arguments, budget_from_args
 from sandbox.commands.study_args import check_results_dir, check_token_memory
 from sandbox.errors import RefusedRequest
-from sandbox.memory import beam, distributions, paper
+from sandbox.memory import beam, distributions, paper, sharing
 from sandbox.memory.arena import RESERVE_POLICIES
+from sandbox.memory.example import render_seed_example, run_seed_example
 from sandbox.memory.simulate import DEFAULT_MAX_NUM_SEQS
-from sandbox.memory.study import DEFAULT_BLOCK_SIZES, StudyConfig
+from sandbox.memory.study import DEFAULT_BLOCK_SIZES, StudyConfig, request_lengths, run_study, validate
 
 QUICK = dict(num_requests=300, sharing_requests=60)
 DEFAULTS = dict(num_requests=2000, sharing_requests=500)
@@ -124,9 +125,6 @@ def summary(result: dict) -> str:
 
 def calibration(args: argparse.Namespace, config: StudyConfig) -> str:
     """The beam model's calibration table on the study's first sharing_requests requests."""
-    from sandbox.memory import sharing
-    from sandbox.memory.study import request_lengths, validate
-
     validate(config)
     target = paper.FIG15.get(config.distribution) if not config.trace else None
     if target is None:
@@ -157,12 +155,9 @@ def main(args: argparse.Namespace) -> int:
         given = [f"--{f.replace('_', '-')}" for f in _STUDY_FLAGS if getattr(args, f) not in (None, False)]
         if given:
             raise RefusedRequest(f"--example seed prints a fixed worked example; it takes no {', '.join(given)}")
-        from sandbox.memory.example import render_seed_example, run_seed_example
-
         example = run_seed_example()
         print(json.dumps(example, indent=2) if args.json else render_seed_example(example))
         return 0
-    from sandbox.memory.study import request_lengths, run_study, validate
 
     try:                                   # every refusal before anything is written: exit 2
         config = config_from_args(args)

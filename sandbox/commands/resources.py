@@ -39,7 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--head-dim", type=int, default=128, help="decode variants' head dim (MLA variants: 576)")
     add_precision_arguments(parser)
     add_config_argument(parser)
-    parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
+    parser.add_argument("--arch", default=resources.DEFAULT_ARCH, choices=resources.ARCHS)
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of a table")
 
 

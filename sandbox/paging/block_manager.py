@@ -26,12 +26,9 @@ import operator
 from collections import deque
 from collections.abc import Hashable, Sequence
 
+from sandbox.paging.errors import OutOfBlocks
 from sandbox.paging.prefix_cache import NO_BLOCK, PrefixCache
 from sandbox.paging.swap import SwapMixin
-
-
-class OutOfBlocks(RuntimeError):
-    """Too few free blocks for the request; the manager is unchanged."""
 
 
 def _int_at_least(name: str, value, low: int) -> int:

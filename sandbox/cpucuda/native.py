@@ -2,8 +2,10 @@
 
     compiled(source, output="so"|"o") -> Path    the shared object (or object file) built from `source`
 
-Cached under sandbox.cpucuda's cache folder by a hash of the source (with the files it includes with
-quotes from its own folder: source_bytes), the flags and the compiler's version; written to a temporary name and renamed, so parallel processes never see half a file.
+Cached under the executor's cache folder (toolchain.cache_dir()) by a hash of the source (with the files it
+includes with quotes from its own folder: source_bytes), the flags and the compiler's version; written to a
+temporary name and renamed, so parallel processes never see half a file. The traffic and racecheck recorders
+and the L2 model (sandbox.analysis.traffic.l2) are built here.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from sandbox.cpucuda import compiler as _compiler
+from . import toolchain
+from .errors import CpuCompileError
 
 FLAGS = ("-O2", "-fPIC", "-std=c++17", "-fvisibility=hidden", "-w")
 
@@ -31,8 +34,8 @@ def compiled(source: Path, output: str = "so") -> Path:
         raise ValueError(f"output must be 'so' or 'o', got {output!r}")
     source = Path(source)
     flags = list(FLAGS) + (["-shared"] if output == "so" else ["-c"])
-    key = hashlib.sha256(repr((source_bytes(source), flags, _compiler._compiler_version())).encode()).hexdigest()[:24]
-    root = _compiler.cache_dir()
+    key = hashlib.sha256(repr((source_bytes(source), flags, toolchain.compiler_version())).encode()).hexdigest()[:24]
+    root = toolchain.cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{source.stem}-{key}.{output}"
     if path.exists():
@@ -40,10 +43,10 @@ def compiled(source: Path, output: str = "so") -> Path:
     fd, tmp = tempfile.mkstemp(dir=root, prefix=path.name + ".", suffix=".tmp")
     os.close(fd)
     try:
-        cmd = [_compiler.compiler(), *flags, str(source), "-o", tmp]
+        cmd = [toolchain.compiler(), *flags, str(source), "-o", tmp]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
-            raise _compiler.CpuCompileError(f"g++ could not compile {source.name}:\n{done.stderr[-3000:]}")
+            raise CpuCompileError(f"g++ could not compile {source.name}:\n{done.stderr[-3000:]}")
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
