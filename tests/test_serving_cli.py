@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import cli
-from sandbox.serving import run as serving_run
+from sandbox.commands import serving as serving_command
 from sandbox.serving.kv_paged import PagedKV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,6 +183,6 @@ def test_a_failed_check_exits_1(tmp_path, capsys, monkeypatch, no_plots):
 def test_ctrl_c_exits_130(tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(serving_run, "run_serving", interrupted)
+    monkeypatch.setattr(serving_command, "run_serving", interrupted)
     rc, _, err = call([*SMALL, "--results-dir", str(tmp_path)], capsys)
     assert rc == 130 and "interrupted" in err

@@ -21,7 +21,8 @@ from sandbox.memory import beam, distributions, paper
 from sandbox.memory.arena import RESERVE_POLICIES
 from sandbox.serving import search
 from sandbox.serving.metrics import WARMUP
-from sandbox.serving.run import ServingConfig
+from sandbox.serving.run import ServingConfig, run_serving
+from sandbox.serving.search import knee_point
 from sandbox.serving.workloads import WORKLOADS, WorkloadSpec
 
 QUICK = dict(block_sizes=(16,), seeds=3, requests_factor=1)
@@ -182,8 +183,6 @@ def rate_text(entry: dict) -> tuple[str, str]:
 
 
 def summary(result: dict) -> str:
-    from sandbox.serving.run import knee_point
-
     meta = result["meta"]
     seeds = f"seeds {meta['seed']}..{meta['seed'] + meta['seeds'] - 1}" if meta["seeds"] > 1 else f"seed {meta['seed']}"
     lines = [f"Serving simulation ({seeds}): {meta['requests']} requests of {meta['workload']}"
@@ -235,8 +234,6 @@ def summary(result: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sandbox.serving.run import run_serving
-
     config = config_from_args(args)        # a RefusedRequest here: python -m sandbox prints it, exit 2
     result = run_serving(config, results_root=args.results_dir, show_progress=not args.no_progress)
     if args.json:

@@ -23,7 +23,9 @@ import bisect
 import math
 from typing import Callable
 
+import sandbox
 from sandbox.errors import RefusedRequest
+from sandbox.problem import DecodeProblem
 from sandbox.memory.budget import ModelShape
 from sandbox.serving.cost import AnalyticCost, StepBatch
 
@@ -37,15 +39,11 @@ DTYPES = {4: ("float32", None), 2: ("float16", None), 1: ("float16", "float8_e4m
 
 def unit_time_us(name: str, block_size: int, context: int, shape: ModelShape) -> float:
     """Modelled microseconds of `name` on the unit problem, through the public API (sandbox.traffic)."""
-    import sandbox
-
     problem = unit_problem(block_size, context, shape.head_dim, shape.kv_dtype_bytes)
     return float(sandbox.traffic(name, problem, sample_seqs=2)["model"]["time_us"])
 
 
 def unit_problem(block_size: int, context: int, head_dim: int, kv_dtype_bytes: float):
-    from sandbox.problem import DecodeProblem
-
     dtype, kv_dtype = DTYPES[kv_dtype_bytes]
     return DecodeProblem.random(seed=0, num_seqs=UNIT_SEQS, num_heads=UNIT_HEADS, num_kv_heads=UNIT_HEADS,
                                 head_dim=head_dim, block_size=block_size, context_lens=[context] * UNIT_SEQS,

@@ -16,6 +16,7 @@ from pathlib import Path
 from sandbox.memory import paper
 from sandbox.memory.plot import COLORS, allocator_color
 from sandbox.memory.waste import CATEGORIES
+from sandbox.serving.search import knee_point
 
 
 def _plt():
@@ -90,8 +91,6 @@ def plot_latency(result: dict, path: Path) -> Path:
 def plot_memory(result: dict, timelines: dict, path: Path) -> Path:
     """Stacked shares of the KV budget over simulated time, one panel per allocator (first width), each at its
     own knee of the first seed."""
-    from sandbox.serving.run import knee_point
-
     plt = _plt()
     meta = result["meta"]
     budget = meta["budget_tokens"]

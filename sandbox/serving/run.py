@@ -19,6 +19,8 @@ from sandbox.memory import beam
 from sandbox.memory.arena import RESERVE_POLICIES
 from sandbox.memory.budget import KVBudget, ModelShape
 from sandbox.memory.waste import CATEGORIES
+from tqdm import tqdm
+
 from sandbox.results import CsvAppender, new_run_dir
 from sandbox.serving import search
 from sandbox.serving.swap_study import swap_vs_recompute
@@ -29,6 +31,7 @@ from sandbox.serving.group import Group
 from sandbox.serving.kernel_time import KernelTable, KernelTimeCost
 from sandbox.serving.kv_contiguous import ContiguousKV
 from sandbox.serving.kv_paged import PagedKV
+from sandbox.serving.plots import plot_all
 from sandbox.serving.metrics import WARMUP, summarize
 from sandbox.serving.workloads import WORKLOADS, WorkloadSpec, build_requests, count_requests, with_rate
 
@@ -124,10 +127,6 @@ def check_fits(config: ServingConfig, requests, cost) -> None:
 
 
 def run_serving(config: ServingConfig, results_root: Path | None = None, show_progress: bool = True) -> dict:
-    from tqdm import tqdm
-
-    from sandbox.serving.plots import plot_all
-
     cost = make_cost(config)
     seeds = range(config.seed, config.seed + config.seeds)
     base = {(s, w): build_requests(replace(config.workload, width=w), s) for s in seeds for w in config.widths}
@@ -201,13 +200,6 @@ def paired_ratios(allocators: dict) -> list[dict]:
             if ratio is not None:
                 out.append(dict(paged=name, baseline=base_name, **ratio))
     return out
-
-
-def knee_point(entry: dict, seed: int) -> dict:
-    """The point at `seed`'s knee (the highest rate it met the bound at), else its lowest rate tried."""
-    points = sorted((p for p in entry["points"] if p["seed"] == seed), key=lambda p: p["rate"])
-    knee = entry["max_rate_by_seed"][0] if entry.get("max_rate_by_seed") else None
-    return next((p for p in points if p["rate"] == knee), points[0])
 
 
 def _meta(config: ServingConfig, cost, base, run_dir: Path) -> dict:

@@ -119,3 +119,10 @@ def paired_ratio(top: dict, base: dict) -> dict | None:
     m, ci = _mean_ci(by_seed)
     return dict(ratio=m, ratio_ci=ci, ratio_by_seed=by_seed,
                 censored=bool(top["max_rate_censored"] or base["max_rate_censored"]))
+
+
+def knee_point(entry: dict, seed: int) -> dict:
+    """The point at `seed`'s knee (the highest rate it met the bound at), else its lowest rate tried."""
+    points = sorted((p for p in entry["points"] if p["seed"] == seed), key=lambda p: p["rate"])
+    knee = entry["max_rate_by_seed"][0] if entry.get("max_rate_by_seed") else None
+    return next((p for p in points if p["rate"] == knee), points[0])
