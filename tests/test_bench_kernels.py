@@ -68,7 +68,7 @@ def _gpu_sync_and_flush(resolved: str):
 @pytest.mark.parametrize("name", registry.variants())
 def test_bench_decode(benchmark, name, block_size):
     variant = registry.get(name)
-    resolved = backends.resolve("auto", variant.family)
+    resolved = variant.family_plugin.resolve("auto")
     if ON_GPU and resolved == "cpu":
         pytest.skip(f"{name} runs on the CPU only: not benchmarked on a GPU machine")
     shape = _shape_for(variant, benchmark)
@@ -101,7 +101,7 @@ WRITE_KV_HEADS, WRITE_HEAD_DIM = (8, 128) if ON_GPU else (2, 64)
 @pytest.mark.parametrize("name", registry.cache_writers())
 def test_bench_cache_write(benchmark, name, block_size):
     writer = registry.get_cache_writer(name)
-    resolved = backends.resolve("auto", writer.family)  # "auto" is always this process's numba mode
+    resolved = registry.family(writer.family).resolve("auto")  # "auto" is always this process's numba mode
     rng = np.random.default_rng(5)
     shape = (WRITE_BLOCKS, block_size, WRITE_KV_HEADS, WRITE_HEAD_DIM)
     key_cache = rng.standard_normal(shape).astype(np.float16)

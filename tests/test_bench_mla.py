@@ -34,7 +34,7 @@ def _data(spec: str) -> mla_shapes.MLAShapeData:
 @pytest.mark.parametrize("name", registry.variants(problem="mla"))
 def test_bench_mla(benchmark, name, block_size):
     variant = registry.get(name)
-    resolved = backends.resolve("auto", variant.family)
+    resolved = variant.family_plugin.resolve("auto")
     if ON_GPU and resolved == "cpu":
         pytest.skip(f"{name} runs on the CPU only: not benchmarked on a GPU machine")
     data = _data(CHECK_SHAPE if benchmark.disabled else TIMED_SHAPE)

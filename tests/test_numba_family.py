@@ -334,7 +334,7 @@ def test_occupancy_against_hand_computed_cases(regs, shared, threads, arch, bloc
 def test_occupancy_refuses_what_cannot_launch():
     assert occupancy(32, 300 * 1024, 128, "sm_90").limiter.startswith("invalid")
     assert occupancy(32, 0, 2048, "sm_90").limiter.startswith("invalid")
-    with pytest.raises(ValueError, match="arch must be one of sm_90, sm_80"):
+    with pytest.raises(ValueError, match="arch must be one of sm_80, sm_90"):
         occupancy(32, 0, 128, "sm_70")
 
 

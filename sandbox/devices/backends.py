@@ -72,17 +72,12 @@ def require_gpu_if_asked(backend: str) -> None:
         raise ValueError(NO_GPU)
 
 
-# The runtime of the families as callers name them (sandbox/variant/family.py: a Family names its own).
-RUNTIME_OF = {"numpy": "host", "cupy": "gpu_or_cpu", "numba": "numba"}
-
-
-def resolve(backend: str, family: str, runtime: str | None = None) -> str:
+def resolve(backend: str, family: str, runtime: str) -> str:
     """Map "auto" to "gpu" or "cpu" for a variant family running on `runtime` ("host": the CPU only;
-    "gpu_or_cpu": a GPU where CuPy can use one; "numba": this process's numba.cuda mode; None: the family's in
-    RUNTIME_OF); refuse what cannot run here, clearly."""
+    "gpu_or_cpu": a GPU where CuPy can use one; "numba": this process's numba.cuda mode), as the family declares
+    it (sandbox/variant/family.py: Family.resolve); refuse what cannot run here, clearly."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    runtime = runtime or RUNTIME_OF.get(family)
     if runtime == "host":
         if backend == "gpu":
             raise ValueError(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
@@ -99,7 +94,7 @@ def resolve(backend: str, family: str, runtime: str | None = None) -> str:
         if backend == "gpu" and not gpu_present():
             raise ValueError("backend='gpu' needs an NVIDIA GPU; none was found (numba runs under the simulator here)")
         return backend
-    raise ValueError(f"unknown variant family {family!r}")
+    raise ValueError(f"unknown runtime {runtime!r} of the {family} family")
 
 
 def numba_needs_other_process(backend: str) -> bool:
