@@ -15,7 +15,7 @@ from hypothesis import Phase, given, settings
 import sandbox
 from sandbox.checking.mla_check import check_mla_problem, mla_edge_cases
 from sandbox.problem import DecodeProblem, MLAProblem
-from sandbox.problem.mla_strategies import mla_problems_for
+from sandbox.problem.mla.strategies import mla_problems_for
 from sandbox.variant import Unsupported, registry
 from sandbox.variant.mla_limits import MLALimits
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.problem import mla_record as rec
+from sandbox.problem.mla import record as rec
 from sandbox.variant import Unsupported
 from sandbox.variant.mla_limits import MLALimits
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..problem import mla_record as rec
+from ..problem.mla import record as rec
 from ..problem.kinds import MLA
 from ..problem.mla import MLAProblem
-from ..problem.mla_validate import token_slots
+from ..problem.mla.validate import token_slots
 from .check import REFERENCE_LOOP_LIMIT, CheckResult
 from .compare import TOLERANCES, Comparison, compare
 from ..variant.mla_runner import run_mla_problem

@@ -23,7 +23,7 @@ import numpy as np
 import reference
 
 from .decode import DecodeProblem
-from . import mla_record
+from .mla import record as mla_record
 from .micro import MicroReadProblem
 from .mla import MLAProblem
 

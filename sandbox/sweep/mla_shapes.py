@@ -24,7 +24,7 @@ import numpy as np
 from ..checking.compare import compare
 from ..checking.mla_check import attend, compare_mla
 from ..problem import dtypes
-from ..problem import mla_record as rec
+from ..problem.mla import record as rec
 from ..problem.decode import shuffled_blocks
 from ..problem.kinds import MLA
 from ..problem.mla import MLAProblem

@@ -19,9 +19,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..problem import mla_record as rec
+from ..problem.mla import record as rec
 from ..problem.kinds import MLA
-from ..problem.mla_validate import MLA_QUERY_DTYPES
+from ..problem.mla.validate import MLA_QUERY_DTYPES
 from .limits import Unsupported
 
 MODES = ("dense", "sparse")

@@ -46,7 +46,7 @@ def run_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", retur
 
 def run_mla(name, query, latent_cache, block_tables, context_lens, scale=None, *, query_start=None, indices=None,
             return_lse=False, backend="auto", config=None):
-    """The public MLA entry point: run variant `name` on host NumPy inputs (layout: sandbox/problem/mla.py).
+    """The public MLA entry point: run variant `name` on host NumPy inputs (layout: sandbox/problem/mla/problem.py).
 
     Returns out [total_q, num_heads, 512] in the query's dtype, and with return_lse (out, lse float32
     [total_q, num_heads], natural log, -inf for a row with no valid index). Inputs may be strided views:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from hypothesis import assume, note
 from hypothesis import strategies as st
 
-from .mla import MLAProblem
-from .mla_validate import MLA_QUERY_DTYPES
-from .strategies import context_lengths, query_lengths
+from .problem import MLAProblem
+from .validate import MLA_QUERY_DTYPES
+from ..strategies import context_lengths, query_lengths
 
 MLA_BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32, 48, 64, 128, 256)
 
