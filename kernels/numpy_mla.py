@@ -16,7 +16,7 @@ import numpy as np
 
 from sandbox.problem.mla import record as rec
 from sandbox.problem.mla.validate import token_slots
-from sandbox.variant.mla_limits import MLALimits
+from sandbox.variant.mla.limits import MLALimits
 
 LIMITS = MLALimits(backends=("cpu",))
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from sandbox.problem.mla import record as rec
 from sandbox.variant import Unsupported
-from sandbox.variant.mla_limits import MLALimits
+from sandbox.variant.mla.limits import MLALimits
 
 from . import common, mla
 

@@ -9,7 +9,7 @@ from ..problem.mla import MLAProblem
 from ..problem.mla.validate import token_slots
 from .check import REFERENCE_LOOP_LIMIT, CheckResult
 from .compare import TOLERANCES, Comparison, compare
-from ..variant.mla_runner import run_mla_problem
+from ..variant.mla.runner import run_mla_problem
 
 # lse is computed in float32 whatever the output dtype (logits of exact bf16/fp16/fp8 inputs, float32
 # accumulation and exp): the float32 tolerance applies; -inf (a row that reads nothing) must be -inf.

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..problem.kinds import MLA
-from ..problem.mla import MLAProblem
-from . import registry
-from ..devices.other_mode import call_in_numba_mode
+from ...problem.kinds import MLA
+from ...problem.mla import MLAProblem
+from .. import registry
+from ...devices.other_mode import call_in_numba_mode
 
 
 def prepare_mla(name: str, problem: MLAProblem, backend: str = "auto", config: dict | None = None):
@@ -36,7 +36,7 @@ def run_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", retur
     variant.limits.check(name, problem, resolved)
     variant.configuration(config)  # an undeclared tunable is refused here, in this process
     if variant.family_plugin.needs_other_process(resolved):
-        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.mla_runner:run_mla_problem", name, problem,
+        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.mla.runner:run_mla_problem", name, problem,
                                   resolved, return_lse, config)
     prepared = variant.prepare(problem, resolved, config)
     prepared.launch()
