@@ -26,7 +26,7 @@ from ..checking.mla_check import attend, compare_mla
 from ..problem import dtypes
 from ..problem.mla import record as rec
 from ..problem.decode import shuffled_blocks
-from ..problem.kinds import MLA
+from ..problem.kinds import MLA, ShapeGrammar
 from ..problem.mla import MLAProblem
 
 PREFIX = "mla:"
@@ -260,3 +260,6 @@ class MLAShapeData:
         if lse is None:  # an MLA variant without lse(): out alone
             return compare(got, out, self.shape.dtype)
         return compare_mla(got, lse(), out, want_lse, self.shape.dtype)
+
+
+MLA.attach(shape_grammar=ShapeGrammar(SHAPE_FORMAT, is_mla, parse_mla_shape))  # kinds.MLA.shape_grammar

@@ -40,8 +40,7 @@ def run_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", retur
                                   resolved, return_lse, config)
     prepared = variant.prepare(problem, resolved, config)
     prepared.launch()
-    out = np.asarray(prepared.result())
-    return (out, np.asarray(prepared.lse(), dtype=np.float32)) if return_lse else out
+    return MLA.outputs(prepared) if return_lse else np.asarray(prepared.result())
 
 
 def run_mla(name, query, latent_cache, block_tables, context_lens, scale=None, *, query_start=None, indices=None,
