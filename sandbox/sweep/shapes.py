@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import ClassVar
 
 import numpy as np
 
@@ -59,6 +60,8 @@ class Shape:
     query_len: int = 1           # query tokens per sequence (1: decode)
     group_size: int = 0          # > 0: groups of group_size sequences share the context_len-token prompt
     options: OptionTokens = NO_OPTIONS
+
+    kind: ClassVar[str] = kinds.DECODE.name  # what the sweep matches against a variant's problem kind
 
     def __post_init__(self):
         for field in ("num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "query_len"):

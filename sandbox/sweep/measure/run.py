@@ -63,7 +63,7 @@ PEER_FAMILIES = ("torch",)
 
 def shape_kind(shape) -> str:
     """"decode" (sandbox/sweep/shapes.py) or "mla" (sandbox/sweep/mla_shapes.py): the variants it races."""
-    return getattr(shape, "kind", kinds.DECODE.name)
+    return shape.kind
 
 
 def backend_label(family: str, resolved: str) -> str:
