@@ -262,4 +262,5 @@ class MLAShapeData:
         return compare_mla(got, lse(), out, want_lse, self.shape.dtype)
 
 
-MLA.attach(shape_grammar=ShapeGrammar(SHAPE_FORMAT, is_mla, parse_mla_shape))  # kinds.MLA.shape_grammar
+# The sweep's part of the MLA kind (sandbox/problem/kinds.py): its shapes' grammar and the arrays it builds once per shape.
+MLA.attach(shape_grammar=ShapeGrammar(SHAPE_FORMAT, is_mla, parse_mla_shape), shape_data=MLAShapeData)
