@@ -15,7 +15,7 @@ from hypothesis import Phase, given, settings
 import sandbox
 from sandbox.checking.mla_check import check_mla_problem, mla_edge_cases
 from sandbox.problem import DecodeProblem, MLAProblem
-from sandbox.problem.mla.strategies import mla_problems_for
+import sandbox.problem.mla.strategies  # noqa: F401  (attaches kinds.MLA.strategies)
 from sandbox.variant import Unsupported, registry
 from sandbox.variant.mla.limits import MLALimits
 
@@ -49,7 +49,7 @@ def property_test(name: str, **overrides):
     variant = registry.get(name)
 
     @settings(**{**examples(variant.family), **overrides})
-    @given(problem=mla_problems_for(variant.limits, **FAMILY_SHAPES[variant.family]))
+    @given(problem=variant.kind.strategies(variant.limits, **FAMILY_SHAPES[variant.family]))
     def matches_reference(problem):
         assert_matches_reference(name, problem)
 
