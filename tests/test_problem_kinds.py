@@ -1,6 +1,7 @@
 """sandbox.problem.kinds: decode and MLA as ProblemKind objects that answer where code would switch on a name."""
 from __future__ import annotations
 
+import copy
 import pathlib
 import re
 
@@ -99,6 +100,10 @@ def test_a_kinds_sampler_prepared_variant_and_reference_meet_through_the_lse_pro
     assert lse.dtype == np.float32 and lse.shape == want_lse.shape == out.shape[:2]
     np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out.astype(np.float64), want_out, rtol=2e-2, atol=2e-2)
+    beyond = copy.copy(problem)
+    beyond.context_lens = np.array([5, 33], dtype=np.int32)  # 2 blocks of 16 per sequence hold 32 tokens
+    with pytest.raises(ValueError, match=re.escape("context_lens[1] = 33 is out of range [1, 32]")):
+        kind.validate(beyond)
     other = kinds.MLA if kind is kinds.DECODE else kinds.DECODE
     with pytest.raises(ValueError, match=f"problem kind '{other.name}' validates a {other.problem.__name__}"):
         other.validate(problem)

@@ -37,8 +37,6 @@ from .decode import DecodeProblem
 from .mla import record as mla_record
 from .micro import MicroLimits, MicroReadProblem
 from .mla import MLAProblem
-from .mla.validate import validate_mla_inputs
-from .validate import validate_decode_inputs
 
 
 # role -> the layer that attaches it and what it is.
@@ -75,15 +73,13 @@ class ProblemKind:
 
     name: "decode" or "mla"; problem: its class; entry: the public runner users call; fixed_head_dim: the
     head dim every problem of the kind has (MLA's 576 latent dims), None where it is a parameter;
-    reference_call(problem) -> (out, lse) float64, the truth a variant is held to (None: the kind has none);
-    validate_inputs(*arrays, **kwargs): the kind's input validation (the problem's constructor arguments).
+    reference_call(problem) -> (out, lse) float64, the truth a variant is held to (None: the kind has none).
     """
 
     name: str
     problem: type
     entry: str
     reference_call: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None
-    validate_inputs: Callable[..., Any]
     fixed_head_dim: int | None = None
     parts: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -104,7 +100,8 @@ class ProblemKind:
         return self.problem.random(seed, **shape)
 
     def validate(self, problem):
-        """ValueError naming the argument and the bound for a problem of this kind that no kernel may run."""
+        """ValueError naming the argument and the bound for a problem of this kind that no kernel may run (the
+        problem's validate(): validate_decode_inputs, sandbox/problem/mla/validate.py's validate_mla_inputs)."""
         if not isinstance(problem, self.problem):
             raise ValueError(f"problem kind {self.name!r} validates a {self.problem.__name__}, got "
                              f"{type(problem).__name__}")
@@ -177,11 +174,9 @@ def _mla_reference(problem: MLAProblem):
     return reference.mla_attention(*problem.arrays(), **problem.kwargs(), return_lse=True)
 
 
-DECODE = ProblemKind("decode", DecodeProblem, "sandbox.run", _decode_reference, validate_decode_inputs)
-MLA = ProblemKind("mla", MLAProblem, "sandbox.run_mla", _mla_reference, validate_mla_inputs,
-                  fixed_head_dim=mla_record.LATENT_DIMS)
-MICRO = ProblemKind("micro", MicroReadProblem, "sandbox.traffic", None, MicroReadProblem,
-                    parts={"limits": MicroLimits})
+DECODE = ProblemKind("decode", DecodeProblem, "sandbox.run", _decode_reference)
+MLA = ProblemKind("mla", MLAProblem, "sandbox.run_mla", _mla_reference, fixed_head_dim=mla_record.LATENT_DIMS)
+MICRO = ProblemKind("micro", MicroReadProblem, "sandbox.traffic", None, parts={"limits": MicroLimits})
 # The kinds the registry's VARIANTS solve, held to their reference by the suites (registry.PROBLEMS).
 CHECKED: tuple[ProblemKind, ...] = (DECODE, MLA)
 KINDS: tuple[ProblemKind, ...] = CHECKED + (MICRO,)
