@@ -11,9 +11,11 @@ RATES were measured once, on the 2-core machine without a GPU the project is dev
 running beside it), by timing the second run of each variant on DecodeProblem.random(1, num_seqs=4,
 num_heads=8, num_kv_heads=2, head_dim=128, block_size=16, max_context_len=512, dtype="float16") (3.4 M
 multiply-adds): the Numba simulator 2.8e4 (numba.naive, 119 s) to 6.3e4 (numba.split) multiply-adds/s,
-the CUDA C executor 1.6e7 (cupy.v1) to 2.9e7 (cupy.gqa), NumPy 8.3e7 (numpy.gather). Each family's
+the CUDA C executor 1.6e7 (cupy.v1) to 2.9e7 (cupy.gqa), NumPy 8.3e7 (numpy.gather), Triton's interpreter
+7.8e5 (triton.naive, 4.3 s) to 5.2e6 (triton.unified). Each family's
 slowest is its rate: an estimate errs long. A traffic count costs TRAFFIC_FACTOR times a plain run
-(the Numba capture costs 2-5x the simulator's time, the executor's traffic mode 7-12x a plain launch).
+(the Numba capture costs 2-5x the simulator's time, the executor's traffic mode 7-12x a plain launch, the
+Triton capture 1.1-1.3x a plain interpreted run).
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ import dataclasses
 import os
 
 # multiply-adds per second of a plain run, per CPU stand-in (see the module docstring)
-RATES = {"numba": 2.8e4, "cupy": 1.6e7, "numpy": 8.3e7}
-WHERE = {"numba": "the Numba simulator", "cupy": "the CUDA C executor", "numpy": "NumPy"}
-TRAFFIC_FACTOR = {"numba": 5.0, "cupy": 12.0, "numpy": 1.0}
+RATES = {"numba": 2.8e4, "cupy": 1.6e7, "numpy": 8.3e7, "triton": 7.8e5}
+WHERE = {"numba": "the Numba simulator", "cupy": "the CUDA C executor", "numpy": "NumPy",
+         "triton": "Triton's interpreter"}
+TRAFFIC_FACTOR = {"numba": 5.0, "cupy": 12.0, "numpy": 1.0, "triton": 1.5}
 WARN_SECONDS = 60.0
 REFUSE_SECONDS = 1800.0
 

@@ -2,6 +2,7 @@
 
     get_function(backend, path, expression, batch) -> kernel   cupy.RawKernel on a GPU, the CPU executor's elsewhere
     cpu_options(**options)       context manager: CpuRawModule options for kernels fetched inside (asan, thread_order)
+    current_cpu_options() -> tuple   the options in force here (a launcher with its own module cache keys on them)
     to_device(array, backend)    C-contiguous upload; bfloat16 and fp8 as raw bits on a GPU (CuPy lacks them)
     Prepared, SplitKVPrepared    launches run in order by launch(); result() downloads (out, lse with return_lse)
     check_shared(name, dynamic, static, what)   Unsupported past the no-opt-in shared-memory limit (48 KiB)
@@ -50,6 +51,12 @@ def cpu_options(**options):
         yield
     finally:
         _cpu_options.reset(token)
+
+
+def current_cpu_options() -> tuple:
+    """The executor options the enclosing cpu_options() blocks set, as sorted (name, value) pairs: a launcher that
+    builds its own modules (kernels/flashinfer, whose compile needs the wheel's include folders) passes them on."""
+    return _cpu_options.get()
 
 
 @functools.lru_cache(maxsize=None)

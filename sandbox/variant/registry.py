@@ -27,7 +27,9 @@ FAMILIES = {
     "numpy": "kernels.numpy_family",
     "numba": "kernels.numba_cuda",
     "cupy": "kernels.cupy_raw",
+    "triton": "kernels.triton",
     "micro": "kernels.micro",
+    "flashinfer": "kernels.flashinfer",
 }
 
 VARIANTS = {
@@ -45,6 +47,11 @@ VARIANTS = {
     "cupy.multi": "kernels.cupy_raw.multi",
     "cupy.cascade": "kernels.cupy_raw.cascade",
     "cupy.tc": "kernels.cupy_raw.tc",
+    "triton.naive": "kernels.triton.naive",
+    "triton.split": "kernels.triton.split",
+    "triton.unified": "kernels.triton.unified",
+    # peers: other projects' kernels from their wheels' headers (unavailable, with the reason, without the wheel)
+    "flashinfer.decode": "kernels.flashinfer.decode",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
@@ -72,6 +79,7 @@ WRONG_VARIANTS = {
     "wrong.cupy.neighbour_head_scale": "kernels.wrong.cupy_controls:neighbour_head_scale",
     "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_controls:mla_v_from_rope",
     "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_controls:mla_invalid_as_slot0",
+    "wrong.triton.skips_first_token": "kernels.wrong.triton_skips_first_token",
 }
 
 # Micro-benchmark kernels (the "micro" problem kind, sandbox.problem.micro): counted and modelled like a variant,
@@ -97,7 +105,7 @@ class Variant:
 
     @property
     def family(self) -> str:
-        """numpy | numba | cupy | micro: decides the backend (for wrong.* the family of the broken kernel)."""
+        """numpy | numba | cupy | triton | micro: decides the backend (for wrong.* the family of the broken kernel)."""
         return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
 
     @property
@@ -149,6 +157,17 @@ def family(name: str) -> Family:
     return declared
 
 
+def labelled(name: str) -> str:
+    """`name`, with "(peer: <project> <version>)" for a variant of a peer family (Family.peer: the version its
+    wheel has, or why it is unavailable), as the sweep's tables and plots show it; a name outside the registry
+    (the sweep's own torch.sdpa) as it is."""
+    prefix = name.split(".")[1] if name.startswith("wrong.") else name.split(".")[0]
+    if name not in VARIANTS and name not in WRONG_VARIANTS or prefix not in FAMILIES:
+        return name
+    peer = family(prefix).peer_label()
+    return f"{name} ({peer})" if peer else name
+
+
 def first_sentence(doc: str) -> str:
     """The first paragraph's text up to its first sentence end (". " before a capital, or the paragraph's end)."""
     paragraph = " ".join(doc.strip().split("\n\n", 1)[0].split())
@@ -159,7 +178,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"])")
 
 
 def variants(family: str | None = None, problem: str | None = "decode") -> list[str]:
-    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", or "wrong"), solving one
+    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", "triton", or "wrong"), solving one
     kind of problem (PROBLEMS: "decode" by default, "mla"; None: every kind)."""
     if problem is not None and problem not in PROBLEMS:
         raise ValueError(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")

@@ -13,7 +13,9 @@
     columns(name, problem, device="h200", config=None) -> dict   the per-point columns a sweep records (COLUMNS)
 
 Each family's capture counts its launches (sandbox/variant/family.py): cupy.* run on the CPU executor in traffic
-mode; numba.* under the Numba simulator's capture (sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel.
+mode; numba.* under the Numba simulator's capture (sandbox.analysis.traffic.numba_sim); a family's own capture
+function (triton.*: Triton's interpreter) hands its launches and each one's census, with the cubin whose SASS
+gives the loads in flight; numpy.gather has no kernel.
 A micro-benchmark (the micro problem kind, micro.*) is counted one block for the grid (micro.py). One L2 model
 spans the call's kernels; each launch's census and the scaling of its counts are census.py's.
 
@@ -150,11 +152,19 @@ def _capture_cupy(name, problem, counted, census: bool, config, device, kind: st
     prepare = kinds.named(kind).part("prepare")
     with cpucuda_modes(traffic=True):  # the executor's one switch: every kernel launched inside is counted
         whole, _ = prepare(name, problem, "cpu", config)
-        part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
+        if counted is problem:
+            part = whole
+        elif hasattr(whole, "subset"):  # a plan that depends on the batch (FlashInfer's split): the whole's
+            part = whole.subset(counted)
+        else:
+            part = prepare(name, counted, "cpu", config)[0]
         with traffic_capture() as launches:
             part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
-    resources = [_cupy_census(kernel, block, shared, device.arch) if census else _no_census(block, shared)
+    # a family whose headers NVRTC cannot compile (FlashInfer's) names its own compile (Family.census)
+    compiler = registry.get(name).family_plugin.census
+    compiler = compiler if callable(compiler) else None
+    resources = [_cupy_census(kernel, block, shared, device.arch, compiler) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
     return launches, grids, resources
 
@@ -188,6 +198,20 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
 
 # The harness's captures by the name a family declares (sandbox/variant/family.py, CAPTURES).
 CAPTURES = {"executor": _capture_cupy, "numba_simulator": _capture_numba}
+
+
+def _read_image(census: dict, arch: str) -> dict:
+    """A capture's census with its loads in flight: a family's own capture may hand each launch's cubin as
+    `image` (cubin bytes, function name; sandbox/variant/family.py), whose SASS is read here as the CUDA C
+    census reads its own; a census with neither loads nor an image assumes them and says why."""
+    if "image" in census:
+        cubin, function = census["image"]
+        rest = {k: v for k, v in census.items() if k != "image"}
+        return dict(rest, **loads_fields(read_loads(cubin, function), arch))
+    if "loads_in_flight_source" in census:
+        return census
+    return dict(census, **assumed_loads("no compile census" if "census_error" in census
+                                        else "the family's capture gave no cubin to read"))
 
 
 def _launched(census: dict, block, arch: str, kernel: str = "") -> dict:
@@ -230,12 +254,17 @@ def _no_census(block, dynamic_shared: int) -> dict:
                 dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census (census=False)"))
 
 
-def _cupy_census(kernel, block, dynamic_shared: int, arch: str) -> dict:
-    """Registers and shared memory of this exact instantiation (NVRTC -> cubin for the device's arch), its occupancy
-    and the loads its warps keep in flight (read from the same cubin's SASS)."""
+def _cupy_census(kernel, block, dynamic_shared: int, arch: str, compiler=None) -> dict:
+    """Registers and shared memory of this exact instantiation (NVRTC -> cubin for the device's arch, or the
+    family's own `compiler(kernel, arch) -> (Resources, cubin, function)`), its occupancy and the loads its warps
+    keep in flight (read from the same cubin's SASS)."""
     threads = int(np.prod(_dims(block)))
     try:
-        res, reading = nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
+        if compiler is None:
+            res, reading = nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
+        else:
+            res, cubin, function = compiler(kernel, arch)
+            reading = read_loads(cubin, function)
     except Exception as exc:  # no CUDA wheels: the model says occupancy is unknown
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300], threads_per_block=threads,
                     dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census"))
@@ -303,6 +332,7 @@ def traffic(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = S
     counted, scale, note = sampler(problem, None if plugin.capture == "numba_simulator" else sample_seqs)
     capture = plugin.capture if callable(plugin.capture) else CAPTURES[plugin.capture]
     launches, grids, resources = capture(name, problem, counted, census, config, gpu, kind)
+    resources = [_read_image(res, gpu.arch) for res in resources]
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)

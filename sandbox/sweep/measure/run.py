@@ -57,7 +57,8 @@ COLUMNS = [
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
 FAILED = ("wrong", "error")
 # Outside implementations raced for reference (sweep/measure/peers.py): a wrong torch.sdpa point is recorded
-# and shown like any other, but only the sandbox's own variants decide the exit status.
+# and shown like any other, but only the sandbox's own variants decide the exit status; so do the registry's
+# peer families (Family.peer: flashinfer.*), is_peer().
 PEER_FAMILIES = ("torch",)
 
 
@@ -71,6 +72,12 @@ def backend_label(family: str, resolved: str) -> str:
     if family in registry.FAMILIES:
         return registry.family(family).label(resolved)
     return "gpu" if resolved == "gpu" else "cpu"  # a peer (torch)
+
+
+def is_peer(family: str) -> bool:
+    """Another project's implementation: a sweep-internal peer (PEER_FAMILIES) or a registry family declared a
+    peer (Family.peer). Its wrong or failed points are recorded and shown, never the sweep's exit status."""
+    return family in PEER_FAMILIES or (family in registry.FAMILIES and registry.family(family).peer is not None)
 
 
 @dataclasses.dataclass
@@ -100,7 +107,8 @@ class Candidate:
 
     @classmethod
     def from_peer(cls, peer) -> "Candidate":
-        return cls(peer.name, peer.family, peer.limits, peer.prepare, per_shape=True, note=lambda: peer.note)
+        return cls(peer.name, peer.family, peer.limits, peer.prepare, per_shape=getattr(peer, "per_shape", True),
+                   note=lambda: peer.note)
 
 
 @dataclasses.dataclass
@@ -311,9 +319,10 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
 
 def first_launch_is_a_sample(family: str, resolved: str) -> bool:
     """Whether a point's correctness launch is also its first timed call: on the CPU where nothing compiles in
-    a launch (the Numba simulator, NumPy; the executor builds a CUDA C kernel at its first launch, and a GPU
-    compiles and warms up), so a simulated point that takes longer than the budget runs once, not twice."""
-    return family not in PEER_FAMILIES and not registry.family(family).first_launch_compiles(resolved)
+    a launch (the Numba simulator, NumPy, Triton's interpreter; the executor builds a CUDA C kernel at its first
+    launch, and a GPU compiles and warms up), so a simulated point that takes longer than the budget runs once,
+    not twice."""
+    return not is_peer(family) and not registry.family(family).first_launch_compiles(resolved)
 
 
 def point_bytes(prepared, problem) -> int:
@@ -375,7 +384,7 @@ class SweepOutcome:
 
     @property
     def failed(self) -> list[dict]:
-        return [r for r in self.rows if r["status"] in FAILED and r["family"] not in PEER_FAMILIES]
+        return [r for r in self.rows if r["status"] in FAILED and not is_peer(r["family"])]
 
     @property
     def exit_code(self) -> int:
@@ -392,6 +401,8 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
     for name in variants:
         mine = [r for r in rows if r["variant"] == name]
         if name in not_raced or any(r["status"] in ("ok", "skipped") for r in mine):
+            continue
+        if mine and all(is_peer(r["family"]) for r in mine):  # a peer without its wheel: said, not failed
             continue
         out.append(name)
     return out
@@ -425,7 +436,7 @@ def estimate_points(config: "SweepConfig") -> None:
             if kind != shape_kind(shape):
                 continue
             try:
-                backend = backends.resolve(config.backend, family)
+                backend = registry.family(family).resolve(config.backend)
             except ValueError:
                 continue  # not runnable here: the point says so
             cost.guard(f"sweep shape {shape.name} ({family} variants, per block size)", cost.shape_multiply_adds(shape),
@@ -475,6 +486,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     log = _log_via(bar)
     log(f"sweep: {len(candidates)} variants x {len(config.block_sizes)} block sizes x {len(config.shapes)} shapes "
         f"on {'the GPU' if on_gpu else 'the CPU (emulation: times are not GPU performance)'} -> {run_dir}")
+    for line in peers.unavailable(on_gpu, config.torch):
+        log(line)
     env = Environment.create(on_gpu, config.quick, log)
     if config.tune:
         tuning = tune_mod.Tuning.explore(run_dir, on_gpu)
@@ -487,7 +500,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     not_raced = set()
     for c in candidates:
         try:
-            resolved[c.name] = (backends.resolve(config.backend, c.family) if c.family != "torch" else "gpu", None)
+            resolved[c.name] = (registry.family(c.family).resolve(config.backend) if c.family != "torch" else "gpu", None)
         except ValueError as exc:
             resolved[c.name] = (None, str(exc))
         if on_gpu and resolved[c.name][0] == "cpu":
