@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.problem import mla_record as rec
-from sandbox.problem.mla_validate import token_slots
-from sandbox.variant.mla_limits import MLALimits
+from sandbox.problem.mla import record as rec
+from sandbox.problem.mla.validate import token_slots
+from sandbox.variant.mla.limits import MLALimits
 
 LIMITS = MLALimits(backends=("cpu",))
 

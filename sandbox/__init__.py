@@ -18,7 +18,7 @@ from .problem.mla import MLAProblem  # noqa: E402
 from .variant.registry import declared_tunables as tunables, variants  # noqa: E402
 from .variant.runner import run, run_problem  # noqa: E402
 from .variant.limits import Unsupported  # noqa: E402
-from .variant.mla_runner import run_mla, run_mla_problem  # noqa: E402
+from .variant.mla.runner import run_mla, run_mla_problem  # noqa: E402
 from reference.merge import merge_states  # noqa: E402
 from .analysis.traffic.variant import traffic  # noqa: E402
 

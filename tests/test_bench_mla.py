@@ -16,7 +16,8 @@ from sandbox.devices import backends
 from sandbox.sweep import mla_shapes, shapes
 from sandbox.sweep.measure import bandwidth
 from sandbox.sweep.measure.run import backend_label
-from sandbox.variant import mla_runner, registry
+from sandbox.variant import registry
+from sandbox.variant.mla import runner as mla_runner
 from test_bench_kernels import ROUNDS, _gpu_sync_and_flush
 
 ON_GPU = backends.gpu_present()

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 import reference
 from sandbox.checking.mla_check import compare_lse, expected_mla, gathered_mla
 from sandbox.problem import MLAProblem
-from sandbox.problem import mla_record as rec
-from sandbox.problem.mla_strategies import mla_problems
-from sandbox.problem.mla_validate import token_slots, validate_mla_inputs
+from sandbox.problem.mla import record as rec
+from sandbox.problem.mla.strategies import mla_problems
+from sandbox.problem.mla.validate import token_slots, validate_mla_inputs
 
 BF16, E4M3 = np.dtype("bfloat16"), np.dtype("float8_e4m3fn")
 

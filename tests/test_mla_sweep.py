@@ -9,7 +9,7 @@ import pytest
 
 from sandbox import cli
 from sandbox.checking.mla_check import expected_mla
-from sandbox.problem import mla_record as rec
+from sandbox.problem.mla import record as rec
 from sandbox.sweep import mla_shapes, shapes
 from sandbox.sweep.measure import run
 from sandbox.sweep.report import mla_summary

@@ -15,9 +15,9 @@ from hypothesis import Phase, given, settings
 import sandbox
 from sandbox.checking.mla_check import check_mla_problem, mla_edge_cases
 from sandbox.problem import DecodeProblem, MLAProblem
-from sandbox.problem.mla_strategies import mla_problems_for
+import sandbox.problem.mla.strategies  # noqa: F401  (attaches kinds.MLA.strategies)
 from sandbox.variant import Unsupported, registry
-from sandbox.variant.mla_limits import MLALimits
+from sandbox.variant.mla.limits import MLALimits
 
 MLA = registry.variants(problem="mla")
 WRONG_MLA = registry.variants("wrong", problem="mla")
@@ -49,7 +49,7 @@ def property_test(name: str, **overrides):
     variant = registry.get(name)
 
     @settings(**{**examples(variant.family), **overrides})
-    @given(problem=mla_problems_for(variant.limits, **FAMILY_SHAPES[variant.family]))
+    @given(problem=variant.kind.strategies(variant.limits, **FAMILY_SHAPES[variant.family]))
     def matches_reference(problem):
         assert_matches_reference(name, problem)
 
@@ -155,7 +155,7 @@ def test_every_declared_tunable_configuration_matches_the_reference(name):
     """Split-KV partitions of each declared size (several per row, so the merge runs); an undeclared value refused."""
     from sandbox.checking.mla_check import compare_mla, expected_mla
     from sandbox.variant import tunables
-    from sandbox.variant.mla_runner import prepare_mla
+    from sandbox.variant.mla.runner import prepare_mla
 
     module = registry.get(name).module
     problems = (MLAProblem.random(30, num_seqs=2, num_heads=2, context_lens=[1100, 300], block_size=64),

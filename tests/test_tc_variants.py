@@ -26,7 +26,7 @@ from sandbox.analysis.traffic import metrics as M
 from sandbox.checking.check import expected_output
 from sandbox.checking.compare import assert_close, compare
 from sandbox.checking.mla_check import check_mla_problem
-from sandbox.problem import mla_record as rec
+from sandbox.problem.mla import record as rec
 from sandbox.problem.mla import MLAProblem
 from sandbox.problem import DecodeProblem
 from sandbox.problem.strategies import problems_for

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sandbox.problem import mla_record as rec
+from sandbox.problem.mla import record as rec
 from sandbox.variant import Unsupported
-from sandbox.variant.mla_limits import MLALimits
+from sandbox.variant.mla.limits import MLALimits
 
 from . import common, mla
 

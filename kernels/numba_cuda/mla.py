@@ -34,9 +34,9 @@ import math
 import numpy as np
 from numba import cuda, float32, uint32
 
-from sandbox.problem import mla_record as rec
+from sandbox.problem.mla import record as rec
 from sandbox.variant import Unsupported
-from sandbox.variant.mla_limits import MLALimits
+from sandbox.variant.mla.limits import MLALimits
 
 from . import codecs, device, launch, reports
 from .device import NEG_INF, ZERO

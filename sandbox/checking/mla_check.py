@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..problem import mla_record as rec
+from ..problem.mla import record as rec
 from ..problem.kinds import MLA
 from ..problem.mla import MLAProblem
-from ..problem.mla_validate import token_slots
+from ..problem.mla.validate import token_slots
 from .check import REFERENCE_LOOP_LIMIT, CheckResult
 from .compare import TOLERANCES, Comparison, compare
-from ..variant.mla_runner import run_mla_problem
+from ..variant.mla.runner import run_mla_problem
 
 # lse is computed in float32 whatever the output dtype (logits of exact bf16/fp16/fp8 inputs, float32
 # accumulation and exp): the float32 tolerance applies; -inf (a row that reads nothing) must be -inf.
@@ -184,3 +184,13 @@ def mla_check_problems(limits, seed: int, num_random: int, simulated: bool = Fal
                                     topk=int(rng.integers(1, 40)) if sparse else None, extreme_logits=bool(i % 2))
         out.append((f"random#{i} seed={problem.seed}", problem))
     return [(label, p) for label, p in out if limits.supports(p)]
+
+
+def variant_check_problems(variant, seed: int, num_random: int):
+    """mla_check_problems for a registry variant (the Numba simulator's: the small ones)."""
+    return mla_check_problems(variant.limits, seed, num_random, variant.family_plugin.runtime == "numba")
+
+
+# The check command's part of the MLA kind (sandbox/problem/kinds.py): its problems, how one is checked, and the
+# label the worst error is reported per (bfloat16, float16, bfloat16:fp8_record, ...).
+MLA.attach(check_problems=variant_check_problems, check=check_mla_problem, error_key=error_key)

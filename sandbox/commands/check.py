@@ -31,7 +31,7 @@ from ..devices import backends, cost
 from ..variant import registry, tunables
 from ..variant.limits import ANY_BLOCK_SIZES
 from ..checking.check import check_problem, edge_block_sizes, edge_case_problems, option_edge_cases
-from ..checking import mla_check
+from ..checking import mla_check  # noqa: F401  (attaches the MLA kind's check parts)
 from ..problem.option_schema import Context
 from ..problem.options import OPTIONS
 from ..problem import kinds
@@ -178,7 +178,7 @@ def main(args) -> int:
         worst: dict[str, float] = {}
         for _, p, r in results:
             if r.comparison is not None:
-                key = variant.kind.part("error_key")(p)
+                key = variant.kind.error_key(p)
                 worst[key] = max(worst.get(key, 0.0), r.comparison.max_abs_err)
         peer = variant.family_plugin.peer_label()  # another project's kernel: its failures are findings
         status = "PASS" if not bad else "FAIL"
@@ -197,8 +197,8 @@ def main(args) -> int:
 
 def run_checks(name: str, variant, backend: str, args, config: dict | None) -> list:
     """[(label, problem, CheckResult)] of the variant's problems, a progress bar counting them."""
-    problems = list(variant.kind.part("check_problems")(variant, args.seed, args.random))
-    check = variant.kind.part("check")
+    problems = variant.kind.check_problems(variant, args.seed, args.random)
+    check = variant.kind.check
     results = []
     with progress.bar(len(problems), name, enabled=not args.no_progress) as bar:
         for label, problem in problems:
@@ -210,12 +210,6 @@ def run_checks(name: str, variant, backend: str, args, config: dict | None) -> l
     return results
 
 
-def _mla_check_problems(variant, seed: int, num_random: int):
-    """Per format: bfloat16, float16, bfloat16:fp8_record, ..."""
-    return mla_check.mla_check_problems(variant.limits, seed, num_random, variant.family_plugin.runtime == "numba")
-
-
-# The check command's part of each problem kind (sandbox/problem/kinds.py): its problems, how one is checked,
-# and the label the worst error is reported per.
+# The check command's part of the decode kind (sandbox/problem/kinds.py): its problems, how one is checked, and
+# the label the worst error is reported per (the MLA kind's: sandbox/checking/mla_check.py).
 kinds.DECODE.attach(check_problems=problems_for, check=check_problem, error_key=error_key)
-kinds.MLA.attach(check_problems=_mla_check_problems, check=mla_check.check_mla_problem, error_key=mla_check.error_key)

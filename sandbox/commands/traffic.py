@@ -203,7 +203,7 @@ def summary_table(points: list) -> str:
 
 def main(args) -> int:
     shape = shapes_mod.parse_any(args.shape)
-    names = _names(args.variants, "mla" if isinstance(shape, mla_shapes.MLAShape) else "decode")
+    names = _names(args.variants, shape.kind)
     configs = resolve_configs(names, args.config)  # a bad --config: ValueError before anything runs
     try:
         gpus.get(args.device)

@@ -1,8 +1,8 @@
 """The problem: canonical paged-attention inputs, their options and dtypes, validation, and hypothesis strategies.
 
     decode      DecodeProblem (host arrays, seeded random/shared constructors whose repr rebuilds them)
-    mla         MLAProblem: multi-head latent attention, dense or top-k sparse (mla_record: the fp8 record,
-                mla_validate: its validation, mla_paging: its tables and index sets, mla_strategies: its
+    mla/        MLAProblem: multi-head latent attention, dense or top-k sparse (mla.record: the fp8 record,
+                mla.validate: its validation, mla.paging: its tables and index sets, mla.strategies: its
                 hypothesis strategy)
     options     AttentionOptions (k/v scales, sliding window, soft-cap, ALiBi)
     dtypes      query and cache dtypes (ml_dtypes' bfloat16 and fp8)

@@ -23,6 +23,7 @@ from .option_schema import Context
 from .options import OPTIONS
 from .validate import ANY_BLOCK_SIZES
 from .decode import DecodeProblem
+from .kinds import DECODE
 
 
 @st.composite
@@ -142,3 +143,6 @@ def problems_for(limits, **shapes):
         shapes["head_dims"] = tuple(d for d in shapes["head_dims"] if d in limits.head_dims) or limits.head_dims[:1]
     return decode_problems(block_sizes=block_sizes, dtypes=limits.dtypes, kv_dtypes=limits.kv_dtypes,
                            options=limits.options, max_query_len=limits.max_query_len, **shapes)
+
+
+DECODE.attach(strategies=problems_for)  # kinds.DECODE.strategies(limits, ...)

@@ -24,9 +24,9 @@ import numpy as np
 from ..checking.compare import compare
 from ..checking.mla_check import attend, compare_mla
 from ..problem import dtypes
-from ..problem import mla_record as rec
+from ..problem.mla import record as rec
 from ..problem.decode import shuffled_blocks
-from ..problem.kinds import MLA
+from ..problem.kinds import MLA, ShapeGrammar
 from ..problem.mla import MLAProblem
 
 PREFIX = "mla:"
@@ -260,3 +260,7 @@ class MLAShapeData:
         if lse is None:  # an MLA variant without lse(): out alone
             return compare(got, out, self.shape.dtype)
         return compare_mla(got, lse(), out, want_lse, self.shape.dtype)
+
+
+# The sweep's part of the MLA kind (sandbox/problem/kinds.py): its shapes' grammar and the arrays it builds once per shape.
+MLA.attach(shape_grammar=ShapeGrammar(SHAPE_FORMAT, is_mla, parse_mla_shape), shape_data=MLAShapeData)

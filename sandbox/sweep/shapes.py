@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import ClassVar
 
 import numpy as np
 
@@ -34,7 +35,8 @@ from ..problem.option_tokens import NO_OPTIONS, OptionTokens, parse_option_token
 from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem, shuffled_blocks
 from ..problem.validate import first_read_tokens
-from . import mla_shapes
+from ..problem import kinds
+from . import mla_shapes  # noqa: F401  (attaches the MLA kind's shape grammar)
 
 _PATTERN = re.compile(r"^(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(?:x(\w+)(?::(\w+))?)?$")
 SHAPE_FORMAT = "SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] [q=Q] [shared=G] [OPTIONS]"
@@ -58,6 +60,8 @@ class Shape:
     query_len: int = 1           # query tokens per sequence (1: decode)
     group_size: int = 0          # > 0: groups of group_size sequences share the context_len-token prompt
     options: OptionTokens = NO_OPTIONS
+
+    kind: ClassVar[str] = kinds.DECODE.name  # what the sweep matches against a variant's problem kind
 
     def __post_init__(self):
         for field in ("num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "query_len"):
@@ -254,7 +258,7 @@ def parse_shapes(text: str) -> list[Shape]:
     for item in (t.strip() for t in text.split(",")):
         if not item:
             continue
-        if items and item not in PRESETS and not _PATTERN.match(item.split()[0]) and not mla_shapes.is_mla(item):
+        if items and item not in PRESETS and not any(k.shape_grammar.matches(item) for k in kinds.CHECKED):
             items[-1] += "," + item  # an option of the previous shape
         else:
             items.append(item)
@@ -270,8 +274,17 @@ def parse_shapes(text: str) -> list[Shape]:
 
 
 def parse_any(spec: str):
-    """A decode Shape, or an MLAShape for ``mla:...`` (sandbox/sweep/mla_shapes.py)."""
-    return mla_shapes.parse_mla_shape(spec) if mla_shapes.is_mla(spec) else parse_shape(spec)
+    """The shape `spec` writes, in the grammar of the kind that matches it: a decode Shape, an MLAShape for
+    ``mla:...`` (sandbox/sweep/mla_shapes.py); a malformed spec is refused naming the decode format."""
+    for kind in kinds.CHECKED:
+        if kind.shape_grammar.matches(spec):
+            return kind.shape_grammar.parse(spec)
+    return parse_shape(spec)
+
+
+def _is_decode_shape(text: str) -> bool:
+    words = text.split()
+    return bool(words) and bool(_PATTERN.match(words[0]))
 
 
 def default_shapes(on_gpu: bool, quick: bool) -> list[Shape]:
@@ -454,3 +467,6 @@ def shared_problem(shape: Shape, block_size: int, seed: int) -> DecodeProblem:
         kv_dtype=None if shape.kv_dtype == shape.dtype else shape.kv_dtype,
         query_lens=shape.query_len if shape.query_len > 1 else None,
         **shape.options.problem_keywords(shape.option_context()))
+
+
+kinds.DECODE.attach(shape_grammar=kinds.ShapeGrammar(SHAPE_FORMAT, _is_decode_shape, parse_shape))

@@ -108,6 +108,9 @@ class Limits:
         return True
 
 
+DECODE.attach(limits=Limits)  # kinds.DECODE.limits
+
+
 class Prepared(Protocol):
     """What prepare returns, for every kind of problem: launch() (timed), result() -> out, and lse() -> float32
     [num_query_tokens, num_heads], the natural log-sum-exp of each row's logits (decode: only when the problem's

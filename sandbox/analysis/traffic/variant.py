@@ -39,7 +39,8 @@ from .census import assumed_loads, loads_fields, model_kernel, nvrtc_census, rea
 from .count import count
 from sandbox.cpucuda import modes as cpucuda_modes, traffic_capture
 from sandbox.devices.backends import numba_simulated
-from sandbox.problem import kinds, mla_record
+from sandbox.problem import kinds
+from sandbox.problem.mla import record as mla_record
 from sandbox.problem.micro import MICRO
 from sandbox.variant import registry, tunables
 

@@ -38,7 +38,7 @@ from ...problem.validate import MAX_BLOCK_SIZE
 from ...results import CsvAppender, new_run_dir
 from ...variant import registry
 from ...variant.limits import Unsupported
-from .. import mla_shapes, shapes as shapes_mod
+from .. import shapes as shapes_mod
 from ..report import goals as goals_mod, plots, summary as summary_mod
 from . import bandwidth, device, meta as meta_mod, peers, static_resources, timing, traffic_columns
 from . import tune as tune_mod
@@ -64,7 +64,7 @@ PEER_FAMILIES = ("torch",)
 
 def shape_kind(shape) -> str:
     """"decode" (sandbox/sweep/shapes.py) or "mla" (sandbox/sweep/mla_shapes.py): the variants it races."""
-    return getattr(shape, "kind", kinds.DECODE.name)
+    return shape.kind
 
 
 def backend_label(family: str, resolved: str) -> str:
@@ -233,9 +233,9 @@ class _ShapeData:
         return self._expected[1]
 
 
-# The sweep's part of each problem kind (sandbox/problem/kinds.py): the arrays it builds once per shape.
+# The sweep's part of the decode kind (sandbox/problem/kinds.py): the arrays it builds once per shape (the MLA
+# kind's: sandbox/sweep/mla_shapes.py).
 kinds.DECODE.attach(shape_data=_ShapeData)
-kinds.MLA.attach(shape_data=mla_shapes.MLAShapeData)
 
 
 def _blank_row(candidate: Candidate, shape, block_size, label: str, on_gpu: bool) -> dict:

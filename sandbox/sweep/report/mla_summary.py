@@ -44,3 +44,6 @@ def mla_table(rows) -> list[str]:
             "fp32, tensor cores 989 TFLOPS bf16; the binding roof named)",
             *table(["shape", "bs", "variant", "backend", "time_us", "MB", "GFLOP", "FLOP/B", "GB/s", "GFLOP/s",
                      "H200 cuda-core us", "H200 tensor us"], body)]
+
+
+kinds.MLA.attach(summary_section=mla_table)  # kinds.MLA.summary_section(rows)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from ...problem import dtypes
 from ...variant.registry import labelled
 from . import goals as goals_mod
-from .mla_summary import mla_table
+from ...problem import kinds
+from . import mla_summary  # noqa: F401  (attaches the MLA kind's summary section)
 from .model_summary import measured_vs_model, model_tables
 from .text_table import table
 
@@ -274,7 +275,8 @@ def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, res
         lines.append(f"Read bandwidth ({where}): {read.gbps:.1f} GB/s")
     lines.append("Points: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     model = model_tables(rows, model_device)
-    timed = [time_tables(rows), parts_table(rows), best_table(rows, dense_name), mla_table(rows), cascade_table(rows),
+    timed = [time_tables(rows), parts_table(rows), best_table(rows, dense_name),
+             *(kind.summary_section(rows) for kind in kinds.CHECKED),
              overhead_tables(rows, dense_name)]
     if on_gpu:
         ordered = [*timed, measured_vs_model(rows), model]
@@ -291,3 +293,7 @@ def render(rows, copy, on_gpu: bool, gpu_info, goal_report, dense_name: str, res
     if interrupted:
         lines += ["", INTERRUPTED]
     return "\n".join(lines)
+
+
+# The summary's section of each problem kind: decode's cascade comparison here, MLA's roofs in mla_summary.py.
+kinds.DECODE.attach(summary_section=cascade_table)

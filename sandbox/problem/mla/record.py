@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import quantize_fp8
+from ..dtypes import quantize_fp8
 
 NOPE_DIMS = 512
 ROPE_DIMS = 64

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..problem.kinds import MLA
-from ..problem.mla import MLAProblem
-from . import registry
-from ..devices.other_mode import call_in_numba_mode
+from ...problem.kinds import MLA
+from ...problem.mla import MLAProblem
+from .. import registry
+from ...devices.other_mode import call_in_numba_mode
 
 
 def prepare_mla(name: str, problem: MLAProblem, backend: str = "auto", config: dict | None = None):
@@ -36,17 +36,16 @@ def run_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", retur
     variant.limits.check(name, problem, resolved)
     variant.configuration(config)  # an undeclared tunable is refused here, in this process
     if variant.family_plugin.needs_other_process(resolved):
-        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.mla_runner:run_mla_problem", name, problem,
+        return call_in_numba_mode(resolved == "cpu", "sandbox.variant.mla.runner:run_mla_problem", name, problem,
                                   resolved, return_lse, config)
     prepared = variant.prepare(problem, resolved, config)
     prepared.launch()
-    out = np.asarray(prepared.result())
-    return (out, np.asarray(prepared.lse(), dtype=np.float32)) if return_lse else out
+    return MLA.outputs(prepared) if return_lse else np.asarray(prepared.result())
 
 
 def run_mla(name, query, latent_cache, block_tables, context_lens, scale=None, *, query_start=None, indices=None,
             return_lse=False, backend="auto", config=None):
-    """The public MLA entry point: run variant `name` on host NumPy inputs (layout: sandbox/problem/mla.py).
+    """The public MLA entry point: run variant `name` on host NumPy inputs (layout: sandbox/problem/mla/problem.py).
 
     Returns out [total_q, num_heads, 512] in the query's dtype, and with return_lse (out, lse float32
     [total_q, num_heads], natural log, -inf for a row with no valid index). Inputs may be strided views:

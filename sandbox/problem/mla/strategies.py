@@ -14,9 +14,10 @@ from __future__ import annotations
 from hypothesis import assume, note
 from hypothesis import strategies as st
 
-from .mla import MLAProblem
-from .mla_validate import MLA_QUERY_DTYPES
-from .strategies import context_lengths, query_lengths
+from ..kinds import MLA
+from .problem import MLAProblem
+from .validate import MLA_QUERY_DTYPES
+from ..strategies import context_lengths, query_lengths
 
 MLA_BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32, 48, 64, 128, 256)
 
@@ -68,3 +69,6 @@ def mla_problems_for(limits, **shapes):
     block_sizes = tuple(b for b in MLA_BLOCK_SIZES if limits.block_sizes is None or b in limits.block_sizes)
     return mla_problems(block_sizes=block_sizes, dtypes=limits.dtypes, kv_formats=limits.kv_formats,
                         modes=limits.modes, max_query_len=limits.max_query_len, **shapes)
+
+
+MLA.attach(strategies=mla_problems_for)  # kinds.MLA.strategies(limits, ...)

@@ -19,10 +19,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..problem import mla_record as rec
-from ..problem.kinds import MLA
-from ..problem.mla_validate import MLA_QUERY_DTYPES
-from .limits import Unsupported
+from ...problem.mla import record as rec
+from ...problem.kinds import MLA
+from ...problem.mla.validate import MLA_QUERY_DTYPES
+from ..limits import Unsupported
 
 MODES = ("dense", "sparse")
 
@@ -91,3 +91,6 @@ class MLALimits:
         except Unsupported:
             return False
         return True
+
+
+MLA.attach(limits=MLALimits)  # kinds.MLA.limits: the variant layer's part of the MLA kind

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from . import mla_record as rec
-from .validate import _check_array, _check_query_start, _require
+from . import record as rec
+from ..validate import _check_array, _check_query_start, _require
 
 MLA_QUERY_DTYPES = ("bfloat16", "float16")
 

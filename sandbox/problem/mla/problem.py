@@ -4,7 +4,7 @@ Host NumPy arrays (C-contiguous):
 
     query         [total_q, num_heads, 576]            bfloat16 | float16 (absorbed query: 512 latent + 64 RoPE)
     latent_cache  [num_blocks, block_size, 576]        the query's dtype, or
-                  uint8 [num_blocks, block_size, 656]  fp8 records (layout: sandbox/problem/mla_record.py, docs/mla.md)
+                  uint8 [num_blocks, block_size, 656]  fp8 records (layout: sandbox/problem/mla/record.py, docs/mla.md)
     block_tables  [num_seqs, max_blocks_per_seq] int32
     context_lens  [num_seqs] int32, 1 <= L <= max_blocks_per_seq * block_size
     query_start   None (one query token per sequence) or int32 [num_seqs + 1], as for decode
@@ -14,7 +14,7 @@ Host NumPy arrays (C-contiguous):
 One latent row per token serves every head: keys are the whole 576-wide row, values its first 512
 dims. Query row j of sequence s sits at position p = L_s - q_s + j. Dense: it attends to tokens
 t <= p through the block table. Sparse: it attends to exactly its valid indices (the rule for a
-valid index is in sandbox/problem/mla_validate.py). A row with no valid index outputs 0 (lse -inf).
+valid index is in sandbox/problem/mla/validate.py). A row with no valid index outputs 0 (lse -inf).
 Output [total_q, num_heads, 512] in the query's dtype; lse [total_q, num_heads] float32 (natural log).
 Every slot no query row reads is NaN (an fp8 record: all 0xFF bytes) in the problems built here.
 """
@@ -25,12 +25,12 @@ import math
 
 import numpy as np
 
-from . import dtypes
-from . import mla_record as rec
-from .decode import EXTREME_QUERY_GAIN, _query_lengths, _uniform
-from .mla_paging import allocator_tables, draw_indices
-from .tables import private_tables
-from .mla_validate import row_positions, token_slots, validate_mla_inputs
+from .. import dtypes
+from . import record as rec
+from ..decode import EXTREME_QUERY_GAIN, _query_lengths, _uniform
+from .paging import allocator_tables, draw_indices
+from ..tables import private_tables
+from .validate import row_positions, token_slots, validate_mla_inputs
 
 
 
@@ -164,7 +164,7 @@ class MLAProblem:
 
         kv_format: None (the query's dtype) or "fp8_record" (codes over every finite e4m3 code, power-of-two
         scales). query_lens as DecodeProblem.random (None, an int, a list). topk: None (dense), or the
-        indices' width: each row draws a kind from mla_paging.INDEX_KINDS (or takes valid_counts[row]: how many valid
+        indices' width: each row draws a kind from paging.INDEX_KINDS (or takes valid_counts[row]: how many valid
         indices, clipped to min(topk, p + 1)), its tokens favouring 0, p and block edges (k*bs - 1, k*bs), in
         a random order with -1 at random columns.
         """

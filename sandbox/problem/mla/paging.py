@@ -1,4 +1,4 @@
-"""Block tables and sparse index sets for MLAProblem's constructors (sandbox/problem/mla.py).
+"""Block tables and sparse index sets for MLAProblem's constructors (sandbox/problem/mla/problem.py).
 
     allocator_tables   tables from sandbox.paging.BlockManager (fork with copy-on-write, or prefix caching)
     draw_indices       per query row, a sparse index set (slots, -1 invalid) of one of INDEX_KINDS
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tables import grouped_allocation, shuffled_blocks
-from .mla_validate import row_positions, token_slots
+from ..tables import grouped_allocation, shuffled_blocks
+from .validate import row_positions, token_slots
 
 # Per-row kinds of a random sparse index set: every index invalid, a single valid one, as many as fit
 # (min(topk, p + 1)), or any count in between.
