@@ -120,9 +120,9 @@ class Prepared:
             kernel(grid, block, args, shared_mem=shared)
 
     def launch_parts(self):
-        """[("partition", ...), ("reduce", ...)] when split (the sweep times each), else None."""
+        """[("partition", ...), ("reduce", ...)] when split (the sweep times each), else [] (one kernel)."""
         if len(self.launches) < 2:
-            return None
+            return []
         def one(i):
             kernel, grid, block, args, shared = self.launches[i]
             return lambda: kernel(grid, block, args, shared_mem=shared)
