@@ -27,6 +27,8 @@ from sandbox.sweep import shapes
 from sandbox.sweep.measure import bandwidth, device, run, static_resources, timing
 from sandbox.sweep.report import goals, plots, summary
 from sandbox.variant import Limits, Unsupported
+from sandbox.variant import runner as variant_runner
+import sandbox
 
 import kernels.numpy_gather as gather
 
@@ -170,7 +172,7 @@ def test_torch_sdpa_peer_matches_the_reference_where_torch_sees_the_gpu():
         pytest.skip("PyTorch with CUDA is not importable here (the sandbox never requires it)")
     from sandbox.checking.compare import assert_close
     from sandbox.problem import DecodeProblem
-    problem = DecodeProblem.random(12, num_seqs=3, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16,
+    problem = sandbox.DecodeProblem.random(12, num_seqs=3, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16,
                                    context_lens=[5, 40, 33], dtype="float16")  # unequal lengths: the mask path
     prepared = peers.TorchSdpa().prepare(problem, "gpu")
     prepared.launch()
@@ -761,3 +763,18 @@ def test_tune_partition_records_a_refusal_as_unsupported_and_goes_on():
         (v, p, s) for v in ("cupy.a", "cupy.b")
         for p, s in ((256, "ok"), (512, "wrong"), (1024, "error"), (2048, "unsupported"))]
     assert "needs 65536 bytes" in rows[3]["note"] and rows[0]["stats"].median == 1e-5
+
+
+@pytest.mark.parametrize("name", registry.variants())
+def test_every_variant_answers_the_launch_parts_protocol(name):
+    """The sweep iterates launch_parts() at every point: absent, [] (one kernel) or (name, callable) pairs, never
+    None (flashinfer.decode's unsplit plan once returned None and errored every point of the sweep)."""
+    problem = sandbox.DecodeProblem.random(seed=0, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=64, block_size=16,
+                                   max_context_len=40, dtype="float16")
+    family = registry.family(registry.get(name).family)
+    try:
+        prepared, _ = variant_runner.prepare(name, problem, family.resolve("auto"))
+    except Unsupported as exc:
+        pytest.skip(f"{name} does not take this problem: {exc}")
+    parts = run.launch_parts(prepared)
+    assert isinstance(parts, list) and all(callable(fn) for _, fn in parts)
