@@ -3,7 +3,9 @@
     compiled(source, output="so"|"o") -> Path    the shared object (or object file) built from `source`
 
 Cached under sandbox.cpucuda's cache folder by a hash of the source (with the files it includes with
-quotes from its own folder: source_bytes), the flags and the compiler's version; written to a temporary name and renamed, so parallel processes never see half a file.
+quotes from its own folder: source_bytes), the flags and the compiler's version; written to a temporary name and
+renamed, so parallel processes never see half a file, with a digest checked before use (a damaged entry is
+rebuilt; sandbox.cpucuda.cache_entry).
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from sandbox.cpucuda import compiler as _compiler
+from sandbox.cpucuda import cache_entry, compiler as _compiler
 
+VERSION = "native-2"  # 2: entries carry a digest (sandbox.cpucuda.cache_entry)
 FLAGS = ("-O2", "-fPIC", "-std=c++17", "-fvisibility=hidden", "-w")
 
 
@@ -31,12 +34,11 @@ def compiled(source: Path, output: str = "so") -> Path:
         raise ValueError(f"output must be 'so' or 'o', got {output!r}")
     source = Path(source)
     flags = list(FLAGS) + (["-shared"] if output == "so" else ["-c"])
-    key = hashlib.sha256(repr((source_bytes(source), flags, _compiler._compiler_version())).encode()).hexdigest()[:24]
-    root = _compiler.cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{source.stem}-{key}.{output}"
-    if path.exists():
+    key = hashlib.sha256(repr((VERSION, source_bytes(source), flags, _compiler._compiler_version())).encode()).hexdigest()[:24]
+    path = cache_entry.checked_folder(_compiler.cache_dir()) / f"{source.stem}-{key}.{output}"
+    if cache_entry.verified(path, "compiled helper"):
         return path
+    root = path.parent
     fd, tmp = tempfile.mkstemp(dir=root, prefix=path.name + ".", suffix=".tmp")
     os.close(fd)
     try:
@@ -44,7 +46,7 @@ def compiled(source: Path, output: str = "so") -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise _compiler.CpuCompileError(f"g++ could not compile {source.name}:\n{done.stderr[-3000:]}")
-        os.replace(tmp, path)
+        cache_entry.install(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
