@@ -8,3 +8,9 @@ command is an internal error (exit 1).
 
 class RefusedRequest(ValueError):
     """A request refused before any work or any write; the message names the argument and the constraint."""
+
+
+class OutputFailed(OSError):
+    """A write the request needed failed (a full disk, a device that refuses, a folder that vanished): the
+    CLI prints its one-line message, which names the path, and exits 1. A path that cannot work at all (a
+    folder, a missing or read-only parent) is a RefusedRequest found before any work instead."""

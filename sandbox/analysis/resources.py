@@ -33,6 +33,7 @@ from ..variant import registry, tunables
 from ..devices.backends import numba_simulated
 from .occupancy import occupancy
 from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
+from ..errors import RefusedRequest
 
 ARCHS = ("sm_80", "sm_90")
 DTYPES = dtypes_mod.QUERY_DTYPES  # float32, float16, bfloat16
@@ -50,7 +51,7 @@ COLUMNS = ("variant", "family", "block_size", "head_dim", "dtype", "kv_dtype", "
 def parse_arch(arch: str) -> tuple[int, int]:
     """"sm_90" -> (9, 0); refuses anything but ARCHS."""
     if arch not in ARCHS:
-        raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+        raise RefusedRequest(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
     digits = arch[3:]
     return int(digits[:-1]), int(digits[-1])
 
@@ -136,7 +137,7 @@ def _modules(names):
                 entry = registry.get(name)
             except ValueError:
                 valid = ", ".join(registry.variants(problem=None) + registry.cache_writers())
-                raise ValueError(f"unknown variant {name!r}; valid names: {valid}") from None
+                raise RefusedRequest(f"unknown variant {name!r}; valid names: {valid}") from None
         out.append((name, entry.family, entry.module))
     return out
 
@@ -287,14 +288,14 @@ def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
     """(query dtype, fp8 cache dtype or None) by canonical name; ValueError for anything else."""
     dtype = dtypes_mod.canonical(dtype)
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (fp32, fp16, bf16), got {dtype!r}")
+        raise RefusedRequest(f"dtype must be one of {', '.join(DTYPES)} (fp32, fp16, bf16), got {dtype!r}")
     if kv_dtype is None:
         return dtype, None
     kv = dtypes_mod.canonical(kv_dtype)
     if kv == dtype:
         return dtype, None
     if kv not in KV_DTYPES:
-        raise ValueError(f"kv_dtype must be the query's dtype or one of {', '.join(KV_DTYPES)} (e4m3, e5m2), "
+        raise RefusedRequest(f"kv_dtype must be the query's dtype or one of {', '.join(KV_DTYPES)} (e4m3, e5m2), "
                          f"got {kv_dtype!r}")
     return dtype, kv
 

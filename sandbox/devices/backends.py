@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from ..errors import RefusedRequest
 
 BACKENDS = ("auto", "gpu", "cpu")
 
@@ -67,30 +68,30 @@ def require_gpu_if_asked(backend: str) -> None:
     """Every command's one no-GPU guard: --backend gpu on a machine without a GPU is a ValueError (exit 2)
     saying so, before anything runs or is written."""
     if backend == "gpu" and not gpu_present():
-        raise ValueError(NO_GPU)
+        raise RefusedRequest(NO_GPU)
 
 
 def resolve(backend: str, family: str) -> str:
     """Map "auto" to "gpu" or "cpu" for a variant family; refuse what cannot run here, clearly."""
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        raise RefusedRequest(f"backend must be one of {BACKENDS}, got {backend!r}")
     if family in ("numpy",):
         if backend == "gpu":
-            raise ValueError(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
+            raise RefusedRequest(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
         return "cpu"
     if family == "cupy":
         if backend == "auto":
             return "gpu" if cupy_usable() else "cpu"
         if backend == "gpu" and not cupy_usable():
-            raise ValueError("backend='gpu' needs an NVIDIA GPU and CuPy (pip install '.[gpu-cuda12]' or '.[gpu-cuda13]')")
+            raise RefusedRequest("backend='gpu' needs an NVIDIA GPU and CuPy (pip install '.[gpu-cuda12]' or '.[gpu-cuda13]')")
         return backend
     if family == "numba":
         if backend == "auto":
             return "cpu" if numba_simulated() else "gpu"
         if backend == "gpu" and not gpu_present():
-            raise ValueError("backend='gpu' needs an NVIDIA GPU; none was found (numba runs under the simulator here)")
+            raise RefusedRequest("backend='gpu' needs an NVIDIA GPU; none was found (numba runs under the simulator here)")
         return backend
-    raise ValueError(f"unknown variant family {family!r}")
+    raise RefusedRequest(f"unknown variant family {family!r}")
 
 
 def numba_needs_other_process(backend: str) -> bool:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..problem.dtypes import FP8_DTYPES, QUERY_DTYPES
 from ..problem.options import FEATURES
+from ..errors import RefusedRequest
 
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # What the strategy and check draw for a variant that takes any block size (Limits.block_sizes None): the
@@ -39,7 +40,7 @@ OTHER_BLOCK_SIZES = (3, 5, 19, 61, 69, 100, 528, 2112)
 ANY_BLOCK_SIZES = POW2_BLOCK_SIZES + OTHER_BLOCK_SIZES
 
 
-class Unsupported(ValueError):
+class Unsupported(RefusedRequest):
     """A variant refuses a problem it was not built for (declared limits, or a prepare that cannot fit it).
 
     Raise it (not a bare ValueError) from `prepare` to refuse: the sweep records the point as

@@ -14,6 +14,7 @@ import types
 
 from . import tunables
 from .limits import Limits
+from ..errors import RefusedRequest
 
 PROBLEMS = ("decode", "mla")
 
@@ -121,7 +122,7 @@ def variants(family: str | None = None, problem: str | None = "decode") -> list[
     """Registered variant names, optionally of one family ("numpy", "numba", "cupy", or "wrong"), solving one
     kind of problem (PROBLEMS: "decode" by default, "mla"; None: every kind)."""
     if problem is not None and problem not in PROBLEMS:
-        raise ValueError(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")
+        raise RefusedRequest(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")
     if family == "wrong":
         names = list(WRONG_VARIANTS)
     else:
@@ -136,7 +137,7 @@ def cache_writers(family: str | None = None) -> list[str]:
 
 def get_cache_writer(name: str) -> Variant:
     if name not in CACHE_WRITERS:
-        raise ValueError(f"unknown cache writer {name!r}; valid names: {', '.join(CACHE_WRITERS)}")
+        raise RefusedRequest(f"unknown cache writer {name!r}; valid names: {', '.join(CACHE_WRITERS)}")
     return Variant(name, importlib.import_module(CACHE_WRITERS[name]))
 
 
@@ -146,11 +147,11 @@ def get(name: str, problem: str | None = None) -> Variant:
     path = VARIANTS.get(name) or WRONG_VARIANTS.get(name)
     if path is None:
         valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS))
-        raise ValueError(f"unknown variant {name!r}; valid names: {valid}")
+        raise RefusedRequest(f"unknown variant {name!r}; valid names: {valid}")
     variant = Variant(name, importlib.import_module(path))
     if problem is not None and variant.problem != problem:
         entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}
-        raise ValueError(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
+        raise RefusedRequest(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
                          f"{problem} variants: {', '.join(variants(problem=problem))}")
     return variant
 

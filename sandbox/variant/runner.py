@@ -7,6 +7,7 @@ from ..devices import backends
 from . import registry
 from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem
+from ..errors import RefusedRequest
 
 
 def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
@@ -21,7 +22,7 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
     resolved = backends.resolve(backend, variant.family)
     variant.limits.check(name, problem, resolved)
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
-        raise ValueError(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
+        raise RefusedRequest(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
                          "use sandbox.run, which runs it in a child process")
     return variant.prepare(problem, resolved, config), resolved
 

@@ -30,6 +30,7 @@ from .. import gpus, model as _model
 from ..occupancy import occupancy
 from . import metrics as M
 from .count import count
+from ...errors import RefusedRequest
 
 SAMPLE_SEQS = 8
 COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
@@ -84,7 +85,7 @@ def sample(problem, sample_seqs: int | None):
     if sample_seqs is None or problem.num_seqs <= sample_seqs:
         return problem, 1.0, None
     if sample_seqs < 1:
-        raise ValueError(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
+        raise RefusedRequest(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
     groups = sharing_groups(problem)
     lens, qlens = problem.context_lens, problem.query_lens
     shapes = {(tuple(lens[g].tolist()), tuple(qlens[g].tolist())) for g in groups}
@@ -119,7 +120,7 @@ def mla_sample(problem, sample_seqs: int | None):
     if sample_seqs is None or problem.num_seqs <= sample_seqs:
         return problem, 1.0, None
     if sample_seqs < 1:
-        raise ValueError(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
+        raise RefusedRequest(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
     used = [problem.block_tables[s, :-(-int(n) // problem.block_size)] for s, n in enumerate(problem.context_lens)]
     blocks = np.concatenate(used)
     same = (len(set(problem.context_lens.tolist())) == 1 and len(set(problem.query_lens.tolist())) == 1
@@ -274,7 +275,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     gpu = gpus.get(device)
     variant = registry.get(name)
     if variant.family == "numpy":
-        raise ValueError(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
+        raise RefusedRequest(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
                          "memory accesses; choose a cupy.* or numba.* variant")
     kind = getattr(variant, "problem", "decode")
     problem.validate()
