@@ -72,27 +72,27 @@ def _names(values, kind: str = "decode") -> list[str]:
 
 
 def shape_bytes(shape) -> int:
-    """Host memory a count of `shape` takes at most: its K/V (or latent rows) staged in float32, the cache in
-    its dtype and the paged copy (three float32-sized copies; a bound, not a measurement)."""
+    """Host memory problem_for(shape) takes, about: the K/V elements staged in float32, then in the cache's
+    dtype, then paged (K and V); MLA: the latent rows likewise. An estimate to refuse the impossible up front."""
     if isinstance(shape, mla_shapes.MLAShape):
-        return 3 * 4 * shape.num_seqs * shape.context_len * 576
-    sequences = shape.num_seqs if not shape.group_size else shape.num_seqs // shape.group_size + shape.num_seqs
-    return 3 * 4 * 2 * sequences * shape.context_len * shape.num_kv_heads * shape.head_dim
+        return shape.num_seqs * shape.context_len * 576 * (4 + 2 * 2)
+    itemsize = 4 if shape.kv_dtype is None and shape.dtype == "float32" else 2
+    return shape.num_seqs * shape.context_len * shape.num_kv_heads * shape.head_dim * (4 + 3 * itemsize)
 
 
 def memory_bound() -> int:
-    """Half of this machine's memory (8 GiB where it cannot be read)."""
+    """This machine's memory (16 GiB where it cannot be read)."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
-        return 8 * 2**30
+        return 16 * 2**30
 
 
 def check_shape_fits(text: str, shape) -> None:
     needed, bound = shape_bytes(shape), memory_bound()
     if needed > bound:
         raise RefusedRequest(f"--shape {text}: counting it would take about {needed / 2**30:,.1f} GiB of memory; the "
-                             f"bound is {bound / 2**30:,.1f} GiB (half this machine's): fewer sequences or tokens")
+                             f"bound is {bound / 2**30:,.1f} GiB (this machine's): fewer sequences or tokens")
 
 
 def problem_for(shape, block_size: int, seed: int):

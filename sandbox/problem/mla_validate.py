@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from . import mla_record as rec
-from .validate import _check_array, _check_query_start, _require
+from .validate import _check_array, _check_query_start, _require, dtype_text
 from ..errors import RefusedRequest
 
 MLA_QUERY_DTYPES = ("bfloat16", "float16")
@@ -49,7 +49,7 @@ def validate_mla_inputs(query, latent_cache, block_tables, context_lens, scale=N
         _require(latent_cache.shape[2] == rec.LATENT_DIMS,
                  f"latent_cache must have {rec.LATENT_DIMS} dims per token, got shape {latent_cache.shape}")
     for name, arr in (("block_tables", block_tables), ("context_lens", context_lens)):
-        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {arr.dtype.name}")
+        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {dtype_text(arr.dtype)}")
 
     num_seqs = context_lens.shape[0]
     total_q, num_heads = query.shape[:2]
@@ -104,7 +104,7 @@ def token_slots(block_table: np.ndarray, context_len: int, block_size: int) -> n
 def _check_indices(indices, block_tables, context_lens, query_lens, block_size: int, num_blocks: int) -> None:
     total_q = int(np.sum(query_lens))
     _check_array("indices", indices, 2)
-    _require(indices.dtype == np.int32, f"indices.dtype must be int32, got {indices.dtype.name}")
+    _require(indices.dtype == np.int32, f"indices.dtype must be int32, got {dtype_text(indices.dtype)}")
     _require(indices.shape[0] == total_q,
              f"indices has {indices.shape[0]} rows, expected one per query row ({total_q})")
     _require(indices.shape[1] >= 1, f"indices must have topk >= 1 columns, got shape {indices.shape}")

@@ -27,6 +27,11 @@ def check_block_size(block_size, name: str = "block_size") -> int:
     return int(block_size)
 
 
+def dtype_text(dtype: np.dtype) -> str:
+    """The dtype's name, with its byte order when it is not the machine's (">i4" is not int32 here)."""
+    return dtype.name if dtype.isnative else f"{dtype.name} in non-native byte order ({dtype.str})"
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise RefusedRequest(message)
@@ -40,7 +45,7 @@ def _check_array(name: str, value, ndim: int) -> None:
 def _check_query_start(query_start, num_seqs: int, total_q: int, context_lens) -> np.ndarray:
     """query lengths [num_seqs] from query_start int32 [num_seqs + 1] (FlashAttention's cu_seqlens_q)."""
     _check_array("query_start", query_start, 1)
-    _require(query_start.dtype == np.int32, f"query_start.dtype must be int32, got {query_start.dtype.name}")
+    _require(query_start.dtype == np.int32, f"query_start.dtype must be int32, got {dtype_text(query_start.dtype)}")
     _require(query_start.shape[0] == num_seqs + 1,
              f"query_start has {query_start.shape[0]} entries, expected num_seqs + 1 = {num_seqs + 1} (from context_lens)")
     _require(int(query_start[0]) == 0, f"query_start[0] must be 0, got {int(query_start[0])}")
@@ -93,7 +98,7 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     _require(value_cache.shape == key_cache.shape,
              f"value_cache.shape {value_cache.shape} must equal key_cache.shape {key_cache.shape}")
     for name, arr in (("block_tables", block_tables), ("context_lens", context_lens)):
-        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {arr.dtype.name}")
+        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {dtype_text(arr.dtype)}")
 
     num_seqs = context_lens.shape[0]
     total_q, num_heads, head_dim = query.shape

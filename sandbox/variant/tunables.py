@@ -32,6 +32,10 @@ def defaults(module) -> dict:
 def resolve(name: str, module, config: dict | None) -> dict:
     """The full configuration for `config` (defaults filled in), checked against the declaration."""
     table = declared(module)
+    if config is not None and not isinstance(config, dict):
+        hint = " (parse one with sandbox.variant.tunables.parse)" if isinstance(config, str) else ""
+        raise RefusedRequest(f"config must be a dict NAME: VALUE such as {{'threads': 64}} or None, got "
+                             f"{type(config).__name__} {config!r}{hint}; sandbox.tunables({name!r}) lists them")
     config = dict(config or {})
     unknown = [key for key in config if key not in table]
     if unknown:
