@@ -1,7 +1,7 @@
 """python -m sandbox COMMAND: each command is a module with add_arguments(parser) and main(args) -> int.
 
 Exit status: the command's; 2 for a request it refuses (sandbox.errors.RefusedRequest, or argparse's usage
-error: one line "error: ...", no traceback, nothing written); 1 for an output that could not be written
+error, a SystemExit(2) from parse_args: one line "error: ...", no traceback, nothing written); 1 for an output that could not be written
 (sandbox.errors.OutputFailed: one line naming the path) and for an internal error (any other exception: one
 line with its type and cause, the traceback in a log file whose path the line gives); 130 on Ctrl-C (one
 line). Errors are told apart by type: a ValueError from inside a command is an internal error.
@@ -34,16 +34,13 @@ COMMANDS = {
 }
 
 
-class UsageError(RefusedRequest):
-    """A command line argparse refused (an unknown flag, a number out of range): exit 2, one line."""
-
-
 class _Parser(argparse.ArgumentParser):
-    """argparse with its refusals raised as UsageError (one line naming the flag and the bound), not printed
-    with the usage block and sys.exit(2); --help still prints and exits 0. Subcommands inherit it."""
+    """argparse whose refusals are one line (naming the flag and the bound, then where the usage is) and
+    SystemExit(2), as argparse's own; --help still prints and exits 0. Subcommands inherit it."""
 
     def error(self, message):
-        raise UsageError(f"{message} (usage: {self.prog} --help)")
+        print(f"error: {message} (usage: {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,11 +105,7 @@ def _stdout_failed(stream, exc: OSError) -> int:
 
 
 def main(argv=None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    args = build_parser().parse_args(argv)  # a refused command line: one line, SystemExit(2)
     stream = sys.stdout
     sys.stdout = _GuardedStdout(stream)
     try:

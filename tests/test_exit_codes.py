@@ -87,7 +87,8 @@ def test_check_racecheck_and_finite_poison_set_the_executor_switches(monkeypatch
     assert "shared-memory race check (--racecheck)" in out and "finite values (--poison finite)" in out
     assert seen["SANDBOX_CPUCUDA_RACECHECK"] == "1" and seen["SANDBOX_CPUCUDA_POISON"] == "finite"
     assert seen["backend"] == "cpu" and "[racecheck, poison]" in out
-    assert cli.main(["check", "cupy.envprobe", "--poison", "nan-please"]) == 2
+    with pytest.raises(SystemExit):
+        cli.main(["check", "cupy.envprobe", "--poison", "nan-please"])
     capsys.readouterr()
     monkeypatch.setattr(backends, "gpu_present", lambda: True)
     assert cli.main(["check", "cupy.envprobe", "--asan", "--backend", "gpu"]) == 2
@@ -128,9 +129,10 @@ def test_check_backend_gpu_without_a_gpu_is_one_line_exit_2(monkeypatch, capsys)
 
 
 def test_check_refuses_a_negative_random_count(capsys):
-    assert cli.main(["check", "numpy.gather", "--random", "-3"]) == 2
+    with pytest.raises(SystemExit) as info:
+        cli.main(["check", "numpy.gather", "--random", "-3"])
     err = capsys.readouterr().err
-    assert "--random: must be an integer in [0, 1000000], got '-3'" in err and err.count("\n") == 1
+    assert info.value.code == 2 and "--random: must be an integer in [0, 1000000], got '-3'" in err and err.count("\n") == 1
 
 
 RACY = r"""
