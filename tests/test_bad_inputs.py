@@ -253,3 +253,18 @@ def test_numbers_bounds_read_as_written():
     assert numbers.integer(0, 2**32 - 1)("7") == 7
     with pytest.raises(Exception, match=r"must be an integer in \[0, 4294967295\], got '-1'"):
         numbers.integer(0, 2**32 - 1)("-1")
+
+
+@pytest.mark.parametrize("name", ["numpy.gather", "cupy.v1"])
+def test_a_launch_uses_the_tables_it_was_prepared_with(name):
+    """prepare, then edit block_tables in place (an entry = the block count: out of bounds), then launch: the
+    prepared variant owns the validated copies (runner.own_index_arrays), so it reads nothing out of bounds."""
+    from sandbox.variant import runner
+    problem = DecodeProblem.random(9, num_seqs=2, num_heads=2, num_kv_heads=1, head_dim=64, block_size=16,
+                                   max_context_len=40)
+    before = runner.run_problem(name, problem)
+    prepared, _ = runner.prepare(name, problem, "cpu")
+    problem.block_tables[1, 0] = problem.num_blocks
+    problem.context_lens[0] = 10**6
+    prepared.launch()
+    np.testing.assert_array_equal(np.asarray(prepared.result()), before)

@@ -16,7 +16,11 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
 
     Raises ValueError before any launch if the inputs are invalid or the variant does not support them.
     A numba variant whose mode differs from this process's cannot be prepared here: use run().
+    The prepared variant owns copies of the problem's index arrays (block tables, lengths, query starts), taken
+    before they are validated: editing the caller's tables in place after prepare cannot make a launch read
+    out of bounds (it launches what was validated).
     """
+    problem = own_index_arrays(problem)
     problem.validate()
     variant = registry.get(name, problem="decode")
     resolved = backends.resolve(backend, variant.family)
@@ -25,6 +29,18 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
         raise RefusedRequest(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
                          "use sandbox.run, which runs it in a child process")
     return variant.prepare(problem, resolved, config), resolved
+
+
+INDEX_ARRAYS = ("block_tables", "context_lens", "query_start", "indices")
+
+
+def own_index_arrays(problem):
+    """`problem` (DecodeProblem or MLAProblem) with private copies of its index arrays (the caches are shared:
+    their values cannot send a launch out of bounds)."""
+    import dataclasses
+    copies = {f: np.array(getattr(problem, f), copy=True) for f in INDEX_ARRAYS
+              if isinstance(getattr(problem, f, None), np.ndarray)}
+    return dataclasses.replace(problem, **copies)
 
 
 def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
