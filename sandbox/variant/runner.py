@@ -68,9 +68,10 @@ def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=N
     Returns [num_seqs, num_heads, head_dim] (decode) or [total_q, num_heads, head_dim] (with
     query_start) in the query's dtype; with return_lse=True, (out, lse) with lse float32 [num_query_tokens,
     num_heads]. `options` are the option table's fields (AttentionOptions; docs/options.md lists them),
-    each off by default. Inputs may be strided views: the variant receives C-contiguous copies. NaN or
-    inf in a query row propagates to that row's output (the logits of that head are NaN); everything
-    else is validated before any launch. config: the variant's tunables for this run ({"threads": 64};
+    each off by default. Inputs may be strided views: the variant receives C-contiguous copies. NaN is
+    data: a NaN in a query row, or in a cache slot a row reads, makes exactly the rows that read it NaN (out
+    and lse), as in the reference; every other row stays clean. Parameters (scale, sinks, cache scales) must
+    be finite; everything else is validated before any launch. config: the variant's tunables for this run ({"threads": 64};
     sandbox.tunables(name) lists them), None for its defaults.
     """
     def contiguous(x):
