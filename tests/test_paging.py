@@ -357,6 +357,12 @@ def test_swapped_sequences_are_checked_on_construction():
     assert m._state() == before
 
 
+def test_an_impossible_pool_is_refused_before_it_is_built():
+    from sandbox.paging.block_manager import MAX_BLOCKS
+    with pytest.raises(ValueError, match=rf"num_blocks must be at most {MAX_BLOCKS:,} .* got 1,000,000,000,000"):
+        BlockManager(10**12, 16)
+
+
 def test_a_bad_token_changes_nothing():
     m = BlockManager(4, 4)
     m.allocate("a", [1, 2])

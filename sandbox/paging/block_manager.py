@@ -28,8 +28,14 @@ import operator
 from collections import deque
 from collections.abc import Hashable, Sequence
 
+from sandbox.errors import RefusedRequest
 from sandbox.paging.prefix_cache import NO_BLOCK, PrefixCache
 from sandbox.paging.swap import SwapMixin
+
+
+# Block ids go into int32 block tables; and the allocator keeps ~60 bytes of Python objects per block (its reference
+# count, its entry in the free deque), so a pool past MAX_BLOCKS is a typo, refused before a list is built.
+MAX_BLOCKS = 2**27
 
 
 class OutOfBlocks(RuntimeError):
@@ -53,6 +59,9 @@ class BlockManager(SwapMixin):
 
     def __init__(self, num_blocks: int, block_size: int):
         self.num_blocks = _int_at_least("num_blocks", num_blocks, 1)
+        if self.num_blocks > MAX_BLOCKS:
+            raise RefusedRequest(f"num_blocks must be at most {MAX_BLOCKS:,} (about {MAX_BLOCKS * 60 / 2**30:.0f} GiB "
+                                 f"of allocator state), got {self.num_blocks:,}")
         self.block_size = _int_at_least("block_size", block_size, 1)
         self._ref = [0] * self.num_blocks
         self._free = deque(range(self.num_blocks))     # free blocks holding nothing cached
