@@ -1,10 +1,11 @@
 """python -m sandbox COMMAND: each command is a module with add_arguments(parser) and main(args) -> int.
 
-Exit status: the command's; 2 for a request it refuses (sandbox.errors.RefusedRequest, or argparse's usage
-error, a SystemExit(2) from parse_args: one line "error: ...", no traceback, nothing written); 1 for an output that could not be written
-(sandbox.errors.OutputFailed: one line naming the path) and for an internal error (any other exception: one
-line with its type and cause, the traceback in a log file whose path the line gives); 130 on Ctrl-C (one
-line). Errors are told apart by type: a ValueError from inside a command is an internal error.
+Exit status: the command's; 2 for a request it refuses (sandbox.errors.RefusedRequest, or the parser's
+refusal, a SystemExit(2) from parse_args: one line "error: ...", no traceback, nothing written); 1 for an
+output that could not be written (sandbox.errors.OutputFailed, or standard output refusing a write: one line
+naming it) and for an internal error (any other exception: one line with its type and cause, the traceback
+in a log file whose path the line gives); 130 on Ctrl-C (one line). Errors are told apart by type: a
+ValueError from inside a command is an internal error (docs/exit-codes.md).
 """
 from __future__ import annotations
 

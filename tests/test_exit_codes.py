@@ -132,7 +132,7 @@ def test_check_refuses_a_negative_random_count(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["check", "numpy.gather", "--random", "-3"])
     err = capsys.readouterr().err
-    assert info.value.code == 2 and "--random: must be an integer in [0, 1000000], got '-3'" in err and err.count("\n") == 1
+    assert info.value.code == 2 and "--random: must be an integer in [0, 1e+06], got '-3'" in err and err.count("\n") == 1
 
 
 RACY = r"""

@@ -18,7 +18,7 @@ SHAPE = "2x64x4/2x64xfp16"  # the instantiations tests/test_traffic_variants.py 
     (["cupy.nope"], "unknown variant 'cupy.nope'"),
     (["cupy.gqa", "--shape", "64x4096"], "is not SEQSxTOKENS"),
     (["cupy.gqa", "--device", "a100"], "--device a100: device must be one of h200, h100"),
-    (["cupy.gqa", "--sample-seqs", "0"], "--sample-seqs: must be an integer in [1, 1000000], got '0'"),
+    (["cupy.gqa", "--sample-seqs", "0"], "--sample-seqs: must be an integer in [1, 1e+06], got '0'"),
     (["cupy.gqa", "--json", "/nonexistent-folder/out.json"], "--json /nonexistent-folder/out.json: the folder"),
 ])
 def test_refused_requests_exit_2_with_one_line_and_write_nothing(capsys, tmp_path, argv, message):

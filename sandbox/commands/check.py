@@ -51,7 +51,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--backend", default="auto", choices=("auto", "gpu", "cpu"))
     parser.add_argument("--random", type=numbers.integer(0, 10**6), default=4, metavar="N",
                         help="random problems per variant (default 4)")
-    parser.add_argument("--seed", type=numbers.integer(0, 2**32 - 1), default=0,
+    parser.add_argument("--seed", type=numbers.integer(0, 10**9), default=0,
                         help="seed of the random problems (default 0)")
     add_config_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -11,14 +11,10 @@ import argparse
 import math
 
 
-def _number(value) -> str:
-    return str(value) if isinstance(value, int) else f"{value:g}"
-
-
 def _bounds_text(low, high, low_open: bool, high_open: bool) -> str:
     left = "(" if low_open else "["
     right = ")" if high_open else "]"
-    return f"{left}{'-inf' if low is None else _number(low)}, {'inf' if high is None else _number(high)}{right}"
+    return f"{left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
 
 
 def _check_range(value, text: str, what: str, low, high, low_open: bool, high_open: bool):

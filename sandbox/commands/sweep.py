@@ -17,7 +17,7 @@ from ..errors import RefusedRequest
 
 
 # Bounds of the numeric flags (checked by the parser, before anything is written): generous, but finite.
-MAX_SEED = 2**32 - 1            # numpy's SeedSequence takes any, the sweep's generated names print it
+MAX_SEED = 10**9
 MAX_TOKENS = 10**7              # a shared prompt longer than any model's context is a typo
 MAX_GROUP = 4096
 MAX_SECONDS = 7 * 24 * 3600.0   # a week

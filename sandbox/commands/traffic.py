@@ -52,7 +52,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--exact", action="store_true", help="count every block (no sampling: slower)")
     parser.add_argument("--sites", type=numbers.integer(0, 10**6), default=12, metavar="N",
                         help="site rows shown per kernel, the costliest first (0: none; default 12)")
-    parser.add_argument("--seed", type=numbers.integer(0, 2**32 - 1), default=0)
+    parser.add_argument("--seed", type=numbers.integer(0, 10**9), default=0)
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write one row per kernel, metric names as columns")
     add_config_argument(parser)
