@@ -79,7 +79,7 @@ def test_mla_variant_matches_reference_on_edge_cases(name):
         assert_matches_reference(name, problem)
 
 
-NAN_EXAMPLES = {"numpy": 5, "numba": 2, "cupy": 3}   # the NaN property's examples under the "ci" profile
+NAN_EXAMPLES = {"numpy": 3, "numba": 1, "cupy": 1}   # the NaN property's examples under the "ci" profile
 
 
 def draw_planted_nan(draw, problem: MLAProblem) -> MLAProblem:
