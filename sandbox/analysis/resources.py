@@ -296,7 +296,7 @@ def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
         return dtype, None
     if kv not in KV_DTYPES:
         raise RefusedRequest(f"kv_dtype must be the query's dtype or one of {', '.join(KV_DTYPES)} (e4m3, e5m2), "
-                         f"got {kv_dtype!r}")
+                             f"got {kv_dtype!r}")
     return dtype, kv
 
 

@@ -110,7 +110,7 @@ def main(args) -> int:
     variants = select(names_given(args))
     if args.config and variants is None:
         raise RefusedRequest("--config: name the variants it is for (tunables differ per variant; "
-                         "python -m sandbox list shows them)")
+                             "python -m sandbox list shows them)")
     label = precision_label(dtype, kv_dtype)
     print(f"compiling for {args.arch} ({label}, head_dim {args.head_dim}, block sizes "
           f"{','.join(map(str, block_sizes))}); numba kernels compile in a real-mode child process ...",

@@ -8,7 +8,8 @@ import sys
 
 from ..analysis import resources, sass
 from . import add_block_sizes_argument, add_names_argument, align, block_sizes_given, names_given, numbers
-from .resources import MAX_HEAD_DIM, add_precision_arguments, not_supported_line, precision, precision_label, select, without_report_line
+from .resources import (MAX_HEAD_DIM, add_precision_arguments, not_supported_line, precision, precision_label, select,
+                        without_report_line)
 
 HEADER = ("variant", "bs", "instrs", "global loads (width:count)", "16B loads", "global stores", "local", "generic",
           "shared ld/st", "bar", "shfl", "call", "fp64")

@@ -67,7 +67,7 @@ def _names(values, kind: str = "decode") -> list[str]:
     for name in names:
         if registry.get(name).family == "numpy":
             raise RefusedRequest(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a "
-                             "kernel's memory accesses; choose cupy.* or numba.* variants")
+                                 "kernel's memory accesses; choose cupy.* or numba.* variants")
     return names
 
 

@@ -16,7 +16,8 @@ flags still match, and falls back to the header text if not, so a stale or misma
 costs time, never correctness.
 
 Built once, under an exclusive lock (parallel pytest-xdist workers wait for the first) into a
-temporary file renamed into place, its digest beside it; a damaged ``.gch`` is rebuilt (cache_entry.py). ``SANDBOX_CPUCUDA_PCH=0`` turns it off.
+temporary file renamed into place, its digest beside it; a damaged ``.gch`` is rebuilt (cache_entry.py).
+``SANDBOX_CPUCUDA_PCH=0`` turns it off.
 """
 from __future__ import annotations
 

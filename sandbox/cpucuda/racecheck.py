@@ -142,7 +142,8 @@ def _target(report: _Report, build, items, symbols, frame) -> str:
         return (f"argument {i} ({arr.dtype}, shape {arr.shape}, element {offset // max(arr.itemsize, 1)} of the "
                 "flattened array)")
     if report.target == -2:
-        names = ", ".join(_dynamic_names_in_scope(build, frame) or dict.fromkeys(build.dynamic_names)) or "extern __shared__"
+        in_scope = _dynamic_names_in_scope(build, frame) or dict.fromkeys(build.dynamic_names)
+        names = ", ".join(in_scope) or "extern __shared__"
         return f"dynamic shared memory ({names}; byte offset {offset})"
     return f"__shared__ {symbols.shared_name(report.region_lo)} (byte offset {offset})"
 

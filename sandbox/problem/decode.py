@@ -421,7 +421,7 @@ def _stored_dim(cache_dtype: np.dtype, head_dim: int) -> int:
 def _check_nvfp4_head_dim(cache_dtype: np.dtype, head_dim: int) -> None:
     if dtypes.kv_format(cache_dtype) == dtypes.NVFP4 and head_dim % 16:
         raise RefusedRequest(f"an NVFP4 cache needs head_dim to be a multiple of 16 (one e4m3 scale per 16 values), "
-                         f"got {head_dim}")
+                             f"got {head_dim}")
 
 
 def _check_option_keywords(constructor: str, options: dict) -> None:
@@ -442,7 +442,7 @@ def _query_lengths(query_lens, context_lens: np.ndarray) -> np.ndarray:
     q = np.asarray(query_lens, dtype=np.int64)
     if q.shape != context_lens.shape or (q < 1).any() or (q > context_lens).any():
         raise RefusedRequest(f"query_lens must give 1 <= q_s <= context_lens[s] for each of the {len(context_lens)} "
-                         f"sequences, got {q.tolist()} for context_lens {context_lens.tolist()}")
+                             f"sequences, got {q.tolist()} for context_lens {context_lens.tolist()}")
     return q
 
 

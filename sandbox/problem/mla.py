@@ -205,13 +205,13 @@ class MLAProblem:
             raise RefusedRequest(f"how must be 'fork' or 'prefix', got {how!r}")
         if prefix_len < 1 or num_groups < 1 or group_size < 1:
             raise RefusedRequest(f"prefix_len, num_groups and group_size must be >= 1, got {prefix_len}, {num_groups}, "
-                             f"{group_size}")
+                                 f"{group_size}")
         num_seqs = num_groups * group_size
         suffix = (rng.integers(0, max_suffix_len + 1, size=num_seqs) if suffix_lens is None
                   else np.asarray(suffix_lens, dtype=np.int64))
         if suffix.shape != (num_seqs,) or (suffix < 0).any():
             raise RefusedRequest(f"suffix_lens must give num_groups * group_size = {num_seqs} lengths >= 0, "
-                             f"got {suffix.tolist()}")
+                                 f"got {suffix.tolist()}")
         lens = prefix_len + suffix
         tables, num_blocks, copies = allocator_tables(rng, lens, block_size, prefix_len, group_size, how)
         cache = _draw_cache(rng, (num_blocks, block_size), dtype, kv_format, np.arange(num_blocks))

@@ -70,7 +70,7 @@ def validate_mla_inputs(query, latent_cache, block_tables, context_lens, scale=N
     if bad.size:
         s = int(bad[0])
         raise RefusedRequest(f"context_lens[{s}] = {int(context_lens[s])} is out of range [1, {capacity}] "
-                         f"(max_blocks_per_seq {max_blocks} x block_size {block_size})")
+                             f"(max_blocks_per_seq {max_blocks} x block_size {block_size})")
     query_lens = (np.ones(num_seqs, dtype=np.int64) if query_start is None
                   else _check_query_start(query_start, num_seqs, total_q, context_lens))
     if scale is not None:
@@ -112,7 +112,7 @@ def _check_indices(indices, block_tables, context_lens, query_lens, block_size: 
     if below.size:
         r, k = (int(x) for x in below[0])
         raise RefusedRequest(f"indices[{r}, {k}] = {int(indices[r, k])}: an index is -1 (invalid) or a cache slot "
-                         f"block * block_size + offset >= 0")
+                             f"block * block_size + offset >= 0")
     seqs, positions = row_positions(context_lens, query_lens)
     num_slots = num_blocks * block_size
     for s in range(len(context_lens)):
@@ -133,7 +133,7 @@ def _check_indices(indices, block_tables, context_lens, query_lens, block_size: 
                      + ("holds no token of sequence " + str(s) if seen[i, k] > 2**62
                         else f"holds token {int(seen[i, k])} of sequence {s}, after the row's position"))
             raise RefusedRequest(f"indices[{r}, {k}] = {slot}: a valid index must be the slot of a token t <= "
-                             f"{int(positions[r])} (the row's position) of sequence {s}; {where}")
+                                 f"{int(positions[r])} (the row's position) of sequence {s}; {where}")
         ordered = np.sort(mine, axis=1)
         twice = np.argwhere((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0))
         if twice.size:
@@ -141,4 +141,4 @@ def _check_indices(indices, block_tables, context_lens, query_lens, block_size: 
             r, slot = int(rows[i]), int(ordered[i, k])
             at = np.flatnonzero(indices[r] == slot).tolist()
             raise RefusedRequest(f"indices[{r}] holds slot {slot} more than once (at columns {at}): "
-                             "valid indices of a row must be distinct")
+                                 "valid indices of a row must be distinct")

@@ -370,7 +370,7 @@ def slot_array(name: str, dtype: str, what: str, trailing=lambda context: ()):
             raise RefusedRequest(f"{name} must be a {dtype} NumPy array ({what}), got {got}")
         if shape is not None and value.shape != shape:
             raise RefusedRequest(f"{name} must have shape {shape} = [num_blocks, block_size, num_kv_heads"
-                             f"{', head_dim // 16' if trailing(context) else ''}] (from key_cache), got {value.shape}")
+                                 f"{', head_dim // 16' if trailing(context) else ''}] (from key_cache), got {value.shape}")
     return check
 
 
@@ -381,11 +381,11 @@ def _kv_scales_validate(o, context: Context) -> None:
         return
     if context.kv_format is not None and context.kv_format not in FP8_DTYPES:
         raise RefusedRequest(f"k_scales/v_scales (per-token scales) need an fp8 cache ({', '.join(FP8_DTYPES)}), "
-                         f"got key_cache.dtype {context.kv_format}")
+                             f"got key_cache.dtype {context.kv_format}")
     for name in ("k_scale", "v_scale"):
         if getattr(o, name) != 1.0:
             raise RefusedRequest(f"{name} and {name}s are exclusive: with per-token scales {name} must be 1.0, "
-                             f"got {getattr(o, name)!r}")
+                                 f"got {getattr(o, name)!r}")
 
 
 def _kv_scales_build(kw: dict, context: Context, rng) -> dict:
@@ -394,7 +394,7 @@ def _kv_scales_build(kw: dict, context: Context, rng) -> dict:
         return dict(k_scales=None, v_scales=None)
     if context.kv_format not in FP8_DTYPES or rng is None:
         raise RefusedRequest(f"per_token_scales needs an fp8 cache (kv_dtype one of {', '.join(FP8_DTYPES)}), "
-                         f"got {context.kv_format}")
+                             f"got {context.kv_format}")
     unit = default_kv_scale(context.kv_format)
     draw = lambda: (unit * 2.0 ** rng.uniform(-2.0, 2.0, size=context.cache_slots)).astype(np.float32)  # noqa: E731
     return dict(k_scales=draw(), v_scales=draw())
@@ -440,13 +440,13 @@ def _nvfp4_validate(o, context: Context) -> None:
         return
     if nvfp4 and o.k_block_scales is None:
         raise RefusedRequest("an NVFP4 cache (uint8 key_cache/value_cache) needs k_block_scales and v_block_scales "
-                         "(float8_e4m3fn [num_blocks, block_size, num_kv_heads, head_dim // 16])")
+                             "(float8_e4m3fn [num_blocks, block_size, num_kv_heads, head_dim // 16])")
     if not nvfp4 and o.k_block_scales is not None:
         raise RefusedRequest(f"k_block_scales/v_block_scales belong to an NVFP4 cache (uint8), got key_cache.dtype "
-                         f"{context.kv_format}")
+                             f"{context.kv_format}")
     if nvfp4 and context.head_dim is not None and context.head_dim % NVFP4_GROUP:
         raise RefusedRequest(f"an NVFP4 cache needs head_dim to be a multiple of {NVFP4_GROUP} (one e4m3 scale per "
-                         f"{NVFP4_GROUP} values), got {context.head_dim}")
+                             f"{NVFP4_GROUP} values), got {context.head_dim}")
 
 
 def _nvfp4_build(kw: dict, context: Context, rng) -> dict:

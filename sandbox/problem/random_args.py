@@ -50,7 +50,7 @@ def check_random_arguments(seed, num_seqs, num_heads, num_kv_heads, head_dim, bl
     nbytes = 2 * 4 * blocks * block_size * num_kv_heads * head_dim  # K and V, staged in float32
     if nbytes > MAX_RANDOM_BYTES:
         raise RefusedRequest(f"DecodeProblem.random would allocate {nbytes / 2**30:,.1f} GiB of K/V cache ({blocks:,} "
-                         f"blocks of {block_size} tokens x {num_kv_heads} KV heads x head_dim {head_dim}, from "
-                         f"num_seqs={num_seqs} and {source}); the bound is "
-                         f"{MAX_RANDOM_BYTES / 2**30:g} GiB (sandbox.problem.random_args.MAX_RANDOM_BYTES): lower "
-                         f"{'max_context_len' if context_lens is None else 'context_lens'} or num_seqs")
+                             f"blocks of {block_size} tokens x {num_kv_heads} KV heads x head_dim {head_dim}, from "
+                             f"num_seqs={num_seqs} and {source}); the bound is "
+                             f"{MAX_RANDOM_BYTES / 2**30:g} GiB (sandbox.problem.random_args.MAX_RANDOM_BYTES): lower "
+                             f"{'max_context_len' if context_lens is None else 'context_lens'} or num_seqs")

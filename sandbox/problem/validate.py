@@ -56,7 +56,7 @@ def _check_query_start(query_start, num_seqs: int, total_q: int, context_lens) -
     if bad.size:
         s = int(bad[0])
         raise RefusedRequest(f"query_start[{s + 1}] - query_start[{s}] = {int(lens[s])} query tokens for sequence {s}: "
-                         f"must be in [1, context_lens[{s}] = {int(context_lens[s])}]")
+                             f"must be in [1, context_lens[{s}] = {int(context_lens[s])}]")
     return lens
 
 
@@ -120,10 +120,10 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     tables = block_tables.shape[0]
     if query_start is None and total_q == tables != num_seqs:  # query and block_tables agree: context_lens is off
         raise RefusedRequest(f"context_lens has {num_seqs} entries, expected num_seqs = {tables} (the rows of query "
-                         "and of block_tables)")
+                             "and of block_tables)")
     if query_start is not None and tables != num_seqs and np.ndim(query_start) == 1 and tables == len(query_start) - 1:
         raise RefusedRequest(f"context_lens has {num_seqs} entries, expected num_seqs = {tables} (the rows of "
-                         "block_tables, and query_start's entries - 1)")
+                             "block_tables, and query_start's entries - 1)")
     if query_start is None:
         _require(total_q == num_seqs, f"query has {total_q} rows, expected num_seqs = {num_seqs} (from context_lens); "
                                       "pass query_start for several query tokens per sequence")
@@ -137,7 +137,7 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     if bad.size:
         s = int(bad[0])
         raise RefusedRequest(f"context_lens[{s}] = {int(context_lens[s])} is out of range [1, {capacity}] "
-                         f"(max_blocks_per_seq {max_blocks_per_seq} x block_size {block_size})")
+                             f"(max_blocks_per_seq {max_blocks_per_seq} x block_size {block_size})")
     query_lens = (np.ones(num_seqs, dtype=np.int64) if query_start is None
                   else _check_query_start(query_start, num_seqs, total_q, context_lens))
 
@@ -206,7 +206,7 @@ def validate_write_inputs(key_cache, value_cache, key, value, slot_mapping, k_sc
     if bad.size:
         i = int(bad[0])
         raise RefusedRequest(f"slot_mapping[{i}] = {int(slot_mapping[i])} is out of range for {num_slots} slots "
-                         f"({key_cache.shape[0]} blocks x block_size {key_cache.shape[1]})")
+                             f"({key_cache.shape[0]} blocks x block_size {key_cache.shape[1]})")
     used = slot_mapping[slot_mapping >= 0]
     if np.unique(used).size != used.size:
         values, counts = np.unique(used, return_counts=True)

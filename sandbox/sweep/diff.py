@@ -93,7 +93,7 @@ def _read_rows(csv_path: Path) -> list[dict]:
             if None in raw or None in raw.values():
                 got = len(raw) - (None in raw) + len(raw.get(None) or ()) - sum(v is None for v in raw.values())
                 raise RefusedRequest(f"{where}: truncated or malformed row ({got} fields, the header has "
-                                 f"{len(reader.fieldnames)})")
+                                     f"{len(reader.fieldnames)})")
             try:
                 row = _typed(raw)
             except ValueError as exc:

@@ -103,7 +103,7 @@ def parse_mla_shape(text: str) -> MLAShape:
     match = _PATTERN.match(words[0]) if words else None
     if not match:
         raise RefusedRequest(f"shape {text!r} is not {SHAPE_FORMAT}, e.g. mla:128x4096x128xbf16 or "
-                         "mla:64x8192x128xbf16:fp8 topk=2048")
+                             "mla:64x8192x128xbf16:fp8 topk=2048")
     seqs, tokens, heads, dtype, cache = match.groups()
     if cache is not None and cache.lower() not in FP8_NAMES:
         raise RefusedRequest(f"shape {text!r}: the cache is the query's dtype or fp8 (the 656-byte record), got {cache!r}")

@@ -398,7 +398,7 @@ def validate(config: "SweepConfig") -> None:
     bad = [b for b in config.block_sizes if not 1 <= b <= MAX_BLOCK_SIZE]
     if bad:
         raise RefusedRequest(f"--block-sizes {','.join(map(str, bad))}: block sizes must be integers in "
-                         f"1..{MAX_BLOCK_SIZE} (got {','.join(map(str, config.block_sizes))})")
+                             f"1..{MAX_BLOCK_SIZE} (got {','.join(map(str, config.block_sizes))})")
     if not config.block_sizes:
         raise RefusedRequest("--block-sizes: no block size given")
     backends.require_gpu_if_asked(config.backend)
@@ -455,7 +455,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     except OSError as exc:
         where = config.results_dir if config.results_dir is not None else "the results folder"
         raise RefusedRequest(f"--results-dir {where}: cannot create a run folder there "
-                         f"({exc.strerror or type(exc).__name__}: {exc.filename or ''})") from None
+                             f"({exc.strerror or type(exc).__name__}: {exc.filename or ''})") from None
     meta = meta_mod.collect(argv, config.seed, on_gpu)
     meta["config"] = config.describe()
     meta_mod.write(run_dir / "meta.json", meta)

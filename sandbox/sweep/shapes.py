@@ -69,21 +69,21 @@ class Shape:
         dtype = dtypes.canonical(self.dtype)
         if dtype not in dtypes.QUERY_DTYPES:
             raise RefusedRequest(f"shape dtype must be one of {', '.join(dtypes.QUERY_DTYPES)} (fp32, fp16, bf16), got "
-                             f"{self.dtype!r}")
+                                 f"{self.dtype!r}")
         kv = dtype if self.kv_dtype is None else dtypes.canonical(self.kv_dtype)
         if kv != dtype and kv not in dtypes.KV_FORMATS:
             raise RefusedRequest(f"shape cache dtype must be the query's ({dtypes.short(dtype)}), an fp8 format "
-                             f"(e4m3, e5m2) or nvfp4, got {self.kv_dtype!r}")
+                                 f"(e4m3, e5m2) or nvfp4, got {self.kv_dtype!r}")
         if kv == dtypes.NVFP4 and self.head_dim % 16:
             raise RefusedRequest(f"shape cache nvfp4 needs head_dim a multiple of 16 (one scale per 16 values), "
-                             f"got {self.head_dim}")
+                                 f"got {self.head_dim}")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "kv_dtype", kv)
         if self.group_size == 1 or self.group_size < 0:
             raise RefusedRequest(f"shape shared={self.group_size}: a group must have >= 2 sequences to share a prompt")
         if self.group_size and self.num_seqs % self.group_size:
             raise RefusedRequest(f"shape shared={self.group_size}: num_seqs ({self.num_seqs}) must be a multiple of the "
-                             f"group size")
+                                 f"group size")
         if not self.group_size and self.query_len > self.context_len:
             raise RefusedRequest(f"shape q={self.query_len}: more query tokens than the context's {self.context_len}")
         self.attention_options(kv)  # ValueError for options the problem cannot take

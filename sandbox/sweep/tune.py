@@ -60,7 +60,7 @@ class Tuning:
             points = data["points"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise RefusedRequest(f"--tuned {run}: no readable {TUNED_FILE} ({type(exc).__name__}: {exc}); "
-                             "a `sweep --tune` run folder has one") from None
+                                 "a `sweep --tune` run folder has one") from None
         if not isinstance(points, list):
             raise RefusedRequest(f"{path}: \"points\" must be a list of points, got {type(points).__name__}")
         tuned = {}

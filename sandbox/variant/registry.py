@@ -152,7 +152,7 @@ def get(name: str, problem: str | None = None) -> Variant:
     if problem is not None and variant.problem != problem:
         entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}
         raise RefusedRequest(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
-                         f"{problem} variants: {', '.join(variants(problem=problem))}")
+                             f"{problem} variants: {', '.join(variants(problem=problem))}")
     return variant
 
 

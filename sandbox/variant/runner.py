@@ -27,7 +27,7 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
     variant.limits.check(name, problem, resolved)
     if variant.family == "numba" and backends.numba_needs_other_process(resolved):
         raise RefusedRequest(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
-                         "use sandbox.run, which runs it in a child process")
+                             "use sandbox.run, which runs it in a child process")
     return variant.prepare(problem, resolved, config), resolved
 
 
@@ -71,8 +71,8 @@ def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=N
     each off by default. Inputs may be strided views: the variant receives C-contiguous copies. NaN is
     data: a NaN in a query row, or in a cache slot a row reads, makes exactly the rows that read it NaN (out
     and lse), as in the reference; every other row stays clean. Parameters (scale, sinks, cache scales) must
-    be finite; everything else is validated before any launch. config: the variant's tunables for this run ({"threads": 64};
-    sandbox.tunables(name) lists them), None for its defaults.
+    be finite; everything else is validated before any launch. config: the variant's tunables for this run
+    ({"threads": 64}; sandbox.tunables(name) lists them), None for its defaults.
     """
     def contiguous(x):
         return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x

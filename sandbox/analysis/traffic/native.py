@@ -34,7 +34,8 @@ def compiled(source: Path, output: str = "so") -> Path:
         raise ValueError(f"output must be 'so' or 'o', got {output!r}")
     source = Path(source)
     flags = list(FLAGS) + (["-shared"] if output == "so" else ["-c"])
-    key = hashlib.sha256(repr((VERSION, source_bytes(source), flags, _compiler._compiler_version())).encode()).hexdigest()[:24]
+    text = repr((VERSION, source_bytes(source), flags, _compiler._compiler_version()))
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
     path = cache_entry.checked_folder(_compiler.cache_dir()) / f"{source.stem}-{key}.{output}"
     if cache_entry.verified(path, "compiled helper"):
         return path

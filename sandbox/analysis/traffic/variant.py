@@ -276,7 +276,7 @@ def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_
     variant = registry.get(name)
     if variant.family == "numpy":
         raise RefusedRequest(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
-                         "memory accesses; choose a cupy.* or numba.* variant")
+                             "memory accesses; choose a cupy.* or numba.* variant")
     kind = getattr(variant, "problem", "decode")
     problem.validate()
     variant.limits.check(name, problem, "cpu")
