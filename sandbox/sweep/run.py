@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from ..devices import backends
-from ..variant import mla_runner, registry, runner
+from ..variant import mla_runner, registry, runner, tunables
 from ..checking.compare import compare
 from ..results import CsvAppender, new_run_dir
 from ..problem.validate import MAX_BLOCK_SIZE
@@ -289,7 +289,8 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         return done("error", f"bytes_moved() raised {type(exc).__name__}: {exc}")
     gbps = bandwidth.kernel_gbps(nbytes, stats.median)
     if traffic_device is not None and not candidate.per_shape:
-        traffic_columns.record(row, candidate.name, problem, traffic_device, getattr(candidate, "config", None))
+        label = getattr(candidate, "config", None)  # "threads=64" (tunables.describe): the configuration it ran
+        traffic_columns.record(row, candidate.name, problem, traffic_device, tunables.parse(label) if label else None)
     flops = problem.flops() if hasattr(problem, "flops") else None  # MLA: exact FLOPs, for memory- vs compute-bound
     return done("ok", candidate.note(), time_us=stats.median * 1e6, flops=flops, iqr_us=stats.iqr * 1e6, q1_us=stats.q1 * 1e6,
                 q3_us=stats.q3 * 1e6, min_us=stats.min * 1e6, repeats=stats.repeats, bytes=nbytes, gbps=gbps,
