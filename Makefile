@@ -28,11 +28,13 @@ bench: $(STAMP)
 	$(PY) -m pytest tests/test_bench_*.py --benchmark-enable --benchmark-json "$$dir/bench.json" $(ARGS) && \
 	echo "benchmark JSON: $$dir/bench.json"
 
-# The whole test suite (hypothesis profile "ci" unless HYPOTHESIS_PROFILE says otherwise), spread over
+# The layers contract (pyproject.toml's [tool.importlinter]), then the whole test suite (hypothesis profile
+# "ci" unless HYPOTHESIS_PROFILE says otherwise), spread over
 # JOBS processes (pytest-xdist; default: one per core). Work stealing: a few long simulated tests
 # must not leave the other processes idle at the end.
 JOBS ?= auto
 test: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n $(JOBS) --dist worksteal $(ARGS)
 
 # Every test, the deep tier included, with hypothesis's thorough profile (20x the examples): hours, not minutes.

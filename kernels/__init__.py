@@ -1,1 +1,2 @@
-"""Kernel variants, one module each; sandbox.variant.registry maps names to them."""
+"""The kernel families, one package each (numba_cuda, cupy_raw; the NumPy variants numpy_*.py beside
+numpy_family.py), and wrong/, the negative controls; sandbox.variant.registry names every variant and family."""

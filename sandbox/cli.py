@@ -32,6 +32,8 @@ COMMANDS = {
                                       "local memory, barriers, shuffles; --dump for the listing"),
     "traffic": ("sandbox.commands.traffic", "memory traffic counted on the CPU (Nsight Compute's metrics) and the "
                                             "modelled GPU time, per variant and block size"),
+    "model-check": ("sandbox.commands.model_check", "the performance model against published measurements: model, "
+                                                    "measured and error per row, median |error|"),
 }
 
 

@@ -18,8 +18,9 @@ import sandbox  # noqa: F401  (picks numba's mode before anything imports numba.
 from sandbox.devices import backends
 from sandbox.variant import registry
 from sandbox.checking.compare import compare
-from sandbox.sweep import bandwidth, device, shapes, timing
-from sandbox.sweep.run import Environment
+from sandbox.sweep import shapes
+from sandbox.sweep.measure import bandwidth, device, timing
+from sandbox.sweep.measure.run import Environment
 
 
 def main(argv=None) -> int:

@@ -19,8 +19,9 @@ from sandbox.devices import backends
 from sandbox.variant import registry, runner
 from sandbox.checking.check import expected_output
 from sandbox.checking.compare import assert_close
-from sandbox.sweep import bandwidth, shapes
-from sandbox.sweep.run import backend_label
+from sandbox.sweep import shapes
+from sandbox.sweep.measure import bandwidth
+from sandbox.sweep.measure.run import backend_label
 from sandbox.problem.validate import validate_write_inputs
 
 ON_GPU = backends.gpu_present()
@@ -53,7 +54,7 @@ def _gpu_sync_and_flush(resolved: str):
     """(synchronize, setup) for pedantic: on a GPU the setup flushes the L2 and waits, outside the timing."""
     if resolved != "gpu":
         return (lambda: None), None
-    from sandbox.sweep import device
+    from sandbox.sweep.measure import device
     flusher = device.L2Flusher(device.device_info().get("l2_cache_bytes"))
 
     def setup():

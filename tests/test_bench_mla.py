@@ -13,8 +13,9 @@ import functools
 import pytest
 
 from sandbox.devices import backends
-from sandbox.sweep import bandwidth, mla_shapes, shapes
-from sandbox.sweep.run import backend_label
+from sandbox.sweep import mla_shapes, shapes
+from sandbox.sweep.measure import bandwidth
+from sandbox.sweep.measure.run import backend_label
 from sandbox.variant import mla_runner, registry
 from test_bench_kernels import ROUNDS, _gpu_sync_and_flush
 

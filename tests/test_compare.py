@@ -5,8 +5,8 @@ import pytest
 
 from sandbox import cli
 from sandbox.results import CsvAppender
-from sandbox.sweep import diff
-from sandbox.sweep.run import COLUMNS
+from sandbox.sweep.report import diff
+from sandbox.sweep.measure.run import COLUMNS
 
 SHAPE = "64x4096x32/8x128xfp16"
 

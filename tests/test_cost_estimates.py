@@ -7,8 +7,6 @@ import pytest
 from sandbox import cli
 from sandbox.devices import cost
 from sandbox.sweep import shapes as shapes_mod
-
-
 def test_guard_warns_refuses_and_forces(monkeypatch):
     monkeypatch.setenv("SANDBOX_WARN_SECONDS", "1")
     monkeypatch.setenv("SANDBOX_REFUSE_SECONDS", "100")

@@ -20,7 +20,7 @@ from kernels.cupy_raw import common, dense, gqa, rows, v1, v2
 from kernels.cupy_raw import write_cache as cupy_write_cache
 from sandbox.devices import backends
 from sandbox.analysis import nvrtc
-from sandbox.variant import registry
+from sandbox.variant import cuda_launch, registry
 from sandbox.checking.check import check_problem, expected_output
 from sandbox.checking.compare import assert_close
 from sandbox.problem import DecodeProblem
@@ -260,8 +260,8 @@ def test_gpu_modules_hold_only_the_requested_kernel(monkeypatch):
 
     monkeypatch.setattr(backends, "raw_module", fake_raw_module)
     monkeypatch.setattr(backends, "to_device", lambda array, backend: array)
-    common._module.cache_clear()
-    common._function.cache_clear()
+    cuda_launch._module.cache_clear()
+    cuda_launch._function.cache_clear()
     try:
         problem = DecodeProblem.random(3700, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=64, block_size=16,
                                        context_lens=[20, 3], window_left=5)
@@ -277,8 +277,8 @@ def test_gpu_modules_hold_only_the_requested_kernel(monkeypatch):
                             [v1.kernel_name(b, 64, "float32") for b in (1, 2)])
         assert built == [("cpu", (v1.kernel_name(1, 64, "float32"), v1.kernel_name(2, 64, "float32")))]
     finally:
-        common._module.cache_clear()
-        common._function.cache_clear()
+        cuda_launch._module.cache_clear()
+        cuda_launch._function.cache_clear()
 
 
 @pytest.mark.parametrize("arch", nvrtc.ARCHS)

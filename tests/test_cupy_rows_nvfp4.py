@@ -61,7 +61,6 @@ def test_traffic_pages_an_nvfp4_shape_as_packed_codes_with_block_scales():
     head_dim // 2 bytes a row and e4m3 block scales beside it, so its ideal bytes are NVFP4's."""
     from sandbox.commands import traffic
     from sandbox.sweep import shapes
-
     shape = shapes.parse_shape("2x40x4/2x64xbf16:nvfp4")
     problem = traffic.problem_for(shape, 19, seed=0)
     assert problem.kv_format == "nvfp4" and problem.key_cache.shape[1:] == (19, 2, 32)

@@ -10,9 +10,9 @@ import pytest
 from sandbox import cli
 from sandbox.checking.mla_check import expected_mla
 from sandbox.problem import mla_record as rec
-from sandbox.sweep import mla_shapes, mla_summary, run, shapes
-
-
+from sandbox.sweep import mla_shapes, shapes
+from sandbox.sweep.measure import run
+from sandbox.sweep.report import mla_summary
 def test_parse_mla_shapes_and_presets():
     s = mla_shapes.parse_mla_shape("mla:128x4096x128xbf16")
     assert (s.num_seqs, s.context_len, s.num_heads, s.dtype, s.fp8, s.topk, s.query_len) == \

@@ -140,8 +140,7 @@ def test_sass_cli_refuses_an_unknown_variant():
 
 
 def test_a_sweep_run_folder_gets_the_census_beside_the_resources(tmp_path):
-    from sandbox.sweep import static_resources
-
+    from sandbox.sweep.measure import static_resources
     rows, note = static_resources.collect_into(tmp_path, ["cupy.write_cache", "numpy.gather"], (16,))
     assert note == "" and {r["variant"] for r in rows} == {"cupy.write_cache"} and "images" not in rows[0]
     # float16, then the other precisions the GPU default races (bfloat16, an e4m3 cache) at block size 16

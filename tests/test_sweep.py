@@ -23,7 +23,9 @@ from sandbox import cli
 from sandbox.variant import registry
 from sandbox.checking.check import expected_output
 from sandbox.commands import sweep as sweep_cmd
-from sandbox.sweep import bandwidth, device, goals, plots, run, shapes, static_resources, summary, timing
+from sandbox.sweep import shapes
+from sandbox.sweep.measure import bandwidth, device, run, static_resources, timing
+from sandbox.sweep.report import goals, plots, summary
 from sandbox.variant import Limits, Unsupported
 
 import kernels.numpy_gather as gather
@@ -163,7 +165,7 @@ def test_gpu_timing_primitives_on_the_device():
 
 @pytest.mark.gpu
 def test_torch_sdpa_peer_matches_the_reference_where_torch_sees_the_gpu():
-    from sandbox.sweep import peers
+    from sandbox.sweep.measure import peers
     if not peers.torch_available():
         pytest.skip("PyTorch with CUDA is not importable here (the sandbox never requires it)")
     from sandbox.checking.compare import assert_close
@@ -371,8 +373,6 @@ def test_interrupted_sweep_keeps_its_rows(tmp_path):
 
 
 def test_a_second_ctrl_c_during_clean_up_still_writes_the_summary(tmp_path, monkeypatch):
-    from sandbox.sweep import plots
-
     def hook(row):
         raise KeyboardInterrupt  # the first Ctrl-C, after the first point
 
@@ -508,7 +508,7 @@ def test_static_resources_written_when_the_module_exists(tmp_path, monkeypatch):
 
 
 def test_sweep_csv_values_round_trip_through_compare_loader(tmp_path):
-    from sandbox.sweep import diff
+    from sandbox.sweep.report import diff
     outcome, _ = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "2", "--variants", "numpy.gather", "--no-plots")
     (row,) = diff.load_rows(outcome.run_dir)
     assert row["block_size"] == 2 and row["correct"] is True and math.isfinite(row["time_us"])
@@ -519,8 +519,7 @@ def test_sweep_csv_values_round_trip_through_compare_loader(tmp_path):
 def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
     """Everything a GPU sweep does except the device calls: labels, flushes, goals, dense baseline, CPU-only refusal."""
     from sandbox.devices import backends
-    from sandbox.sweep import meta
-
+    from sandbox.sweep.measure import meta
     flushes = []
 
     class FakeFlusher:
@@ -533,7 +532,7 @@ def test_gpu_sweep_control_flow_with_a_faked_device(tmp_path, monkeypatch):
 
     real_resolve = backends.resolve
     monkeypatch.setattr(backends, "gpu_present", lambda: True)
-    monkeypatch.setattr(backends, "resolve", lambda b, f: "gpu" if f == "cupy" else real_resolve(b, f))
+    monkeypatch.setattr(backends, "resolve", lambda b, f, **kw: "gpu" if f == "cupy" else real_resolve(b, f, **kw))
     monkeypatch.setattr(device, "L2Flusher", FakeFlusher)
     monkeypatch.setattr(device, "device_info", lambda ordinal=0: {"name": "Fake H200", "l2_cache_bytes": 60 * 2**20})
     monkeypatch.setattr(device, "free_device_memory", lambda: None)

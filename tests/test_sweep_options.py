@@ -19,7 +19,9 @@ from sandbox.variant import registry
 from sandbox.analysis import resources
 from sandbox.checking.check import expected_output
 from sandbox.commands import resources as resources_cmd, sweep as sweep_cmd
-from sandbox.sweep import diff, goals, run, shapes, summary
+from sandbox.sweep import shapes
+from sandbox.sweep.measure import run
+from sandbox.sweep.report import diff, goals, summary
 from sandbox.variant import Limits, Unsupported
 
 from test_sweep import _fake_module, gpu_row, sweep
@@ -398,7 +400,7 @@ def test_resources_and_sass_commands_take_bf16_and_fp8_and_refuse_the_rest(monke
 
 
 def test_other_precisions_are_compiled_in_a_full_sweep_not_with_quick(tmp_path, monkeypatch):
-    from sandbox.sweep import static_resources
+    from sandbox.sweep.measure import static_resources
     calls = []
     monkeypatch.setattr(static_resources, "collect_into",
                         lambda run_dir, names, block_sizes, extra=None, progress=False: calls.append(tuple(extra))

@@ -9,8 +9,9 @@ import json
 import pytest
 
 from sandbox.results import CsvAppender
-from sandbox.sweep import diff, goals, plots, run, shapes, summary, traffic_columns
-
+from sandbox.sweep import shapes
+from sandbox.sweep.measure import run, traffic_columns
+from sandbox.sweep.report import diff, goals, plots, summary
 from test_sweep import gpu_row, sweep
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -64,6 +65,20 @@ def test_sweep_tune_ranks_an_mla_variants_grid_by_the_model(tmp_path):
     assert all(r["score"] > 0 for r in point["ranked"])
     assert point["config"] == min(point["ranked"], key=lambda r: r["score"])["config"]
     assert rows[0]["config"] == f"partition_size={point['config']['partition_size']}"
+    # the defect once met: a tuned point kept its model columns (the configuration travels as text)
+    assert float(rows[0]["model_time_us"]) > 0 and "raised" not in rows[0]["traffic_note"]
+    assert f"partition_size={point['config']['partition_size']} wins at" in rows[0]["note"]  # the winner is said
+
+
+def test_a_configuration_given_as_its_label_keeps_the_model_columns():
+    """sweep --config / --tune hand the point's configuration over as its text label."""
+    problem = shapes.paged_problem(shapes.make_tokens(shapes.parse_shape("2x24x4/2x32xfp16"), 0), 16)
+    row = {}
+    traffic_columns.record(row, "cupy.gqa", problem, "h200", "threads=64")
+    assert float(row["model_time_us"]) > 0 and row["model_loads_source"] == "sass", row.get("traffic_note")
+    default = {}
+    traffic_columns.record(default, "cupy.gqa", problem, "h200", None)
+    assert default["model_time_us"] != row["model_time_us"]  # its own census: another occupancy
 
 
 def test_traffic_modes_and_refusals():
@@ -78,8 +93,8 @@ def test_traffic_modes_and_refusals():
     assert "no kernel" in traffic_columns.skipped_note("auto", "numpy.gather")
     with pytest.raises(ValueError, match="--traffic must be one of auto, all, none"):
         run.validate(run.SweepConfig(["cupy.gqa"], (16,), [small], traffic="some"))
-    with pytest.raises(ValueError, match="--model-device a100: device must be one of h200, h100"):
-        run.validate(run.SweepConfig(["cupy.gqa"], (16,), [small], model_device="a100"))
+    with pytest.raises(ValueError, match="--model-device v100: device must be one of h200, h100, gh200, h100-pcie, a100"):
+        run.validate(run.SweepConfig(["cupy.gqa"], (16,), [small], model_device="v100"))
 
 
 def modelled_row(variant, block_size, model_us, shape=GOAL, time_us=None, fraction=0.5, backend="cpu-executor"):
@@ -89,7 +104,7 @@ def modelled_row(variant, block_size, model_us, shape=GOAL, time_us=None, fracti
         row.update(backend=backend, timing="cpu-emulation")
     row.update(model_time_us=model_us, model_fraction_of_bw=fraction, model_bound="dram", bytes_over_ideal=1.01,
                kv_sectors_per_request=16.0, load_sectors_per_request=9.9, bank_conflicts=0, dram_bytes=10**9,
-               ideal_bytes=99 * 10**7)
+               ideal_bytes=99 * 10**7, model_flops=4 * 10**9)
     return row
 
 
@@ -146,7 +161,10 @@ def test_the_model_plot_is_headed_as_a_model_and_ranks_its_legend(tmp_path):
     rows = [modelled_row("cupy.v1", bs, 900.0 / bs ** 0.1) for bs in (1, 16, 128)]
     rows += [modelled_row("cupy.rows", bs, 250.0) for bs in (1, 16, 128)]
     written = plots.write_all(tmp_path, rows, [], None, False, None, print)
-    assert "model_time_vs_block_size.png" in written
+    assert "model_time_vs_block_size.png" in written and "roofline_h200.png" in written
+    roof = plots.roofline_of(rows, "h200")  # one point per variant, its best block size
+    assert [t.get_text().split(":")[0] for t in roof.legends[0].get_texts()][-2:] == ["cupy.v1 bs128", "cupy.rows bs1"]
+    assert roof.axes[0].get_title().startswith("MODEL (H200 SXM), not a measurement")
     fig = plots.model_figure(rows, "h200")
     assert fig._suptitle.get_text().startswith("MODEL (H200), not a measurement")
     labels = [t.get_text() for t in fig.legends[0].get_texts()]

@@ -17,7 +17,7 @@ SHAPE = "2x64x4/2x64xfp16"  # the instantiations tests/test_traffic_variants.py 
     (["numpy.gather"], "numpy.gather has no GPU kernel"),
     (["cupy.nope"], "unknown variant 'cupy.nope'"),
     (["cupy.gqa", "--shape", "64x4096"], "is not SEQSxTOKENS"),
-    (["cupy.gqa", "--device", "a100"], "--device a100: device must be one of h200, h100"),
+    (["cupy.gqa", "--device", "v100"], "--device v100: device must be one of h200, h100, gh200, h100-pcie, a100"),
     (["cupy.gqa", "--sample-seqs", "0"], "--sample-seqs: must be an integer in [1, 1e+06], got '0'"),
     (["cupy.gqa", "--json", "/nonexistent-folder/out.json"], "--json /nonexistent-folder/out.json: the folder"),
 ])
@@ -39,7 +39,12 @@ def test_report_csv_and_json(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "== cupy.gqa" in text and "== cupy.v1" in text and "MODEL (H200 SXM), not a measurement" in text
     assert "kernels/cupy_raw/common.cuh:" in text and "key_cache" in text and "bound by" in text
-    assert "  assumes: device H200 SXM" in text and "LOADS_IN_FLIGHT" in text  # the model prints its assumptions
+    assert "  assumes: device H200 SXM" in text and "read from its SASS" in text  # the model prints its assumptions
+    assert "B spill stores/loads" in text and "per wait (SASS)" in text  # spills and loads in flight per kernel
+    assert "% of achievable (the measured read stream)" in text and "% achievable" in text
+    kernels = json.loads(out_json.read_text())[0]["model"]["kernels"]
+    assert all(k["loads_in_flight_source"] == "sass" and k["loads_in_flight"] >= 1 for k in kernels)
+
     rows = list(csv.DictReader(out_csv.open()))
     assert [r["variant"] for r in rows] == ["cupy.gqa", "cupy.gqa", "cupy.v1"]  # gqa: partition + reduce
     assert set(M.METRICS) <= set(rows[0]) and int(rows[0][M.GLOBAL_LOAD_REQUESTS]) > 0
@@ -67,3 +72,13 @@ def test_nothing_counted_exits_1(capsys):
     assert cli.main(["traffic", "cupy.v1", "cupy.gqa", "--shape", SHAPE, "--block-sizes", "3"]) == 1
     text = capsys.readouterr().out
     assert "== cupy.v1 block size 3: skipped" in text and "nothing counted" in text
+
+
+def test_sensitivity_and_the_roofline(capsys, tmp_path):
+    png = tmp_path / "roof.png"
+    assert cli.main(["traffic", "cupy.gqa", "cupy.v1", "--shape", SHAPE, "--sites", "0", "--sensitivity",
+                     "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("SENSITIVITY (us): model") == 2 and "latency +25%" in text and "copy stream" in text
+    assert "SENSITIVITY of the verdict" in text and "block size 16:" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

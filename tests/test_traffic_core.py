@@ -170,5 +170,5 @@ def test_raw_launch_refuses_bad_input():
         T.Site("k.cu", 1, (), "prefetch", "global", "x")
     with pytest.raises(ValueError, match="blocks outside"):
         T.count([dataclasses.replace(good, grid=(1, 1, 1), sectors=stream((4, 0, 1, False, True)))])
-    with pytest.raises(ValueError, match="device must be one of h200, h100"):
-        T.count([good], "a100")
+    with pytest.raises(ValueError, match="device must be one of h200, h100, gh200, h100-pcie, a100"):
+        T.count([good], "v100")

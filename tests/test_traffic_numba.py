@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not backends.numba_simulated(), reason="needs th
 from numba import cuda, float32, float64, int32, uint16  # noqa: E402  (the simulator swaps `cuda` inside kernels)
 
 from sandbox.analysis.traffic import count, numba_sim  # noqa: E402
-from sandbox.analysis.traffic.raw import RawLaunch  # noqa: E402
+from sandbox.cpucuda.raw import RawLaunch  # noqa: E402
 
 
 def launched(kernel, grid, block, *args, dynamic_shared=0) -> RawLaunch:

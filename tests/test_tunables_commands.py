@@ -18,8 +18,8 @@ from sandbox.checking.check import check_problem
 from sandbox.devices.backends import numba_simulated
 from sandbox.problem import DecodeProblem
 from sandbox.sweep import shapes as shapes_mod
-from sandbox.sweep.run import SweepConfig, run_sweep
-from sandbox.sweep.timing import TimingConfig
+from sandbox.sweep.measure.run import SweepConfig, run_sweep
+from sandbox.sweep.measure.timing import TimingConfig
 from sandbox.variant import Unsupported, registry, runner
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -160,12 +160,12 @@ def test_a_bad_config_is_refused_before_anything_runs(argv, message, tmp_path, c
 
 
 def test_tune_on_a_gpu_ranks_by_gpu_time_and_disqualifies_a_wrong_output():
-    """sweep --tune's GPU ranking (sandbox/sweep/tune.py) with a stand-in variant, timer and reference: the
+    """sweep --tune's GPU ranking (sandbox/sweep/measure/tune.py) with a stand-in variant, timer and reference: the
     fastest correct configuration wins; a faster one with a wrong output is recorded as refused."""
     import types
 
-    from sandbox.sweep import tune
-    from sandbox.sweep.run import Candidate
+    from sandbox.sweep.measure import tune
+    from sandbox.sweep.measure.run import Candidate
 
     module = types.ModuleType("fake_gpu_variant")
     module.TUNABLES = {"threads": (128, 64, 256)}
@@ -193,6 +193,6 @@ def test_tune_on_a_gpu_ranks_by_gpu_time_and_disqualifies_a_wrong_output():
                           prepare_with=lambda problem, backend, config: Prepared(config["threads"]))
     fast = TimingConfig(warmup_s=0.0, budget_s=0.0, min_repeats=1, max_repeats=1)
     best, ranked, note = tune.explore_point(candidate, module, data, 16, "gpu", env, fast)
-    assert best == {"threads": 64} and note == "tuned over 3 configurations: 1.00 us GPU"
+    assert best == {"threads": 64} and note == "tuned over 3 configurations: threads=64 wins at 1.00 us GPU"
     assert [r.get("score") for r in ranked] == [pytest.approx(3.0), pytest.approx(1.0), None]
     assert ranked[2]["refused"].startswith("RuntimeError: wrong output with threads=256: 3 of 8 elements off")

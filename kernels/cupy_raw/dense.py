@@ -24,7 +24,6 @@ from . import common, gqa, rows
 PATH = common.KERNEL_DIR / "dense.cu"
 NAME = "cupy.dense"
 LIMITS = rows.LIMITS
-LOADS_IN_FLIGHT = rows.LOADS_IN_FLIGHT  # the twin's loads: 8 requests per warp before their math, 16 with NVFP4
 TWIN = rows  # the paged design this baseline mirrors (bit for bit: tests/test_cupy_family.py)
 ROW_MAPPED = TWIN is rows
 TUNABLES = gqa.TUNABLES

@@ -15,12 +15,12 @@ Tunable: partition_size (TUNABLES), tokens (sparse: index entries) per block.
 Resources (NVRTC, bf16 and fp8 record, dense and sparse alike): 166-167 registers, 37,952 bytes of static
 shared memory, no local memory nor spills at sm_80 and sm_90; 18.8% theoretical occupancy (3 blocks of 4
 warps per SM, register-limited). Merge: 32 registers.
-Verdict: not measured on a GPU. Modelled at FlashMLA's headline shape (batch 128, 128 heads, context
-4096, bf16): 146 GFLOP against 0.61 GB of latent rows, 242 FLOP per byte, so CUDA cores bind: at the
-H200's ~67 TFLOPS of fp32 FMA it needs >= 2.2 ms where the bytes need 0.13 ms at 4.8 TB/s (6% of
-bandwidth at best; each 4 multiply-adds also cost one 16-byte shared load, so the kernel's own ceiling
-is lower still); with 16 heads the same context is 30 FLOP/byte, still compute-bound (46% of bandwidth
-at best). This is the CUDA-core baseline the tensor-core cupy.mla_tc is for.
+Verdict: not measured on a GPU. At FlashMLA's headline shape (batch 128, 128 heads, context 4096, bf16):
+146 GFLOP against 0.61 GB of latent rows, 242 FLOP per byte, far right of any GPU's CUDA-core ridge point in
+the device table (sandbox.analysis.gpus), so CUDA cores bind (each 4 multiply-adds also cost one 16-byte
+shared load); with 16 heads the same context is 30 FLOP/byte, still compute-bound. Modelled times: `python -m
+sandbox traffic cupy.mla --shape mla:128x4096x128xbf16 --block-sizes 64`. This is the CUDA-core baseline the
+tensor-core cupy.mla_tc is for.
 """
 from __future__ import annotations
 

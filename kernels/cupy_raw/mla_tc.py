@@ -11,7 +11,7 @@ of the query's dtype or the 656-byte fp8 record (with float16 queries its bf16 R
 float16: exact within float16's normal range); dense and sparse; any query length; any context.
 Template: mla_tc_attention<T, RECORD, SPARSE> (mla_tc.cu) and mla_merge<T> (mla.cu).
 Tunable: partition_size (TUNABLES), tokens (sparse: index entries) per block.
-Verdict: not measured on a GPU; modelled figures in docs/tensor-cores.md.
+Verdict: not measured on a GPU; docs/tensor-cores.md names the commands that model it.
 """
 from __future__ import annotations
 
@@ -85,10 +85,3 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=No
                                  f"{HEADS_PER_TILE} heads per tile on m16n16k16 MMAs, {CHUNK}-token chunks, "
                                  f"{'fp8 record' if record else name} cache, {'sparse' if sparse else 'dense'}; "
                                  "block size is a runtime value")
-
-
-def LOADS_IN_FLIGHT(problem) -> int:
-    """Global load requests a warp issues before the first use (the traffic model's input): one staging round
-    of 16-byte row vectors per thread (mla_tc.cu's BATCH: 5 of a 1152-byte row's 9 per thread, 6 of a record's)."""
-    items = -(-CHUNK * (problem.latent_cache.shape[2] * problem.latent_cache.dtype.itemsize // 16) // common.NUM_THREADS)
-    return items if items <= 6 else -(-items // 2)

@@ -32,6 +32,7 @@ import dataclasses
 
 import numpy as np
 
+from sandbox.devices import backends
 from sandbox.problem.dtypes import NVFP4
 from sandbox.variant import Limits, Unsupported
 
@@ -255,7 +256,6 @@ def prepare_work(name: str, path, problem, backend: str, work: WorkList, kernel:
 def backends_full(shape, backend):
     """A float32 scratch array filled with NaN: a slot the merge reads without a tile having written it
     poisons the output."""
-    from sandbox.devices import backends
     return backends.to_device(np.full(shape, np.nan, np.float32), backend)
 
 

@@ -20,7 +20,8 @@ Template: paged_attention_tc<HEAD_DIM, T, C = T, OPTS = 0> in tc.cu; merge paged
 Accuracy: Q, K and V are exact in the MMA's inputs and S, O accumulate in float; P = P_hi + P_lo keeps ~22
 (fp16) or 16 (bf16) bits. P rounded once to 16 bits put 48 of 6144 outputs of tests/test_tc_variants.py's
 every-option problem outside compare.py's fp16 tolerance; with the pair none (docs/tensor-cores.md).
-Verdict: not measured on a GPU; modelled figures at the goal shapes are in docs/tensor-cores.md.
+Verdict: not measured on a GPU; its modelled time at the goal shape is in docs/performance-model.md's
+generated table, and docs/tensor-cores.md names the commands for the other shapes.
 """
 from __future__ import annotations
 
@@ -112,11 +113,3 @@ def compile_report(block_size: int, head_dim: int, dtype, arch: str, kv_dtype=No
     main["note"] = (f"{ROWS} query rows per tile on m16n16k16 MMAs, {chunk_tokens(head_dim)}-token chunks; block "
                     "size is a runtime value; merge shown for 8 partial results")
     return main
-
-
-def LOADS_IN_FLIGHT(problem) -> int:
-    """Global load requests a warp issues before the first use: every K and V vector a thread stages for a
-    chunk (tc.cu: kp[LOADS], vp[LOADS], loaded before any is stored), the traffic model's input."""
-    vec = 16 // problem.kv_dtype.itemsize
-    per_row = problem.head_dim // vec
-    return 2 * -(-(chunk_tokens(problem.head_dim) * per_row) // common.NUM_THREADS)

@@ -35,6 +35,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from sandbox.problem import mla_record as rec
+from sandbox.variant import Unsupported
 from sandbox.variant.mla_limits import MLALimits
 
 from . import codecs, device, launch, reports
@@ -259,8 +260,6 @@ def compile_report(block_size: int, head_dim: int, dtype: str, arch: str, kv_dty
     """Resources of the kernel for a query dtype; kv_dtype "float8_e4m3fn" names the fp8 record (None: the
     query's dtype). head_dim and block_size are ignored (576; a runtime value)."""
     from numba import types
-
-    from sandbox.variant import Unsupported
 
     q = codecs.dtype_name(dtype)
     if q not in LIMITS.dtypes:

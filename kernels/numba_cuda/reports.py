@@ -12,8 +12,9 @@ import numba
 from numba import cuda, float32, int32, types
 
 from sandbox.analysis import compile_cache
-
+from sandbox.analysis.ptx_link import link_ptx, parse_arch
 from sandbox.problem.dtypes import FP8_DTYPES, NVFP4
+from sandbox.variant import registry
 
 from .codecs import dtype_name
 from .device import SIMULATED
@@ -76,8 +77,6 @@ def kernel_resources(pyfunc, signature: tuple, arch: str) -> dict:
     dim (both are runtime values), so one compile per (kernel, signature, arch) serves every row; it is
     cached on disk (sandbox/analysis/compile_cache.py) under the function's content (fingerprint.py).
     """
-    from sandbox.analysis.resources import link_ptx, parse_arch
-
     if SIMULATED:
         raise RuntimeError("compile_ptx is unavailable under the simulator: call through sandbox.analysis.resources")
     cc = parse_arch(arch)
@@ -130,8 +129,6 @@ def compile_reports(names, block_size: int = 16, head_dim: int = 128, dtype: str
     """{name: compile_report(block_size, head_dim, dtype, arch, kv_dtype=..., logit_options=...)} for registered numba
     variants and cache writers, in this process (real mode: call through sandbox.devices.other_mode from a
     simulator process). Any precision the kernels take, e.g. dtype "bfloat16", kv_dtype "float8_e4m3fn"."""
-    from sandbox.variant import registry
-
     if SIMULATED:
         raise RuntimeError("compile_ptx is unavailable under the simulator: use sandbox.devices.other_mode.call_in_numba_mode")
     out = {}

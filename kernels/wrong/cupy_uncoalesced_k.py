@@ -5,7 +5,7 @@ logits are never scaled), and the traffic count must flag its K loads: the 32 la
 different token rows, so each warp-level K load touches 32 sectors for 64 bytes (fp16) where a coalesced
 one touches 16 for 512 (tests/test_traffic_variants.py). Realistic: the first port of a CPU loop.
 Limits: plain decode (no options, no fp8 cache), block sizes 1..256, v1's head dims and context bound.
-LOADS_IN_FLIGHT: 1 (each K element's load is used by the next multiply-add).
+Loads in flight: read from its SASS by the traffic model, like every CUDA C kernel.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from sandbox.variant import Limits
 PATH = pathlib.Path(__file__).resolve().parent / "cupy_uncoalesced_k.cu"
 NAME = "wrong.cupy.uncoalesced_k"
 LIMITS = Limits(block_sizes=common.POW2_BLOCK_SIZES, head_dims=common.HEAD_DIMS, dtypes=QUERY_DTYPES)
-LOADS_IN_FLIGHT = 1
 
 
 def kernel_name(block_size: int, head_dim: int, dtype, kv_dtype=None, flags: int = 0) -> str:

@@ -18,8 +18,11 @@ import os
 import re
 
 from . import compile_cache
+from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
+from .gpus import DEFAULT_ARCH
+from .occupancy import ARCHS as _SMS
 
-ARCHS = ("sm_80", "sm_90")
+ARCHS = tuple(_SMS)  # the architectures are listed once, in sandbox.analysis.occupancy
 # What CuPy 13/14 hands NVRTC for cupy.RawModule(code=..., options=user_options), read from its
 # sources: cupy/_core (assemble_cupy_compiler_options) adds "--std=c++14" only when the user names
 # no standard, plus include folders (its bundled CCCL, its own headers, the CUDA headers);
@@ -66,7 +69,6 @@ class Compiled:
 @functools.lru_cache(maxsize=None)
 def cuda_include_dir() -> str:
     """The CUDA runtime wheel's include folder (cuda_fp16.h, vector types, ...)."""
-    from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
     found = pathfinder_lookup("find_nvidia_header_directory", "cudart")
     if found:
         return found
@@ -80,7 +82,6 @@ def cuda_include_dir() -> str:
 def include_dirs() -> tuple[str, ...]:
     """Folders NVRTC searches: the runtime wheel's headers, and the one holding crt/mma.h (nvidia-cuda-crt,
     cuda-toolkit[crt]) when that is another: <mma.h> (nvcuda::wmma) includes crt/mma.h."""
-    from .cuda_wheels import in_nvidia_wheels
     folders = [cuda_include_dir()]
     crt = in_nvidia_wheels("include/crt/mma.h", ("nvidia.cu13", "nvidia.cuda_crt", "nvidia.cuda_nvcc"))
     if crt is not None and str(crt.parent.parent) not in folders:
@@ -153,7 +154,7 @@ def parse_ptxas_log(log: str) -> dict:
     return out
 
 
-def compile_cubin(code: str, name_expressions=(), arch: str = "sm_90", options=(), name: str = "kernel.cu") -> Compiled:
+def compile_cubin(code: str, name_expressions=(), arch: str = DEFAULT_ARCH, options=(), name: str = "kernel.cu") -> Compiled:
     """Compile `code` to a cubin for `arch` (e.g. "sm_80", "sm_90"); instantiate each name expression.
 
     Raises NvrtcError with the program log on failure. A compile is cached on disk (compile_cache.py: keyed

@@ -1,6 +1,6 @@
 """Static resources of every kernel variant, compiled for a real GPU architecture without a GPU.
 
-    collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
+    collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch=DEFAULT_ARCH,
             kv_dtype=None, config=None) -> list[dict], one row per (variant, block size)
     collect_many(variants, [(block_sizes, dtype, kv_dtype), ...], head_dim, arch) -> the same, several
             precisions in one go (one real-mode child for them all)
@@ -19,109 +19,29 @@ Tunables: `config` ({"threads": 64}; sandbox.variant.tunables) is resolved again
 keyword arguments, so a row reports what a run with that configuration launches; each row's `config`
 names it ("threads=64"; "" for a variant without tunables).
 
-Also here, for any PTX producer: `link_ptx(ptx, arch)` links with nvJitLink and parses its log.
+Also here (from ptx_link.py), for any PTX producer: `link_ptx(ptx, arch)` links with nvJitLink and parses its log.
 `collect(..., images=True)` also returns each kernel's cubin, for sandbox.analysis.sass to disassemble.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import inspect
-import re
 
 from ..problem import dtypes as dtypes_mod
 from ..variant import registry, tunables
 from ..devices.backends import numba_simulated
+from .gpus import DEFAULT_ARCH
 from .occupancy import occupancy
+from .ptx_link import ARCHS, LINKER_EXTRA_SMEM, link_ptx, parse_arch, parse_link_log  # noqa: F401  (re-exported)
 from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
+from ..devices.other_mode import call_in_numba_mode
 from ..errors import RefusedRequest
 
-ARCHS = ("sm_80", "sm_90")
 DTYPES = dtypes_mod.QUERY_DTYPES  # float32, float16, bfloat16
 KV_DTYPES = dtypes_mod.FP8_DTYPES  # besides the query's own
-# nvJitLink's summary line for sm_90 counts 1 KB more shared memory than the kernel declares
-# (observed: a kernel without shared memory reports 1024 bytes smem on sm_90, 0 on sm_80; one with
-# 256 bytes reports 1280 / 256; NVRTC's ptxas reports 256 on both). We subtract it; the runtime's
-# per-block reserve is added back by sandbox.analysis.occupancy.
-LINKER_EXTRA_SMEM = {"sm_90": 1024, "sm_80": 0}
 COLUMNS = ("variant", "family", "block_size", "head_dim", "dtype", "kv_dtype", "arch", "registers", "static_shared_bytes",
            "dynamic_shared_bytes", "local_bytes", "spill_stores", "spill_loads", "threads_per_block",
            "occupancy", "limiter", "path")
-
-
-def parse_arch(arch: str) -> tuple[int, int]:
-    """"sm_90" -> (9, 0); refuses anything but ARCHS."""
-    if arch not in ARCHS:
-        raise RefusedRequest(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
-    digits = arch[3:]
-    return int(digits[:-1]), int(digits[-1])
-
-
-_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_PTXAS_USED = re.compile(r"ptxas info\s*: Used (\d+) registers(.*)")
-_LINK_USED = re.compile(r"^info\s*: used (\d+) registers(.*)", re.MULTILINE)
-_SMEM = re.compile(r"(\d+) bytes smem")
-_STACK = re.compile(r"(\d+) stack")
-_LMEM = re.compile(r"(\d+) bytes lmem")
-
-
-def parse_link_log(log: str, arch: str) -> dict:
-    """Resources of the (one) kernel in an nvJitLink `-verbose` info log.
-
-    registers, static_shared_bytes, local_bytes (stack frame: local arrays and spills, per thread),
-    spill_stores, spill_loads (bytes). The largest value wins when several functions are listed.
-    """
-    out = dict(registers=0, static_shared_bytes=0, local_bytes=0, spill_stores=0, spill_loads=0)
-    for m in _FRAME.finditer(log):
-        out["local_bytes"] = max(out["local_bytes"], int(m.group(1)))
-        out["spill_stores"] = max(out["spill_stores"], int(m.group(2)))
-        out["spill_loads"] = max(out["spill_loads"], int(m.group(3)))
-    for m in _PTXAS_USED.finditer(log):
-        out["registers"] = max(out["registers"], int(m.group(1)))
-        if s := _SMEM.search(m.group(2)):
-            out["static_shared_bytes"] = max(out["static_shared_bytes"], int(s.group(1)))
-    for m in _LINK_USED.finditer(log):
-        out["registers"] = max(out["registers"], int(m.group(1)))
-        rest = m.group(2)
-        if s := _SMEM.search(rest):
-            declared = max(0, int(s.group(1)) - LINKER_EXTRA_SMEM.get(arch, 0))
-            out["static_shared_bytes"] = max(out["static_shared_bytes"], declared)
-        for pattern in (_STACK, _LMEM):
-            if s := pattern.search(rest):
-                out["local_bytes"] = max(out["local_bytes"], int(s.group(1)))
-    if not out["registers"]:
-        raise RuntimeError(f"no register count in the nvJitLink log for {arch}:\n{log}")
-    return out
-
-
-def link_ptx(ptx: str, arch: str) -> dict:
-    """Link PTX for `arch` with nvJitLink (-verbose): parse_link_log() of its info log, plus `image`,
-    (cubin, None): the linked cubin and None for "its only entry function"."""
-    from cuda.bindings import nvjitlink
-
-    parse_arch(arch)
-    options = [f"-arch={arch}", "-verbose"]
-    handle = nvjitlink.create(len(options), options)
-    try:
-        data = ptx.encode()
-        try:
-            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
-            nvjitlink.complete(handle)
-        except Exception as exc:
-            raise RuntimeError(f"nvJitLink failed for {arch}: {exc}\n{_log(nvjitlink, handle, 'error')}") from exc
-        info = parse_link_log(_log(nvjitlink, handle, "info"), arch)
-        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
-        nvjitlink.get_linked_cubin(handle, cubin)
-        return dict(info, image=(bytes(cubin), None))
-    finally:
-        nvjitlink.destroy(handle)
-
-
-def _log(nvjitlink, handle, kind: str) -> str:
-    size = getattr(nvjitlink, f"get_{kind}_log_size")(handle)
-    buf = bytearray(size)
-    if size:
-        getattr(nvjitlink, f"get_{kind}_log")(handle, buf)
-    return bytes(buf).rstrip(b"\x00").decode(errors="replace")
 
 
 def _modules(names):
@@ -237,7 +157,7 @@ def _take_images(report: dict) -> list:
     return images
 
 
-def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch="sm_90",
+def _collect_here(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim=128, dtype="float16", arch=DEFAULT_ARCH,
                   progress=None, images=False, kv_dtype=None, config=None) -> list[dict]:
     rows = []
     asked = head_dim
@@ -301,7 +221,7 @@ def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
 
 
 def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), head_dim: int = 128,
-                 arch: str = "sm_90", progress=None, images: bool = False, config: dict | None = None) -> list[dict]:
+                 arch: str = DEFAULT_ARCH, progress=None, images: bool = False, config: dict | None = None) -> list[dict]:
     """collect() for each (block_sizes, dtype, kv_dtype) of configs, rows in that order, numba kernels of
     them all compiled in one real-mode child; config: the tunables of every selected variant."""
     parse_arch(arch)
@@ -313,10 +233,9 @@ def collect_many(variants=None, configs=((POW2_BLOCK_SIZES, "float16", None),), 
     if not numba_simulated():
         return _collect_many_here(variants, configs, head_dim, arch, progress, images, config)
     # numba kernels compile in a real-mode child (its progress is reported when it returns); the others here
-    from ..devices.other_mode import call_in_numba_mode
 
     names = [name for name, _, _ in modules]
-    numba = [name for name, family, _ in modules if family == "numba"]
+    numba = [name for name, family, _ in modules if registry.family(family).census == "numba_ptx"]
     others = [name for name in names if name not in numba]
     # The child compiles the Numba kernels while this process compiles the others with NVRTC: two cores busy.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
@@ -342,7 +261,7 @@ def _order(names: list, configs: list):
 
 
 def collect(variants=None, block_sizes=POW2_BLOCK_SIZES, head_dim: int = 128, dtype: str = "float16",
-            arch: str = "sm_90", progress=None, images: bool = False, kv_dtype: str | None = None,
+            arch: str = DEFAULT_ARCH, progress=None, images: bool = False, kv_dtype: str | None = None,
             config: dict | None = None) -> list[dict]:
     """One row per (variant, block size) with the COLUMNS above (plus `kernels` for multi-kernel
     variants, `note`, and `skipped` / `error` where a row has no numbers).

@@ -22,6 +22,10 @@ import shutil
 import subprocess
 import tempfile
 
+from . import resources
+from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
+from .gpus import DEFAULT_ARCH
+
 # One SASS instruction line of nvdisasm -c: "/*0e70*/  @!P1 LDG.E.128.CONSTANT R8, desc[UR8][R42.64] ;"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
 _FUNCTION = re.compile(r"^//-+ \.text\.(\S+) +-+$", re.MULTILINE)  # nvdisasm pads short names with spaces
@@ -133,7 +137,6 @@ def census(sass: str) -> Census:
 @functools.lru_cache(maxsize=None)
 def nvdisasm_path() -> str:
     """nvdisasm from the nvidia-cuda-nvdisasm wheel (a default dependency), else from PATH."""
-    from .cuda_wheels import in_nvidia_wheels, pathfinder_lookup
     found = pathfinder_lookup("find_nvidia_binary_utility", "nvdisasm") or in_nvidia_wheels(
         "bin/nvdisasm", ("nvidia.cu13", "nvidia.cuda_nvdisasm"))
     if found:
@@ -194,7 +197,7 @@ COLUMNS = ("variant", "kernel", "block_size", "head_dim", "dtype", "kv_dtype", "
            "shuffles", "atomics", "calls", "fp64")
 
 
-def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = "float16", arch: str = "sm_90",
+def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = "float16", arch: str = DEFAULT_ARCH,
             keep_sass: bool = False, progress=None, kv_dtype: str | None = None) -> list[dict]:
     """One row per (variant, block size, kernel) with COLUMNS (and `sass`, the listing, if keep_sass).
 
@@ -202,8 +205,6 @@ def collect(variants=None, block_sizes=(16,), head_dim: int = 128, dtype: str = 
     cannot take the configuration gives a row with `skipped`, one that fails to compile `error`.
     dtype: the query's (bfloat16 too); kv_dtype: an fp8 cache (None: the query's dtype).
     """
-    from . import resources
-
     compiled = resources.collect(variants, block_sizes, head_dim, dtype, arch, progress=progress, images=True,
                                  kv_dtype=kv_dtype)
     return census_rows(compiled, keep_sass)

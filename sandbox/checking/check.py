@@ -12,6 +12,7 @@ from .compare import Comparison, compare
 from ..problem.option_schema import Case, Context
 from ..problem.options import OPTIONS
 from ..problem.decode import DecodeProblem
+from ..variant.runner import run_problem
 
 # Above this many (sequence, head, token) triples the token loop of reference.paged_attention takes
 # minutes; reference.gathered_attention (tested equal to it) does the same float64 math per sequence.
@@ -126,8 +127,6 @@ class CheckResult:
 def check_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None) -> CheckResult:
     """Run `name` on `problem` with the tunables in `config` (None: its defaults) and compare with the truth
     (out, and the lse when the problem asks for it, held to float32's tolerance); errors are captured, not raised."""
-    from ..variant.runner import run_problem
-
     try:
         got = run_problem(name, problem, backend, config)
     except Exception as exc:  # a crash is a failed check, reported with its message

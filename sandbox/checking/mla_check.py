@@ -10,6 +10,7 @@ from ..problem.mla import MLAProblem
 from ..problem.mla_validate import token_slots
 from .check import REFERENCE_LOOP_LIMIT, CheckResult
 from .compare import TOLERANCES, Comparison, compare
+from ..variant.mla_runner import run_mla_problem
 
 # lse is computed in float32 whatever the output dtype (logits of exact bf16/fp16/fp8 inputs, float32
 # accumulation and exp): the float32 tolerance applies; -inf (a row that reads nothing) must be -inf.
@@ -103,8 +104,6 @@ def compare_mla(got_out, got_lse, expected_out, expected_lse, dtype) -> Comparis
 def check_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", config: dict | None = None) -> CheckResult:
     """Run MLA variant `name` on `problem` with the tunables in `config` (None: its defaults) and compare out
     and lse with the truth; errors are captured."""
-    from ..variant.mla_runner import run_mla_problem
-
     try:
         got, got_lse = run_mla_problem(name, problem, backend, return_lse=True, config=config)
     except Exception as exc:  # a crash is a failed check, reported with its message

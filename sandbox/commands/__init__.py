@@ -1,12 +1,13 @@
-"""One module per CLI command, and what several of them share."""
+"""One module per CLI command, and what several of them share: the top layer, which parses and checks the
+arguments and calls the studies, drivers and variants below it."""
 import argparse
 import fnmatch
 
 from ..problem.validate import MAX_BLOCK_SIZE
-from ..variant import tunables
+from ..variant import registry, tunables
 from ..errors import RefusedRequest
 
-FAMILIES = ("numpy", "numba", "cupy", "wrong")
+FAMILIES = (*registry.FAMILIES, "wrong")  # what --variants accepts as a family name (the negative controls too)
 
 
 def align(lines: list[list[str]]) -> str:
@@ -71,8 +72,6 @@ def resolve_configs(names, config: dict) -> dict:
     """{name: resolved configuration} for each variant, defaults filled in; a parameter a variant does not
     declare, or a value it does not allow, is a ValueError naming the variant, the parameter and what it
     allows, before anything runs or is written."""
-    from ..variant import registry
-
     out = {}
     for name in names:
         entry = registry.get_cache_writer(name) if name in registry.CACHE_WRITERS else registry.get(name)

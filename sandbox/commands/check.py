@@ -127,11 +127,11 @@ def apply_modes(args) -> list[str]:
 
 def backend_for(name: str, family: str, backend: str, modes: list[str]) -> str:
     """The backend a variant is checked on; ValueError (one line) when it cannot run here."""
-    if modes and family == "cupy":
+    if modes and registry.family(family).executor_modes:
         if backend == "gpu":
             raise RefusedRequest(f"{', '.join(modes)}: CPU-executor modes run CUDA C on the CPU; drop --backend gpu")
         return "cpu"
-    return backends.resolve(backend, family)
+    return registry.family(family).resolve(backend)
 
 
 def main(args) -> int:
@@ -167,7 +167,7 @@ def main(args) -> int:
                 key = mla_check.error_key(p) if variant.problem == "mla" else error_key(p)
                 worst[key] = max(worst.get(key, 0.0), r.comparison.max_abs_err)
         status = "PASS" if not bad else "FAIL"
-        ran = f" [{', '.join(m for m in modes)}]" if modes and variant.family == "cupy" else ""
+        ran = f" [{', '.join(m for m in modes)}]" if modes and variant.family_plugin.executor_modes else ""
         per_dtype = ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items())) or "none"
         shown = f" [{tunables.describe(configs[name])}]" if args.config else ""
         print(f"{status}  {name:<28} {len(results) - len(bad)}/{len(results)} problems; worst max abs err: "
@@ -182,7 +182,8 @@ def main(args) -> int:
 def run_checks(name: str, variant, backend: str, args, config: dict | None) -> list:
     """[(label, problem, CheckResult)] of the variant's problems, a progress bar counting them."""
     if variant.problem == "mla":  # per format: bfloat16, float16, bfloat16:fp8_record, ...
-        problems = mla_check.mla_check_problems(variant.limits, args.seed, args.random, variant.family == "numba")
+        problems = mla_check.mla_check_problems(variant.limits, args.seed, args.random,
+                                                 variant.family_plugin.runtime == "numba")
         check = mla_check.check_mla_problem
     else:
         problems = problems_for(variant, args.seed, args.random)

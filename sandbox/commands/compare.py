@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..sweep import diff
+from ..sweep.report import diff
 from . import numbers
 from ..errors import RefusedRequest
 

@@ -13,10 +13,11 @@ import sys
 
 from sandbox.commands import block_size_list
 from sandbox.commands.kv_budget import add_budget_arguments, budget_from_args
-from sandbox.memory import beam, distributions, paper
+from sandbox.memory import beam, distributions, paper, sharing
 from sandbox.memory.arena import RESERVE_POLICIES
+from sandbox.memory.example import render_seed_example, run_seed_example
 from sandbox.memory.simulate import DEFAULT_MAX_NUM_SEQS
-from sandbox.memory.study import DEFAULT_BLOCK_SIZES, StudyConfig
+from sandbox.memory.study import DEFAULT_BLOCK_SIZES, StudyConfig, request_lengths, run_study, validate
 
 QUICK = dict(num_requests=300, sharing_requests=60)
 DEFAULTS = dict(num_requests=2000, sharing_requests=500)
@@ -119,9 +120,6 @@ def summary(result: dict) -> str:
 
 def calibration(args: argparse.Namespace, config: StudyConfig) -> str:
     """The beam model's calibration table on the study's first sharing_requests requests."""
-    from sandbox.memory import sharing
-    from sandbox.memory.study import request_lengths, validate
-
     validate(config)
     target = paper.FIG15.get(config.distribution) if not config.trace else None
     if target is None:
@@ -145,12 +143,9 @@ def calibration(args: argparse.Namespace, config: StudyConfig) -> str:
 
 def main(args: argparse.Namespace) -> int:
     if args.example == "seed":
-        from sandbox.memory.example import render_seed_example, run_seed_example
-
         example = run_seed_example()
         print(json.dumps(example, indent=2) if args.json else render_seed_example(example))
         return 0
-    from sandbox.memory.study import run_study
 
     try:
         config = config_from_args(args)

@@ -44,7 +44,7 @@ def add_arguments(parser) -> None:
                         help="decode variants' head dim (MLA variants: 576)")
     add_precision_arguments(parser)
     add_config_argument(parser)
-    parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
+    parser.add_argument("--arch", default=resources.DEFAULT_ARCH, choices=resources.ARCHS)
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of a table")
 
 

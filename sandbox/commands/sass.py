@@ -20,7 +20,7 @@ def add_arguments(parser) -> None:
     add_block_sizes_argument(parser, (16,))
     parser.add_argument("--head-dim", type=numbers.integer(1, MAX_HEAD_DIM), default=128)
     add_precision_arguments(parser)
-    parser.add_argument("--arch", default="sm_90", choices=resources.ARCHS)
+    parser.add_argument("--arch", default=resources.DEFAULT_ARCH, choices=resources.ARCHS)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the census rows as a JSON list")
     output.add_argument("--dump", action="store_true", help="print each kernel's whole SASS listing instead")

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..analysis import gpus
 from ..devices import backends
 from ..problem.option_tokens import known_tokens, parse_option_tokens
 from ..variant import registry
-from ..sweep import shapes as shapes_mod, timing, traffic_columns
-from ..sweep.run import DENSE_BASELINE, SweepConfig, run_sweep
+from ..sweep import shapes as shapes_mod
+from ..sweep.measure import timing, traffic_columns
+from ..sweep.measure.run import DENSE_BASELINE, SweepConfig, run_sweep
 from . import add_config_argument, block_size_list, numbers, select_names
 from ..errors import RefusedRequest
 
@@ -84,14 +86,14 @@ def add_arguments(parser) -> None:
                         help="which points get the traffic columns (counted on the CPU, modelled on --model-device): "
                              "auto = every point on the CPU, on a GPU the first shape at block size 16; all = every "
                              "point; none (default auto)")
-    parser.add_argument("--model-device", default="h200", metavar="GPU",
-                        help="the GPU the traffic columns model: h200 or h100 (default h200)")
+    parser.add_argument("--model-device", default=gpus.DEFAULT, metavar="GPU",
+                        help=f"the GPU the traffic columns model: {', '.join(gpus.NAMES)} (default {gpus.DEFAULT})")
     parser.add_argument("--no-torch", action="store_true", help="leave torch.sdpa out even where torch is importable")
     parser.add_argument("--no-resources", action="store_true", help="skip the static resources (resources.csv)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--list-shapes", action="store_true", help="print the shape presets and exit")
-    tuning = parser.add_argument_group("tunables (sandbox/sweep/tune.py; one of these)")
+    tuning = parser.add_argument_group("tunables (sandbox/sweep/measure/tune.py; one of these)")
     tuning.add_argument("--tune", action="store_true",
                         help="try each variant's grid of tunables at every point (ranked by GPU time on a GPU, by the "
                              "traffic model's time on the CPU); the best per (shape, block size) runs and goes to "

@@ -4,7 +4,8 @@ modelled time on a GPU, per variant and block size.
 For each point: the totals against the ideal bytes, the per-site table (the uncoalesced load, the
 conflicting store), the model's time, fraction of DRAM bandwidth and binding level; then one summary
 table. --csv writes one row per kernel whose columns are the metric names (diff it against
-`ncu --csv --metrics ...`), --json every result in full. --config NAME=VALUE,... counts every named variant with
+`ncu --csv --metrics ...`), --json every result in full, --plot the device's roofline with every point,
+--sensitivity each point's time under the model's what-ifs and whether the fastest variant changes. --config NAME=VALUE,... counts every named variant with
 those tunables (sandbox.tunables(name)). Exit 0; 2 for a refused request (a bad --config included: nothing runs,
 nothing is written); 1 when a point failed to run, or when no point was counted (every one outside its variant's
 limits). A count estimated to take long is announced before it starts, and refused past the hard bound unless
@@ -21,16 +22,19 @@ import time
 
 import numpy as np
 
-from ..analysis import gpus
+from ..analysis import gpus, sensitivity
 from ..devices import cost
 from ..analysis.traffic import metrics as M
 from ..analysis.traffic import variant as V
 from ..problem import dtypes
 from ..sweep import mla_shapes, shapes as shapes_mod
+from ..sweep.report.mpl import pyplot
+from ..sweep.report.roofline import roofline_figure
 from ..variant import registry
 from ..variant import tunables
 from ..variant.limits import Unsupported
 from . import add_config_argument, align, block_size_list, numbers, outputs, resolve_configs, select_names
+from ..analysis.traffic import numba_sample
 from ..errors import RefusedRequest
 
 DEFAULT_SHAPE = shapes_mod.GOAL_SHAPE
@@ -45,7 +49,8 @@ def add_arguments(parser) -> None:
                              f"{DEFAULT_SHAPE}, the goal shape)")
     parser.add_argument("--block-sizes", type=block_size_list, default=DEFAULT_BLOCK_SIZES, metavar="N,N",
                         help="comma-separated block sizes (default 16)")
-    parser.add_argument("--device", default="h200", help=f"the GPU modelled: {', '.join(gpus.GPUS)} (default h200)")
+    parser.add_argument("--device", default=gpus.DEFAULT,
+                        help=f"the GPU modelled: {', '.join(gpus.NAMES)} (default {gpus.DEFAULT})")
     parser.add_argument("--sample-seqs", type=numbers.integer(1, 10**6), metavar="N",
                         help=f"count the blocks of N sequences when all do the same work, and scale (default "
                              f"{V.SAMPLE_SEQS})")
@@ -55,6 +60,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=numbers.integer(0, 10**9), default=0)
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write one row per kernel, metric names as columns")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="re-model each point with the DRAM latency -25%%/+25%%, the copy stream as the DRAM ceiling "
+                             "and loads per wait -1/+1, and say where the fastest variant changes")
+    parser.add_argument("--plot", metavar="PNG", help="draw the device's roofline with every point on it")
     add_config_argument(parser)
     parser.add_argument("--force", action="store_true",
                         help="count problems estimated past the hard bound too (sandbox/devices/cost.py)")
@@ -65,9 +74,12 @@ def _names(values, kind: str = "decode") -> list[str]:
     known = registry.variants(problem=kind) + registry.variants("wrong", problem=kind)
     names = select_names(list(values), known, lambda family: registry.variants(family, problem=kind))
     for name in names:
-        if registry.get(name).family == "numpy":
-            raise RefusedRequest(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a "
-                                 "kernel's memory accesses; choose cupy.* or numba.* variants")
+        family = registry.get(name).family_plugin
+        if family.capture is None:
+            counted = [f"{f}.*" for f in registry.FAMILIES
+                       if registry.family(f).capture and registry.variants(f, problem=None)]
+            raise RefusedRequest(f"{name} has no GPU kernel ({family.summary}): traffic counts a kernel's memory "
+                                 f"accesses; choose {' or '.join(counted)} variants")
     return names
 
 
@@ -119,10 +131,9 @@ def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
     """The multiply-adds a count simulates: the CPU executor's sampled sequences (V.sample), the Numba capture's
     represented blocks (numba_sample.estimate_seconds)."""
     variant = registry.get(name)
-    if variant.family == "numba":
+    if variant.family_plugin.capture == "numba_simulator":
         if getattr(variant, "problem", "decode") == "mla":  # the capture simulates every block
             return problem.multiply_adds()
-        from ..analysis.traffic import numba_sample
         return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
     counted, _, _ = V.sample(problem, sample)
     return counted.multiply_adds()
@@ -157,14 +168,18 @@ def report(result: dict, sites: int) -> str:
                f"(K/V {s['kv_sectors_per_request']:.2f}); L2 sectors read {m['lts__t_sectors_op_read.sum']:,}, "
                f"written {m['lts__t_sectors_op_write.sum']:,}; shared bank conflicts {s['bank_conflicts']:,}")
     for k in result["kernels"]:
-        occ = (f"{k['registers']} registers, {k['static_shared_bytes'] + k['dynamic_shared_bytes']} B shared, "
+        occ = (f"{k['registers']} registers, {k.get('spill_stores', 0)}/{k.get('spill_loads', 0)} B spill "
+               f"stores/loads, {k['static_shared_bytes'] + k['dynamic_shared_bytes']} B shared, "
                f"{k['blocks_per_sm']} blocks/SM ({k['limiter']})" if "registers" in k else "no compile census")
         km = next(r for r in model["kernels"] if r["name"] == k["name"])
-        out.append(f"  kernel {k['name']}  grid {tuple(k['grid'])} block {tuple(k['block'])}: {occ}; "
+        loads = (f"loads in flight {km['loads_in_flight']} back to back, {km['loads_per_wait']:.2f} per wait "
+                 f"({'SASS' if km['loads_in_flight_source'] == 'sass' else km['loads_in_flight_source']})")
+        out.append(f"  kernel {k['name']}  grid {tuple(k['grid'])} block {tuple(k['block'])}: {occ}; {loads}; "
                    f"model {km['time_us']:.1f} us ({km['bound']})")
         out += _site_lines(k, sites)
     levels = ", ".join(f"{n} {v:.1f}" for n, v in model["levels_us"].items())
-    out.append(f"  MODEL: {model['time_us']:.1f} us, {100 * model['fraction_of_dram_bw']:.1f}% of DRAM bandwidth, "
+    out.append(f"  MODEL: {model['time_us']:.1f} us, {100 * model['fraction_of_dram_bw']:.1f}% of nominal DRAM "
+               f"bandwidth, {100 * model['fraction_of_achievable']:.1f}% of achievable (the measured read stream), "
                f"bound by {model['bound']} (levels, us: {levels})")
     out += [f"  assumes: {a}" for a in model["assumptions"]]
     return "\n".join(out)
@@ -177,12 +192,35 @@ def csv_rows(result: dict, block_size: int, shape: str) -> list[dict]:
                  **{n: k["metrics"][n] for n in M.METRICS}) for k in result["kernels"]]
 
 
+def sensitivity_line(result: dict, device) -> str:
+    """One point's modelled time under each what-if of sandbox.analysis.sensitivity."""
+    t = sensitivity.times(result, device)
+    cases = ", ".join(f"{c} {t[c]:.1f} ({t[c] / t['model'] - 1:+.0%})" for c in sensitivity.CASES)
+    return f"  SENSITIVITY (us): model {t['model']:.1f}; {cases}"
+
+
+def verdicts(points: list, device) -> str:
+    """Per block size: does the fastest variant stay the fastest under every what-if?"""
+    lines = ["SENSITIVITY of the verdict (the fastest variant per block size under each what-if):"]
+    for bs in dict.fromkeys(bs for _, bs, _ in points):
+        here = [(name, sensitivity.times(r, device)) for name, b, r in points if b == bs]
+        fastest = min(here, key=lambda p: p[1]["model"])[0]
+        flipped = sensitivity.flips(here)
+        lines.append(f"  block size {bs}: {fastest} fastest; " + ("the verdict flips: " + "; ".join(flipped)
+                                                                  if flipped else "holds in every case"
+                                                                  if len(here) > 1 else "one variant only"))
+    return "\n".join(lines)
+
+
 def summary_table(points: list) -> str:
-    lines = [["variant", "bs", "DRAM/ideal", "K/V sect/req", "bank confl", "model us", "% DRAM bw", "bound"]]
+    lines = [["variant", "bs", "DRAM/ideal", "K/V sect/req", "bank confl", "loads in flight", "model us",
+              "% nominal", "% achievable", "bound"]]
     for name, bs, result in points:
         s = V.summary(result)
         lines.append([name, str(bs), f"{s['bytes_over_ideal']:.3f}", f"{s['kv_sectors_per_request']:.2f}",
-                      f"{s['bank_conflicts']:,}", f"{s['model_time_us']:.1f}", f"{100 * s['model_fraction_of_bw']:.1f}",
+                      f"{s['bank_conflicts']:,}", f"{s['model_loads_in_flight']}/{s['model_loads_per_wait']:.2f}",
+                      f"{s['model_time_us']:.1f}",
+                      f"{100 * s['model_fraction_of_bw']:.1f}", f"{100 * s['model_fraction_of_achievable']:.1f}",
                       s["model_bound"]])
     return align(lines)
 
@@ -194,7 +232,8 @@ def main(args) -> int:
         raise RefusedRequest(f"--exact counts every block; --sample-seqs {args.sample_seqs} samples: give one")
     outputs.check_output_path("--json", args.json)
     outputs.check_output_path("--csv", args.csv)
-    outputs.check_distinct(json=args.json, csv=args.csv)
+    outputs.check_output_path("--plot", args.plot)
+    outputs.check_distinct(json=args.json, csv=args.csv, plot=args.plot)
     names = _names(args.variants, "mla" if isinstance(shape, mla_shapes.MLAShape) else "decode")
     configs = resolve_configs(names, args.config)  # a bad --config: ValueError before anything runs
     try:
@@ -223,12 +262,23 @@ def main(args) -> int:
                 failed += 1
                 continue
             print(report(result, args.sites))
+            if args.sensitivity:
+                print(sensitivity_line(result, args.device))
             print(f"  (counted in {time.perf_counter() - start:.1f} s)")
             sys.stdout.flush()
             points.append((name, block_size, result))
             rows += csv_rows(result, block_size, shape.name)
     if len(points) > 1:
         print("\nMODEL (" + gpus.get(args.device).name + "), not a measurement:\n" + summary_table(points))
+    if args.sensitivity:
+        print(verdicts(points, args.device))
+    if args.plot and points:
+        fig = roofline_figure([dict(label=f"{n} bs{bs}", flops=V.flops(r), time_us=r["model"]["time_us"],
+                                    dram_bytes=V.summary(r)["dram_bytes"], latency_bytes_per_s=V.latency_bandwidth(r))
+                               for n, bs, r in points], args.device)
+        fig.savefig(args.plot, dpi=110)
+        pyplot().close(fig)
+        print(f"wrote {args.plot}")
     if args.json:
         outputs.write_output("--json", args.json,
                              json.dumps([dict(r, block_size=bs) for _, bs, r in points], indent=1, default=str))

@@ -1,4 +1,5 @@
-"""Run CUDA C kernels on the CPU, called exactly like ``cupy.RawKernel`` / ``cupy.RawModule``.
+"""Run CUDA C kernels on the CPU, called exactly like ``cupy.RawKernel`` / ``cupy.RawModule``. A toolchain
+below every other layer but the core: it owns g++ (toolchain.py), its caches (native.py) and its records (raw.py).
 
     from sandbox.cpucuda import CpuRawKernel, CpuRawModule
     k = CpuRawKernel(code, "name", options=("-std=c++17",))

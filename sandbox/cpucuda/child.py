@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import _abi
+from . import _abi, toolchain
 from .errors import CpuKernelError, CpuKernelMemoryError
 
 CHILD = Path(__file__).resolve().parent / "_child.py"
@@ -63,13 +63,11 @@ class Launch:
 @functools.lru_cache(maxsize=None)
 def runtime_library(filename: str, package: str) -> str:
     """Path of a sanitizer runtime (``libasan.so``) that matches the compiler."""
-    from . import compiler as _compiler
-
     try:
-        out = subprocess.run([_compiler.compiler(), f"-print-file-name={filename}"], capture_output=True,
+        out = subprocess.run([toolchain.compiler(), f"-print-file-name={filename}"], capture_output=True,
                              text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise CpuKernelError(f"cannot locate {filename} with {_compiler.compiler()}: {exc}") from exc
+        raise CpuKernelError(f"cannot locate {filename} with {toolchain.compiler()}: {exc}") from exc
     if not os.path.isabs(out) or not os.path.exists(out):
         raise CpuKernelError(f"{filename} not found: install the compiler's sanitizer runtime (Debian: {package})")
     return out

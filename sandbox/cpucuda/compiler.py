@@ -28,14 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cache_entry
+from . import instrument as _instrument
 from . import pch as _pch
 from . import ptx as _ptx
 from . import source as _source
 from .errors import CpuCompileError
 from .modes import build_mode
+from .substitute import substituted
+from .toolchain import INCLUDE_DIR, SOURCE_ROOT, cache_dir, compiler  # noqa: F401  (cpucuda's modules read them here too)
+from .toolchain import compiler_version as _compiler_version
 
-INCLUDE_DIR = Path(__file__).resolve().parent / "include"
-SOURCE_ROOT = Path(__file__).resolve().parents[2]  # g++ runs here (see _compile)
 CACHE_VERSION = "cpucuda-4"  # 4: entries carry a digest (cache_entry.py)
 # How messages name the cached copy of a source given as a string (`code`).
 CODE_LABEL = "<code>"
@@ -69,19 +71,6 @@ _IGNORED_PREFIXES = (
     "-builtin-initializer-list", "--minimal", "-minimal", "-no-source-include", "--no-source-include",
     "-G", "-pch", "--pch", "-time", "--time",
 )
-
-
-def cache_dir() -> Path:
-    """Where compiled objects live (outside the repository)."""
-    env = os.environ.get("SANDBOX_CPUCUDA_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "paged-attention-sandbox" / "cpucuda"
-
-
-def compiler() -> str:
-    return os.environ.get("SANDBOX_CPUCUDA_CXX", "g++")
 
 
 @dataclass
@@ -136,15 +125,6 @@ def parse_options(options) -> Options:
             continue
         # Unknown NVRTC options are ignored, like GPU-only ones; nothing is lost on the CPU.
     return opts
-
-
-@functools.lru_cache(maxsize=None)
-def _compiler_version() -> str:
-    try:
-        out = subprocess.run([compiler(), "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise CpuCompileError(f"cannot run {compiler()!r} (g++ is needed to run CUDA C on the CPU): {exc}") from exc
-    return out.splitlines()[0] if out else "unknown"
 
 
 @functools.lru_cache(maxsize=None)
@@ -231,8 +211,6 @@ def split_user_flags(opts: Options) -> tuple[list[str], list[str]]:
 
 def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
     """Compile ``code`` with launchers for ``names``; reuse the cached object if any."""
-    from .substitute import substituted
-
     flags = mode_flags(mode)
     code = substituted(code)
     opts = parse_options(options)
@@ -354,8 +332,7 @@ def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names
     cmd = [compiler(), *flags, *include_flags, "-include", "cpucuda_runtime.h", *pre_includes, "-x", "c++", str(src),
            "-x", "none", "-o", tmp]
     if build_mode(mode).recorder:  # an instrumented object, then a link with the recorder (instrument.py)
-        from .instrument import build_steps
-        steps = build_steps(cmd, tmp, _recorder(mode).RECORDER)
+        steps = _instrument.build_steps(cmd, tmp, _recorder(mode).RECORDER)
     else:
         steps = [cmd]
     started = time.perf_counter()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from . import compiler as _compiler
+from . import native, toolchain
 
 WRAPPED = ("memcpy", "memmove", "memset")
 
@@ -20,8 +20,6 @@ WRAPPED = ("memcpy", "memmove", "memset")
 def compile_flags(base: list[str], recorder: Path, macro: str) -> list[str]:
     """``base`` plus ``-D<macro>=0x<the recorder's hash>``: a changed recorder (or tsan_entry_points.h, which it
     includes) rebuilds every object that links it."""
-    from sandbox.analysis.traffic import native
-
     digest = hashlib.sha256(native.source_bytes(recorder)).hexdigest()[:16]
     return list(base) + [f"-D{macro}=0x{digest}"]
 
@@ -34,8 +32,7 @@ def build_steps(command: list[str], output: str, recorder: Path) -> list[list[st
     """
     obj = output + ".o"
     compile_step = [a if a != output else obj for a in command if a != "-shared"] + ["-c"]
-    from sandbox.analysis.traffic import native  # the recorder object is built once and cached
-    recorder_object = native.compiled(recorder, output="o")
-    link = [_compiler.compiler(), "-shared", "-fPIC", obj, str(recorder_object), "-o", output, "-Wl,-z,defs",
+    recorder_object = native.compiled(recorder, output="o")  # built once and cached
+    link = [toolchain.compiler(), "-shared", "-fPIC", obj, str(recorder_object), "-o", output, "-Wl,-z,defs",
             "-Wl," + ",".join(f"--wrap={f}" for f in WRAPPED)]
     return [compile_step, link]

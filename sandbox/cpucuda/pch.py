@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from . import cache_entry
+from .toolchain import SOURCE_ROOT
 
 PCH_VERSION = "cpucuda-pch-2"  # 2: the .gch carries a digest (cache_entry.py)
 HEADER = "cpucuda_runtime.h"
@@ -97,7 +98,7 @@ def _build(cxx: str, pch_flags: list[str], include_dir: Path, folder: Path, gch:
         os.close(fd)
         cmd = [cxx, *pch_flags, "-I", str(include_dir), "-x", "c++-header", str(include_dir / HEADER), "-o", tmp]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_compiler_root())  # as the kernels compile
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=SOURCE_ROOT)  # as the kernels compile
             if proc.returncode != 0:
                 # The kernel's own compile (without a PCH) reports whatever is wrong; do not retry each time.
                 (folder / "failed").write_text(proc.stderr[-4000:])
@@ -106,8 +107,3 @@ def _build(cxx: str, pch_flags: list[str], include_dir: Path, folder: Path, gch:
             return True
         finally:
             Path(tmp).unlink(missing_ok=True)
-
-
-def _compiler_root():
-    from .compiler import SOURCE_ROOT
-    return SOURCE_ROOT

@@ -23,15 +23,11 @@ import re
 from dataclasses import dataclass
 
 from . import ptx_ops
-from .ptx_statements import Statement, find_statements, split
+from .ptx_statements import Refusal, Statement, find_statements, immediate, split  # noqa: F401  (re-exported)
 from .source import tokenize
 
 REFUSAL = "sandbox.cpucuda: inline PTX"  # the static_assert message prefix compiler.py looks for
 _CTYPE = {"h": "uint16_t", "r": "uint32_t", "l": "uint64_t", "f": "float", "d": "double", "n": "long long"}
-
-
-class Refusal(Exception):
-    """This statement (or one instruction of it) cannot run on the CPU; the message says why."""
 
 
 # ---------------------------------------------------------------- translating
@@ -178,24 +174,6 @@ _SPECIAL = {
 
 def _special(text: str) -> str | None:
     return _SPECIAL.get(text.strip().replace("\x00", "%"))
-
-
-def immediate(text: str) -> str | None:
-    """A PTX integer or float immediate as a C++ expression (0f3F800000: a float's bits), else None."""
-    text = text.strip()
-    m = re.fullmatch(r"-?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uU]?", text)
-    if m:
-        neg = text.startswith("-")
-        body = text.lstrip("-").rstrip("uU")
-        value = int(body, 0) if not re.fullmatch(r"0\d+", body) else int(body, 8)
-        return f"{'-' if neg else ''}{value}ull" if not neg else f"(-(long long){value})"
-    m = re.fullmatch(r"0[fF]([0-9a-fA-F]{8})", text)
-    if m:
-        return f"0x{m.group(1)}u"
-    m = re.fullmatch(r"0[dD]([0-9a-fA-F]{16})", text)
-    if m:
-        return f"0x{m.group(1)}ull"
-    return None
 
 
 def _strip_comments(body: str) -> str:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import re
 
+from .ptx_statements import Refusal, immediate
+
 # Instruction types: (bits, C++ unsigned type, float format or None, signed integer)
 TYPES = {
     "b8": (8, "uint8_t", None, False), "u8": (8, "uint8_t", None, False), "s8": (8, "uint8_t", None, True),
@@ -39,7 +41,6 @@ _SHAPE = {"f16": (5, 11), "bf16": (8, 8), "f32": (8, 24), "f64": (11, 53)}
 
 
 def _refuse(msg: str):
-    from .ptx import Refusal
     raise Refusal(msg)
 
 
@@ -246,7 +247,6 @@ def _address(text: str, ctx, ins) -> str:
     name, ctype = ctx.reg(base)
     if ctype != "uint64_t":
         _refuse(f"`{ins.text}`: the address {base} must be a 64-bit register (an \"l\" operand holding a pointer)")
-    from .ptx import immediate
     off = ""
     if offset is not None:
         imm = immediate(offset)

@@ -132,3 +132,25 @@ def split(text: str, sep: str) -> list[str]:
 
 def _unescape(body: str) -> str:
     return json.loads('"' + body.replace("\\'", "'").replace("\\\n", "") + '"') if "\\" in body else body
+
+
+class Refusal(Exception):
+    """This statement (or one instruction of it) cannot run on the CPU; the message says why."""
+
+
+def immediate(text: str) -> str | None:
+    """A PTX integer or float immediate as a C++ expression (0f3F800000: a float's bits), else None."""
+    text = text.strip()
+    m = re.fullmatch(r"-?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uU]?", text)
+    if m:
+        neg = text.startswith("-")
+        body = text.lstrip("-").rstrip("uU")
+        value = int(body, 0) if not re.fullmatch(r"0\d+", body) else int(body, 8)
+        return f"{'-' if neg else ''}{value}ull" if not neg else f"(-(long long){value})"
+    m = re.fullmatch(r"0[fF]([0-9a-fA-F]{8})", text)
+    if m:
+        return f"0x{m.group(1)}u"
+    m = re.fullmatch(r"0[dD]([0-9a-fA-F]{16})", text)
+    if m:
+        return f"0x{m.group(1)}ull"
+    return None

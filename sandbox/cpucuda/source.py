@@ -325,7 +325,7 @@ _LINE_DIRECTIVE = re.compile(r'^[ \t]*#[ \t]*line[ \t]+(\d+)(?:[ \t]+"([^"]*)")?
 def locate(src: str, pos: int, default_file: str) -> tuple[str, int]:
     """(file, line) of offset ``pos``, honouring ``#line N "file"`` directives.
 
-    Kernels loaded from files (kernels/cupy_raw/common.load_source) carry
+    Kernels loaded from files (sandbox/variant/cuda_source.load_source) carry
     ``#line`` directives, so messages can name the user's own file.
     """
     file, base_line, base_pos = default_file, 1, 0

@@ -2,7 +2,8 @@
 
     CpuRawKernel(..., traffic=True), modes(traffic=True) or SANDBOX_CPUCUDA_TRAFFIC=1, then
     last_traffic(device="h200") -> sandbox.analysis.traffic.Traffic   .metrics, .blocks, .sites
-    last_raw() -> RawLaunch                                        what the counts were made from
+    last_raw() -> RawLaunch                                        what the counts were made from (raw.py)
+    set_counter(count)                                             the counting core registers itself here
     with capture() as launches: ...                                 every traffic launch inside, as RawLaunch,
                                                                     arrays at one virtual address each
 
@@ -31,6 +32,7 @@ import numpy as np
 from . import compiler as _compiler
 from . import instrument as _instrument
 from . import source as _source
+from .raw import SECTOR_DTYPE, SITE_BLOCK_DTYPE, RawLaunch, Site
 
 RECORDER = Path(__file__).resolve().parent / "traffic_recorder.cpp"
 COMPILE_FLAGS = [
@@ -111,6 +113,7 @@ class Capture:
 
 _captures: list[Capture] = []
 _last: dict = {}
+_counter: dict = {}  # "count": the counting core's count(), see set_counter
 
 
 @contextlib.contextmanager
@@ -148,8 +151,6 @@ class Session:
 
     def collect(self):
         """The launch as a RawLaunch (also appended to the enclosing capture() and kept for last_traffic())."""
-        from sandbox.analysis.traffic.raw import SECTOR_DTYPE, SITE_BLOCK_DTYPE, RawLaunch
-
         res = _Results()
         self.lib.cpucuda_traffic_results(ctypes.byref(res))
         sites = _copy(res.sites, res.nsites, _SITE)
@@ -186,15 +187,24 @@ def last_raw():
     return _last.get("raw")
 
 
+def set_counter(count) -> None:
+    """Register `count(launches, device) -> CallTraffic`, what last_traffic() counts with.
+
+    The counting core (sandbox.analysis.traffic) sits above the executor and registers itself when imported
+    (importing sandbox does, so sandbox.cpucuda.last_traffic always has it): the executor produces the raw
+    records and never imports what models them."""
+    _counter["count"] = count
+
+
 def last_traffic(device="h200"):
     """The last traffic launch counted alone (a cold L2 of `device`): .metrics, .blocks, .sites, .notes."""
-    from sandbox.analysis.traffic import count
-
     raw = last_raw()
     if raw is None:
         raise RuntimeError("no traffic launch yet: launch a kernel with traffic=True, inside "
                            "sandbox.cpucuda.modes(traffic=True), or with SANDBOX_CPUCUDA_TRAFFIC=1")
-    return count([raw], device).launches[0]
+    if "count" not in _counter:
+        raise RuntimeError("no traffic counter registered: import sandbox.analysis.traffic (importing sandbox does)")
+    return _counter["count"]([raw], device).launches[0]
 
 
 # ---------------------------------------------------------------- names: parameters, shared arrays, lines
@@ -307,8 +317,6 @@ class _Symbols:
         return file.startswith(str(_compiler.INCLUDE_DIR))
 
     def site(self, s, chains, target: str):
-        from sandbox.analysis.traffic.raw import Site
-
         pcs = [int(s["pc"])]
         c = int(s["chain"])
         while c >= 0:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import os
 import sys
+
 from ..errors import RefusedRequest
+from .grid import CheckedModule
 
 BACKENDS = ("auto", "gpu", "cpu")
 
@@ -71,21 +73,28 @@ def require_gpu_if_asked(backend: str) -> None:
         raise RefusedRequest(NO_GPU)
 
 
-def resolve(backend: str, family: str) -> str:
-    """Map "auto" to "gpu" or "cpu" for a variant family; refuse what cannot run here, clearly."""
+# The runtime of the families as callers name them (sandbox/variant/family.py: a Family names its own).
+RUNTIME_OF = {"numpy": "host", "cupy": "gpu_or_cpu", "numba": "numba"}
+
+
+def resolve(backend: str, family: str, runtime: str | None = None) -> str:
+    """Map "auto" to "gpu" or "cpu" for a variant family running on `runtime` ("host": the CPU only;
+    "gpu_or_cpu": a GPU where CuPy can use one; "numba": this process's numba.cuda mode; None: the family's in
+    RUNTIME_OF); refuse what cannot run here, clearly."""
     if backend not in BACKENDS:
         raise RefusedRequest(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if family in ("numpy",):
+    runtime = runtime or RUNTIME_OF.get(family)
+    if runtime == "host":
         if backend == "gpu":
             raise RefusedRequest(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
         return "cpu"
-    if family == "cupy":
+    if runtime == "gpu_or_cpu":
         if backend == "auto":
             return "gpu" if cupy_usable() else "cpu"
         if backend == "gpu" and not cupy_usable():
             raise RefusedRequest("backend='gpu' needs an NVIDIA GPU and CuPy (pip install '.[gpu-cuda12]' or '.[gpu-cuda13]')")
         return backend
-    if family == "numba":
+    if runtime == "numba":
         if backend == "auto":
             return "cpu" if numba_simulated() else "gpu"
         if backend == "gpu" and not gpu_present():
@@ -128,7 +137,6 @@ def raw_module(backend: str, code: str, options=(), name_expressions=None, **cpu
     Either is wrapped in sandbox.devices.grid.CheckedModule: every launch of a kernel it returns checks its
     grid and block against CUDA's limits first (ValueError naming the kernel and the dimension).
     """
-    from .grid import CheckedModule
     if backend == "gpu":
         import cupy
         return CheckedModule(cupy.RawModule(code=code, options=tuple(options), name_expressions=name_expressions))

@@ -93,10 +93,7 @@ def shape_multiply_adds(shape) -> int:
     if getattr(shape, "kind", "decode") == "mla":
         tokens = min(shape.topk, shape.context_len) if shape.topk else shape.context_len
         return rows * shape.num_heads * (576 + 512) * tokens
-    from ..sweep.shapes import SUFFIX_MAX
-
-    tokens = shape.context_len + (SUFFIX_MAX if shape.group_size else 0)
-    return 2 * rows * shape.num_heads * shape.head_dim * tokens
+    return 2 * rows * shape.num_heads * shape.head_dim * shape.longest_context
 
 
 def _duration(seconds: float) -> str:

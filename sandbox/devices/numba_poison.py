@@ -33,6 +33,8 @@ import sys
 
 import numpy as np
 
+from . import numba_scheduler
+
 _TARGET = "numba.cuda.simulator.kernel"
 _PATCHED = "_sandbox_poisoned"
 
@@ -68,8 +70,6 @@ class _PoisonedAllocations(dict):
 
 def _apply() -> None:
     from numba.cuda.simulator import kernel, kernelapi
-
-    from . import numba_scheduler
 
     numba_scheduler.apply(kernel)  # first: the poison's run wraps the scheduler's
     shared_cls = kernelapi.FakeCUDAShared

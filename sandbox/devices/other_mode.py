@@ -14,6 +14,8 @@ import sys
 import tempfile
 import traceback
 
+from ..errors import Unsupported
+
 
 class ChildProcessError_(RuntimeError):
     """The function raised in the child; the message carries the child's traceback."""
@@ -40,7 +42,6 @@ def call_in_numba_mode(simulated: bool, function: str, *args, **kwargs):
         return value
     kind, message = value
     if kind == "Unsupported":
-        from ..variant.limits import Unsupported
         raise Unsupported(message)
     if kind == "ValueError":
         raise ValueError(message)
@@ -55,7 +56,6 @@ def _serve(request: str, response: str) -> None:
         value = getattr(importlib.import_module(module_name), attr)(*args, **kwargs)
         payload = (True, value)
     except ValueError as exc:
-        from ..variant.limits import Unsupported
         payload = (False, ("Unsupported" if isinstance(exc, Unsupported) else "ValueError", str(exc)))
     except BaseException:
         payload = (False, ("error", traceback.format_exc()))

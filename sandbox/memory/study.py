@@ -20,6 +20,7 @@ from sandbox.memory import beam, distributions, paper, sharing, simulate
 from sandbox.memory.arena import RESERVE_POLICIES
 from sandbox.memory.waste import CATEGORIES
 from sandbox.results import CsvAppender, new_run_dir
+from sandbox.memory.plot import plot_study
 
 DEFAULT_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MEMORY_FIELDS = ["allocator", "block_size", "reserve", *CATEGORIES, "utilization", "max_concurrent_requests",
@@ -125,8 +126,6 @@ def paper_ranges(config: StudyConfig) -> dict | None:
 def run_study(config: StudyConfig, results_root: Path | None = None, show_progress: bool = True) -> dict:
     """Simulate everything, write the run folder (CSV rows as they finish, meta.json, PNG); return the result."""
     from tqdm import tqdm
-
-    from sandbox.memory.plot import plot_study
 
     validate(config)
     prompts, outputs, arrival = request_lengths(config)

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 
 from sandbox.errors import RefusedRequest
+from sandbox.paging.errors import OutOfBlocks
 from sandbox.paging.prefix_cache import NO_BLOCK, PrefixCache
 from sandbox.paging.swap import SwapMixin
 
@@ -36,10 +37,6 @@ from sandbox.paging.swap import SwapMixin
 # Block ids go into int32 block tables; and the allocator keeps ~60 bytes of Python objects per block (its reference
 # count, its entry in the free deque), so a pool past MAX_BLOCKS is a typo, refused before a list is built.
 MAX_BLOCKS = 2**27
-
-
-class OutOfBlocks(RuntimeError):
-    """Too few free blocks for the request; the manager is unchanged."""
 
 
 def _int_at_least(name: str, value, low: int) -> int:

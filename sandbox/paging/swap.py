@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sandbox.paging.errors import OutOfBlocks
 from sandbox.paging.prefix_cache import NO_BLOCK
 
 
@@ -87,7 +88,6 @@ class SwapMixin:
                 raise ValueError(f"swap_in: sequence {s!r} has {n} tokens but a table of {len(local)} blocks "
                                  f"(block size {self.block_size})")
         if swapped.num_blocks > self.num_free_blocks:
-            from sandbox.paging.block_manager import OutOfBlocks
             raise OutOfBlocks(f"swap_in of {len(swapped.layout)} sequences needs {swapped.num_blocks} blocks "
                               f"but only {self.num_free_blocks} are free")
         blocks = [self._take_block() for _ in range(swapped.num_blocks)]

@@ -8,6 +8,7 @@
     dtypes      query and cache dtypes (ml_dtypes' bfloat16 and fp8)
     validate    every input checked before any launch, errors naming the argument and the bound
     strategies  the hypothesis strategy every property test draws from (imported on its own: hypothesis)
+    micro       MicroReadProblem: the micro-benchmark kind (a byte count) that micro.read sweeps
 """
 from .decode import DecodeProblem, shuffled_blocks
 from .mla import MLAProblem

@@ -45,7 +45,8 @@ class _Counted:
     blocks_per_sm: int | None
     loads_in_flight: int
     flops: float
-    loads_declared: bool
+    loads_source: str            # "sass", or what the model assumed
+    loads_per_wait: float | None
 
 
 def _parse_variants(argument: str) -> tuple[str, ...]:
@@ -122,21 +123,18 @@ class ModelCost(AnalyticCost):
             from sandbox.analysis.traffic import metrics as M
             from sandbox.analysis.traffic.variant import traffic
             from sandbox.analysis import model
-            from sandbox.variant import registry
 
             problem = self._unit(block_size, FIRST_POINT << point)
             result = traffic(name, problem, self.gpu, sample_seqs=None)
-            declared = getattr(registry.get(name).module, "LOADS_IN_FLIGHT", None)
-            if callable(declared):  # a count that depends on the problem (cupy.rows' cache format, cupy.tc's head dim)
-                declared = declared(problem)
-            loads = int(declared) if declared is not None else model.DEFAULT_LOADS_IN_FLIGHT
             # The attention FLOPs, shared among the kernels by their global loads (as traffic() does).
             flops = 2.0 * problem.multiply_adds()
             sectors = [k["metrics"][M.GLOBAL_LOAD_SECTORS] for k in result["kernels"]]
             self._counts[key] = [
                 _Counted(k["name"], k["metrics"], int(k["grid"][0] * k["grid"][1] * k["grid"][2]),
-                         int(k["threads_per_block"]), k.get("blocks_per_sm"), loads,
-                         flops * s / sum(sectors) if sum(sectors) else flops / len(sectors), declared is not None)
+                         int(k["threads_per_block"]), k.get("blocks_per_sm"),
+                         int(k.get("loads_in_flight", model.ASSUMED_LOADS_IN_FLIGHT)),
+                         flops * s / sum(sectors) if sum(sectors) else flops / len(sectors),
+                         k.get("loads_in_flight_source", "assumed"), k.get("loads_per_wait"))
                 for k, s in zip(result["kernels"], sectors)]
         return self._counts[key]
 
@@ -154,7 +152,7 @@ class ModelCost(AnalyticCost):
             for name in self.variants:
                 kernels = [model.Kernel(c.name, {m: v * scale for m, v in c.metrics.items()},
                                         max(1, round(c.num_blocks * scale)), c.threads_per_block, c.blocks_per_sm,
-                                        c.loads_in_flight, c.flops * scale, c.loads_declared)
+                                        c.loads_in_flight, c.flops * scale, c.loads_source, c.loads_per_wait)
                            for c in self._count(block_size, name, point)]
                 times.append(model.predict(kernels, self.gpu)["time_us"] * 1e-6)
             self._times[key] = tuple(times)

@@ -1,6 +1,6 @@
 """Decode attention time measured by a GPU sweep (``python -m sandbox sweep``), fitted per block size.
 
-From ``RUN/sweep.csv`` (columns: ``sandbox.sweep.run.COLUMNS``) the rows that count are correct
+From ``RUN/sweep.csv`` (columns: ``sandbox.sweep.measure.run.COLUMNS``) the rows that count are correct
 (``status`` ok) GPU timings (``backend`` gpu, CUDA events) of plain decode shapes: one query token,
 no attention options, no shared prefix, a KV dtype of the simulated model's width. At each shape and
 block size the fastest variant stands for the engine's kernel; per block size a least-squares line

@@ -112,6 +112,11 @@ class Shape:
         return self.context_len if self.group_size else 0
 
     @property
+    def longest_context(self) -> int:
+        """The most tokens any sequence has: a shared prompt's sequences add up to SUFFIX_MAX of their own."""
+        return self.context_len + (SUFFIX_MAX if self.group_size else 0)
+
+    @property
     def title(self) -> str:
         kv = "" if self.kv_dtype == self.dtype else f" cache {_short_kv(self.kv_dtype)}"
         if self.group_size:

@@ -1,10 +1,10 @@
 """Run a registered cache-write kernel: validate, prepare, launch, return the caches."""
 from __future__ import annotations
 
-from ..devices import backends
 from . import registry
 from .limits import Unsupported
 from ..problem.validate import validate_write_inputs
+from ..devices.other_mode import call_in_numba_mode
 
 # What a writer module may declare in WRITES beyond caches of the inputs' dtype and per-tensor fp8: "kv_scales"
 # (fp8 with a scale per token and KV head, chosen by the writer) and "nvfp4" (packed e2m1 with e4m3 block scales).
@@ -31,9 +31,8 @@ def write_cache(name, key_cache, value_cache, key, value, slot_mapping, k_scale=
         raise Unsupported(f"{name} does not write {needs} caches (it writes: "
                           f"{', '.join(getattr(writer.module, 'WRITES', ())) or 'per-tensor scales only'})")
     given = {k: v for k, v in scales.items() if v is not None}
-    resolved = backends.resolve(backend, writer.family)
-    if writer.family == "numba" and backends.numba_needs_other_process(resolved):
-        from ..devices.other_mode import call_in_numba_mode
+    resolved = writer.family_plugin.resolve(backend)
+    if writer.family_plugin.needs_other_process(resolved):
         return call_in_numba_mode(resolved == "cpu", "sandbox.variant.cache_write:write_cache",
                                   name, key_cache, value_cache, key, value, slot_mapping, k_scale, v_scale, resolved,
                                   **given)

@@ -28,9 +28,9 @@ from typing import Protocol
 
 import numpy as np
 
+from ..errors import Unsupported  # noqa: F401  (sandbox.Unsupported; variants import it from here)
 from ..problem.dtypes import FP8_DTYPES, QUERY_DTYPES
 from ..problem.options import FEATURES
-from ..errors import RefusedRequest
 
 POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # What the strategy and check draw for a variant that takes any block size (Limits.block_sizes None): the
@@ -40,12 +40,6 @@ OTHER_BLOCK_SIZES = (3, 5, 19, 61, 69, 100, 528, 2112)
 ANY_BLOCK_SIZES = POW2_BLOCK_SIZES + OTHER_BLOCK_SIZES
 
 
-class Unsupported(RefusedRequest):
-    """A variant refuses a problem it was not built for (declared limits, or a prepare that cannot fit it).
-
-    Raise it (not a bare ValueError) from `prepare` to refuse: the sweep records the point as
-    `unsupported`; any other exception from a variant is an `error`.
-    """
 DTYPES = ("float32", "float16")
 # What the Numba and CUDA C kernels implement (Limits(**KERNEL_SUPPORT)): every query dtype, both fp8 caches
 # with per-tensor scales, and the options that change the logits or scale K/V. A kernel that implements more

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..devices import backends
 from ..problem.mla import MLAProblem
 from . import registry
+from ..devices.other_mode import call_in_numba_mode
 from .runner import own_index_arrays
 
 
@@ -20,9 +20,9 @@ def prepare_mla(name: str, problem: MLAProblem, backend: str = "auto", config: d
     problem = own_index_arrays(problem)
     problem.validate()
     variant = registry.get(name, problem="mla")
-    resolved = backends.resolve(backend, variant.family)
+    resolved = variant.family_plugin.resolve(backend)
     variant.limits.check(name, problem, resolved)
-    if variant.family == "numba" and backends.numba_needs_other_process(resolved):
+    if variant.family_plugin.needs_other_process(resolved):
         raise ValueError(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
                          "use sandbox.run_mla, which runs it in a child process")
     return variant.prepare(problem, resolved, config), resolved
@@ -34,11 +34,10 @@ def run_mla_problem(name: str, problem: MLAProblem, backend: str = "auto", retur
     return_lse also lse float32 [total_q, num_heads]."""
     problem.validate()
     variant = registry.get(name, problem="mla")
-    resolved = backends.resolve(backend, variant.family)
+    resolved = variant.family_plugin.resolve(backend)
     variant.limits.check(name, problem, resolved)
     variant.configuration(config)  # an undeclared tunable is refused here, in this process
-    if variant.family == "numba" and backends.numba_needs_other_process(resolved):
-        from ..devices.other_mode import call_in_numba_mode
+    if variant.family_plugin.needs_other_process(resolved):
         return call_in_numba_mode(resolved == "cpu", "sandbox.variant.mla_runner:run_mla_problem", name, problem,
                                   resolved, return_lse, config)
     prepared = variant.prepare(problem, resolved, config)

@@ -1,6 +1,8 @@
-"""The one list of variants: name -> module. Tests, check, benchmarks and the sweep walk it.
+"""The one list of variants: name -> module, and of kernel families: name -> package. Tests, check, benchmarks
+and the sweep walk it.
 
-Adding a variant is one module plus one line here. Modules load lazily, so importing the
+Adding a variant is one module plus one line here; adding a kernel family is one package under kernels/ (its
+FAMILY, sandbox/variant/family.py) plus one line in FAMILIES. Modules load lazily, so importing the
 sandbox never imports numba.cuda or CuPy. Each variant solves one kind of problem (PROBLEMS), read
 from its LIMITS (`LIMITS.problem`: "decode" for Limits, "mla" for MLALimits); variants(problem=...)
 walks one kind, so the decode suites never meet an MLA variant and the other way round.
@@ -13,10 +15,19 @@ import re
 import types
 
 from . import tunables
+from .family import Family
 from .limits import Limits
 from ..errors import RefusedRequest
 
 PROBLEMS = ("decode", "mla")
+
+# Kernel families: the variants' name prefix -> the module whose FAMILY declares how they run (family.py).
+FAMILIES = {
+    "numpy": "kernels.numpy_family",
+    "numba": "kernels.numba_cuda",
+    "cupy": "kernels.cupy_raw",
+    "micro": "kernels.micro",
+}
 
 VARIANTS = {
     "numpy.gather": "kernels.numpy_gather",
@@ -61,6 +72,12 @@ WRONG_VARIANTS = {
     "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
 }
 
+# Micro-benchmark kernels (the "micro" problem kind, sandbox.problem.micro): counted and modelled like a variant,
+# checked against published measurements by `python -m sandbox model-check`; no suite that walks VARIANTS meets them.
+MICRO_VARIANTS = {
+    "micro.read": "kernels.micro.read",
+}
+
 # Cache-write kernels (slot_mapping -> cache, slot < 0 skipped). Each module provides
 # prepare_write(key_cache, value_cache, key, value, slot_mapping, backend) -> Prepared whose
 # result() returns (key_cache, value_cache) as host arrays; inputs are validated by
@@ -78,8 +95,13 @@ class Variant:
 
     @property
     def family(self) -> str:
-        """numpy | numba | cupy: decides the backend (for wrong.* the family of the broken kernel)."""
+        """numpy | numba | cupy | micro: decides the backend (for wrong.* the family of the broken kernel)."""
         return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
+
+    @property
+    def family_plugin(self) -> Family:
+        """The family's declaration: how its variants run, get counted and report their census."""
+        return family(self.family)
 
     @property
     def limits(self) -> Limits:
@@ -107,6 +129,16 @@ class Variant:
     def prepare(self, problem, backend: str, config: dict | None = None):
         """The module's prepare, given the configuration's parameters as keyword arguments."""
         return self.module.prepare(problem, backend, **self.configuration(config))
+
+
+def family(name: str) -> Family:
+    """The kernel family called `name` (FAMILIES); an unknown name lists the valid ones."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown kernel family {name!r}; valid names: {', '.join(FAMILIES)}")
+    declared = importlib.import_module(FAMILIES[name]).FAMILY
+    if not isinstance(declared, Family) or declared.name != name:
+        raise TypeError(f"{FAMILIES[name]}.FAMILY must be a sandbox.variant.family.Family named {name!r}")
+    return declared
 
 
 def first_sentence(doc: str) -> str:
@@ -144,14 +176,14 @@ def get_cache_writer(name: str) -> Variant:
 def get(name: str, problem: str | None = None) -> Variant:
     """The variant called `name`; an unknown name lists the valid ones. With `problem` ("decode", "mla"), a
     variant of another kind is refused (ValueError) with the names of that kind."""
-    path = VARIANTS.get(name) or WRONG_VARIANTS.get(name)
+    path = VARIANTS.get(name) or WRONG_VARIANTS.get(name) or MICRO_VARIANTS.get(name)
     if path is None:
-        valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS))
+        valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS) + list(MICRO_VARIANTS))
         raise RefusedRequest(f"unknown variant {name!r}; valid names: {valid}")
     variant = Variant(name, importlib.import_module(path))
     if problem is not None and variant.problem != problem:
-        entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}
-        raise RefusedRequest(f"{name} solves {variant.problem} problems ({entry[variant.problem]}), not {problem}; "
+        entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}.get(variant.problem, "sandbox.traffic")
+        raise RefusedRequest(f"{name} solves {variant.problem} problems ({entry}), not {problem}; "
                              f"{problem} variants: {', '.join(variants(problem=problem))}")
     return variant
 

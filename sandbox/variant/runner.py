@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..devices import backends
 from . import registry
 from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem
+from ..devices.other_mode import call_in_numba_mode
 from ..errors import RefusedRequest
 
 
@@ -23,9 +23,9 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
     problem = own_index_arrays(problem)
     problem.validate()
     variant = registry.get(name, problem="decode")
-    resolved = backends.resolve(backend, variant.family)
+    resolved = variant.family_plugin.resolve(backend)
     variant.limits.check(name, problem, resolved)
-    if variant.family == "numba" and backends.numba_needs_other_process(resolved):
+    if variant.family_plugin.needs_other_process(resolved):
         raise RefusedRequest(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
                              "use sandbox.run, which runs it in a child process")
     return variant.prepare(problem, resolved, config), resolved
@@ -48,11 +48,10 @@ def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config
     problem.options.return_lse, (out, lse float32 [num_query_tokens, num_heads])."""
     problem.validate()
     variant = registry.get(name, problem="decode")
-    resolved = backends.resolve(backend, variant.family)
+    resolved = variant.family_plugin.resolve(backend)
     variant.limits.check(name, problem, resolved)
     variant.configuration(config)  # an undeclared tunable is refused here, in this process
-    if variant.family == "numba" and backends.numba_needs_other_process(resolved):
-        from ..devices.other_mode import call_in_numba_mode
+    if variant.family_plugin.needs_other_process(resolved):
         return call_in_numba_mode(resolved == "cpu", "sandbox.variant.runner:run_problem", name, problem, resolved,
                                   config)
     prepared = variant.prepare(problem, resolved, config)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import gpus
 from . import l2, metrics as M
-from .raw import COUNTERS, OPS, RawLaunch
+from sandbox.cpucuda.raw import COUNTERS, OPS, RawLaunch
 
 
 @dataclasses.dataclass

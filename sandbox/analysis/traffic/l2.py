@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import native
-from .raw import SECTOR_DTYPE
+from sandbox.cpucuda import native
+from sandbox.cpucuda.raw import SECTOR_DTYPE
 
 SECTOR_BYTES = 32
 _SOURCE = Path(__file__).with_name("l2.cpp")

@@ -12,7 +12,7 @@ what the L2 model sends to DRAM.
 """
 from __future__ import annotations
 
-from .raw import COUNTERS
+from sandbox.cpucuda.raw import COUNTERS
 
 _GLOBAL = "l1tex__t_{what}_pipe_lsu_mem_global_op_{op}.sum"
 _OP = {"load": "ld", "store": "st", "atomic": "atom"}

@@ -25,6 +25,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import sandbox
+from sandbox.commands.traffic import problem_for
+from sandbox.devices.backends import gpu_present
+from sandbox.sweep.shapes import parse_shape
+from sandbox.variant import runner
+
 from .metrics import METRICS
 
 SHAPE = "16x2048x32/8x128xfp16"   # 256 MiB of K/V: 4x the H200's L2, counted here in seconds
@@ -128,17 +134,12 @@ def compare_lines(label: str, ours: dict, theirs: dict | None, model_us: float) 
 
 
 def _problems():
-    from sandbox.commands.traffic import problem_for
-    from sandbox.sweep.shapes import parse_shape
-
     shape = parse_shape(SHAPE)
     return {bs: problem_for(shape, bs, 0) for bs in sorted({bs for _, bs in POINTS})}
 
 
 def launch_on_gpu() -> int:
     """The profiled process: every point launched once on the GPU, in POINTS order."""
-    from sandbox.variant import runner
-
     problems = _problems()
     for name, bs in POINTS:
         prepared, _ = runner.prepare(name, problems[bs], "gpu")
@@ -162,11 +163,9 @@ def main(argv=None) -> int:
     if not args.ncu:
         print("ncu-check: ncu (Nsight Compute) not found on PATH (set NCU=...): nothing was run")
         return 3
-    from sandbox.devices.backends import gpu_present
     if not gpu_present():
         print("ncu-check: no GPU: Nsight Compute reads a GPU's counters; nothing was run")
         return 3
-    import sandbox
 
     outdir = Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)

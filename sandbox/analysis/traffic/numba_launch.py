@@ -12,7 +12,7 @@ import numpy as np
 
 from .numba_records import block_records, merge_rows, spread_rows
 from .numba_traced import SiteTable, TracedArray, Views, data_address, source_name, stored_name
-from .raw import SECTOR_DTYPE, SITE_BLOCK_DTYPE, RawLaunch, Site
+from sandbox.cpucuda.raw import SECTOR_DTYPE, SITE_BLOCK_DTYPE, RawLaunch, Site
 from .requests import group
 
 CHECK_EVERY = 1 << 16  # records between two looks at the clock inside a block

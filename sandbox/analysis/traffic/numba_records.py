@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .numba_traced import Views
-from .raw import SITE_BLOCK_DTYPE
+from sandbox.cpucuda.raw import SITE_BLOCK_DTYPE
 from .requests import RECORD_DTYPE
 
 

@@ -3,7 +3,7 @@
     with numba_sim.capture() as launches:
         launch = variant.prepare(problem, "cpu")
         launch.launch()
-    launches  # one sandbox.analysis.traffic.raw.RawLaunch per simulated kernel launch, in order
+    launches  # one sandbox.cpucuda.raw.RawLaunch per simulated kernel launch, in order
 
 Modules: numba_sim (this: the API), numba_patches (what is patched in the simulator),
 numba_launch (one launch: the hot path, the finished RawLaunch), numba_traced (traced arrays, sites,
@@ -37,10 +37,12 @@ import time
 
 import numpy as np
 
+from kernels.numba_cuda import launch
+from sandbox.cpucuda.raw import RawLaunch
+
 from . import numba_patches
 from .numba_launch import GPU_REDUCTION, SIMULATOR_ONLY, LaunchRecorder, SimulationTooLong  # noqa: F401
 from .numba_traced import GlobalAddresses
-from .raw import RawLaunch
 
 _active = None
 _active_lock = threading.Lock()
@@ -84,8 +86,6 @@ def gpu_thread_counts():
     simulator runs them; prepare() the variant inside. By default the simulator's "auto" launches are
     capped at SIM_MAX_THREADS (16) threads per block, so their warps are partial (a configured thread
     count is launched as it is either way)."""
-    from kernels.numba_cuda import launch
-
     previous = launch.SIM_MAX_THREADS
     launch.SIM_MAX_THREADS = launch.MAX_THREADS
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .raw import SECTOR_DTYPE, SITE_BLOCK_DTYPE, Site
+from sandbox.cpucuda.raw import SECTOR_DTYPE, SITE_BLOCK_DTYPE, Site
 
 SECTOR_BYTES = 32
 WORD_BYTES = 4

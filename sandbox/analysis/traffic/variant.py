@@ -6,12 +6,16 @@
                        occupancy, blocks_per_sm, limiter (the compile census of that instantiation)
         "ideal_bytes"  query + K/V of every physical slot read, once + table entries + output
                        (problem.ideal_bytes(): a prefix shared through the tables counts once)
-        "model"        time_us, fraction_of_dram_bw, bound, assumptions, levels_us, kernels
+        "model"        time_us, fraction_of_dram_bw (of nominal), fraction_of_achievable (of the measured read
+                       stream), bound, assumptions, levels_us, kernels (each with loads_in_flight, loads_per_wait,
+                       loads_in_flight_source: "sass" when read from its SASS, else what was assumed)
         "scale", "notes"  how many times the counted blocks stand for the grid, and what to know
     columns(name, problem, device="h200", config=None) -> dict   the per-point columns a sweep records (COLUMNS)
 
-cupy.* variants run on the CPU executor in traffic mode; numba.* under the Numba simulator's capture
-(sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel. One L2 model spans the call's kernels.
+Each family's capture counts its launches (sandbox/variant/family.py): cupy.* run on the CPU executor in traffic
+mode; numba.* under the Numba simulator's capture (sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel.
+A micro-benchmark (the micro problem kind, micro.*) is counted one block for the grid (micro.py). One L2 model
+spans the call's kernels; each launch's census and the scaling of its counts are census.py's.
 
 Large problems: when every sequence (or every group of sequences sharing a prompt) does the same work
 (same context and query lengths), the blocks of the first `sample_seqs` sequences (whole groups) are
@@ -22,19 +26,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 
 import numpy as np
 
-from .. import gpus, model as _model
+from .. import gpus, model as _model, resources
 from ..occupancy import occupancy
 from . import metrics as M
+from . import micro, numba_sample
+from .census import assumed_loads, loads_fields, model_kernel, nvrtc_census, read_loads, scaled, scaled_sites
 from .count import count
-from ...errors import RefusedRequest
+from sandbox.cpucuda import modes as cpucuda_modes, traffic_capture
+from sandbox.errors import RefusedRequest
+from sandbox.devices.backends import numba_simulated
+from sandbox.problem import mla_record
+from sandbox.problem.micro import MICRO
+from sandbox.variant import mla_runner, registry, runner, tunables
 
 SAMPLE_SEQS = 8
 COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
-           "bank_conflicts", "model_time_us", "model_fraction_of_bw", "model_bound")
+           "bank_conflicts", "model_time_us", "model_fraction_of_bw", "model_fraction_of_achievable", "model_bound",
+           "model_loads_in_flight", "model_loads_per_wait", "model_loads_source", "model_flops")
 _CACHE_TARGETS = ("key_cache", "value_cache", "cache")  # decode's K and V; MLA's latent rows
 
 
@@ -136,18 +147,14 @@ def mla_sample(problem, sample_seqs: int | None):
 # ---------------------------------------------------------------- captures per family
 
 def _capture_cupy(name, problem, counted, census: bool, config, device, kind: str = "decode"):
-    from kernels.cupy_raw import common
-    from sandbox.cpucuda import traffic_capture
-    from sandbox.variant import mla_runner, runner
-
     prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
-    with common.cpu_options(traffic=True):
+    with cpucuda_modes(traffic=True):  # the executor's one switch: every kernel launched inside is counted
         whole, _ = prepare(name, problem, "cpu", config)
         part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
-    with traffic_capture() as launches:
-        part.launch()
+        with traffic_capture() as launches:
+            part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
-    resources = [_cupy_census(kernel, block, shared) if census else _no_census(block, shared)
+    resources = [_cupy_census(kernel, block, shared, device.arch) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
     return launches, grids, resources
 
@@ -158,8 +165,6 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     except ImportError as exc:
         raise RuntimeError(f"{name}: Numba traffic capture not available (sandbox.analysis.traffic.numba_sim "
                            f"cannot be imported: {exc})") from None
-    from sandbox.devices.backends import numba_simulated
-    from sandbox.variant import mla_runner, runner
 
     if not numba_simulated():
         raise RuntimeError(f"{name}: the Numba traffic capture needs the Numba CUDA simulator, and numba.cuda is "
@@ -175,17 +180,31 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     represent = _numba_representatives(problem, gpus.get(device).l2_bytes) if kind == "decode" else None
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
-    res = _numba_census(name, problem, kind, config) if census else dict(census_error="not asked for (census=False)")
-    return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block) for r in launches]
+    arch = gpus.get(device).arch
+    res = (_numba_census(name, problem, kind, config, arch) if census
+           else dict(census_error="not asked for (census=False)"))
+    return launches, [tuple(r.grid) for r in launches], [_launched(res, r.block, arch, r.kernel) for r in launches]
 
 
-def _launched(census: dict, block) -> dict:
+# The harness's captures by the name a family declares (sandbox/variant/family.py, CAPTURES).
+CAPTURES = {"executor": _capture_cupy, "numba_simulator": _capture_numba}
+
+
+def _launched(census: dict, block, arch: str, kernel: str = "") -> dict:
     """The census with the threads per block this launch ran (and the occupancy they give)."""
     threads = int(np.prod(_dims(block)))
+    readings = census.get("sass_readings") or {}
+    census = {k: v for k, v in census.items() if k != "sass_readings"}
+    # The SASS of the kernel this launch ran (numba.split launches two): matched by name, else the only one.
+    match = [r for n, r in readings.items() if kernel and kernel in n] or (list(readings.values())
+                                                                           if len(readings) == 1 else [])
+    census.update(loads_fields(match[0], arch) if match else assumed_loads(
+        "no SASS: the Numba simulator's capture without a compile census" if not readings
+        else f"no SASS matched kernel {kernel!r}"))
     if "registers" not in census or census.get("threads_per_block") == threads:
         return census
     occ = occupancy(census["registers"], census["static_shared_bytes"] + census["dynamic_shared_bytes"], threads,
-                    "sm_90")
+                    arch)
     return dict(census, threads_per_block=threads, occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm,
                 limiter=occ.limiter)
 
@@ -195,10 +214,6 @@ def _numba_representatives(problem, l2_bytes: int):
     one kind only when the problem's K/V overflow the L2: when they fit, a GPU serves a head's repeat
     reads from L2, and only simulating every head shows it (a represented head would be charged its
     representative's DRAM bytes: twice the truth or more)."""
-    try:
-        from . import numba_sample
-    except ImportError:
-        return None
     if problem.max_query_len != 1:
         return None
     kv_bytes = problem.key_cache.nbytes + problem.value_cache.nbytes
@@ -210,106 +225,98 @@ def _dims(value) -> tuple:
     return tuple(dims + [1] * (3 - len(dims)))
 
 
-@functools.lru_cache(maxsize=64)
-def _nvrtc_resources(code: str, name: str, options: tuple):
-    from sandbox.analysis import nvrtc
-    return nvrtc.compile_cubin(code, [name], arch="sm_90", options=options).resources[name]
-
-
 def _no_census(block, dynamic_shared: int) -> dict:
     return dict(census_error="not asked for (census=False)", threads_per_block=int(np.prod(_dims(block))),
-                dynamic_shared_bytes=int(dynamic_shared))
+                dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census (census=False)"))
 
 
-def _cupy_census(kernel, block, dynamic_shared: int) -> dict:
-    """Registers and shared memory of this exact instantiation (NVRTC -> cubin, sm_90), and its occupancy."""
+def _cupy_census(kernel, block, dynamic_shared: int, arch: str) -> dict:
+    """Registers and shared memory of this exact instantiation (NVRTC -> cubin for the device's arch), its occupancy
+    and the loads its warps keep in flight (read from the same cubin's SASS)."""
     threads = int(np.prod(_dims(block)))
     try:
-        res = _nvrtc_resources(kernel.code, kernel.name, tuple(kernel.options))
+        res, reading = nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
     except Exception as exc:  # no CUDA wheels: the model says occupancy is unknown
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300], threads_per_block=threads,
-                    dynamic_shared_bytes=int(dynamic_shared))
-    occ = occupancy(res.registers, res.static_shared_bytes + int(dynamic_shared), threads, "sm_90")
+                    dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census"))
+    occ = occupancy(res.registers, res.static_shared_bytes + int(dynamic_shared), threads, arch)
     return dict(registers=res.registers, static_shared_bytes=res.static_shared_bytes,
-                dynamic_shared_bytes=int(dynamic_shared), local_bytes=res.local_bytes, threads_per_block=threads,
-                occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter)
+                dynamic_shared_bytes=int(dynamic_shared), local_bytes=res.local_bytes,
+                spill_stores=res.spill_stores, spill_loads=res.spill_loads, threads_per_block=threads,
+                occupancy=round(occ.fraction, 4), blocks_per_sm=occ.blocks_per_sm, limiter=occ.limiter,
+                **loads_fields(reading, arch))
 
 
-def _numba_census(name, problem, kind: str, config=None) -> dict:
-    from sandbox.analysis import resources
-    from sandbox.problem import mla_record
+def _numba_census(name, problem, kind: str, config, arch: str) -> dict:
     if kind == "mla":  # resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype
         shape = dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
     else:
         shape = dict(head_dim=problem.head_dim,
                      kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
     try:
-        (row,) = resources.collect([name], [problem.block_size], dtype=problem.dtype.name, config=config, **shape)
+        (row,) = resources.collect([name], [problem.block_size], dtype=problem.dtype.name, config=config, arch=arch,
+                                   images=True, **shape)
     except Exception as exc:
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300])
-    keys = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "threads_per_block",
-            "occupancy", "blocks_per_sm", "limiter")
-    return {k: row[k] for k in keys if k in row} or dict(census_error=row.get("skipped") or row.get("error", "?"))
+    keys = ("registers", "static_shared_bytes", "dynamic_shared_bytes", "local_bytes", "spill_stores", "spill_loads",
+            "threads_per_block", "occupancy", "blocks_per_sm", "limiter")
+    out = {k: row[k] for k in keys if k in row} or dict(census_error=row.get("skipped") or row.get("error", "?"))
+    out["sass_readings"] = _numba_readings(row.get("images") or ())
+    return out
+
+
+def _numba_readings(images) -> dict:
+    """{kernel name: LoadsInFlight or the reason} of a Numba census row's cubins."""
+    return {kernel: read_loads(cubin, function) for kernel, cubin, function in images}
 
 
 # ---------------------------------------------------------------- the result
 
-def _scaled(metrics: dict, scale: float) -> dict:
-    return {k: int(round(v * scale)) for k, v in metrics.items()}
-
-
-def _scaled_sites(sites: list, scale: float) -> list:
-    fields = ("requests", "sectors", "wavefronts", "bank_conflicts")
-    return [{k: (int(round(v * scale)) if k in fields else v) for k, v in s.items()} for s in sites]
-
-
-def traffic(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS, census: bool = True,
+def traffic(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = SAMPLE_SEQS, census: bool = True,
             config: dict | None = None) -> dict:
     """Count `name`'s kernels on `problem` and model their time on `device` (see the module docstring).
 
     config: the variant's tunables (sandbox.tunables(name); None: its defaults). census=False skips the compile census (registers, occupancy: NVRTC or numba in real mode); the model then
     takes occupancy as unknown.
     """
-    from sandbox.variant import registry, tunables
-
     gpu = gpus.get(device)
     variant = registry.get(name)
-    if variant.family == "numpy":
-        raise RefusedRequest(f"{name} has no GPU kernel (it gathers on the host with NumPy): traffic counts a kernel's "
-                             "memory accesses; choose a cupy.* or numba.* variant")
-    kind = getattr(variant, "problem", "decode")
+    plugin = variant.family_plugin
+    if plugin.capture is None:
+        counted_families = [f"{f}.*" for f in registry.FAMILIES
+                            if registry.family(f).capture and registry.variants(f, problem=None)]
+        raise RefusedRequest(f"{name} has no GPU kernel ({plugin.summary}): traffic counts a kernel's memory "
+                             f"accesses; choose a {' or '.join(counted_families)} variant")
+    kind = variant.problem
+    if kind == MICRO:  # a micro-benchmark's problem: one block counted for the whole grid (micro.py)
+        return micro.traffic(variant, problem, gpu, census, config)
     problem.validate()
     variant.limits.check(name, problem, "cpu")
     sampler = mla_sample if kind == "mla" else sample
-    counted, scale, note = sampler(problem, sample_seqs if variant.family == "cupy" else None)
-    if variant.family == "cupy":
-        launches, grids, resources = _capture_cupy(name, problem, counted, census, config, gpu, kind)
-    else:
-        launches, grids, resources = _capture_numba(name, problem, counted, census, config, gpu, kind)
+    # the simulator's capture counts every block itself (numba_sample); the others count a sample of a large
+    # problem's sequences
+    counted, scale, note = sampler(problem, None if plugin.capture == "numba_simulator" else sample_seqs)
+    capture = plugin.capture if callable(plugin.capture) else CAPTURES[plugin.capture]
+    launches, grids, resources = capture(name, problem, counted, census, config, gpu, kind)
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
-    declared = getattr(variant.module, "LOADS_IN_FLIGHT", None)
-    if callable(declared):  # a count that depends on the problem (head dim, cache format)
-        declared = declared(problem)
-    loads = int(declared) if declared is not None else _model.DEFAULT_LOADS_IN_FLIGHT
     # The attention math's FLOPs on CUDA cores: what the counted tensor-core MMAs did not do (a tensor-core
     # variant's Q.K^T and P.V are its MMAs; their padding rows make the MMAs' FLOPs the larger).
-    tensor_flops = _scaled(call.metrics, scale)["sandbox__tensor_flops.sum"]
+    tensor_flops = scaled(call.metrics, scale)["sandbox__tensor_flops.sum"]
     flops = max(2.0 * problem.multiply_adds() - tensor_flops, 0.0)
     load_sectors = [t.metrics[M.GLOBAL_LOAD_SECTORS] for t in call.launches]
     kernels, model_inputs = [], []
     for t, grid, res, sectors in zip(call.launches, grids, resources, load_sectors):
-        metrics = _scaled(t.metrics, scale)
+        metrics = scaled(t.metrics, scale)
         share = flops * sectors / sum(load_sectors) if sum(load_sectors) else flops / len(call.launches)
         kernels.append(dict(name=t.kernel, grid=grid, block=t.block, counted_grid=t.grid, metrics=metrics,
-                            sites=_scaled_sites(t.sites, scale), notes=t.notes, **res))
-        model_inputs.append(_model.Kernel(t.kernel, metrics, int(np.prod(grid)), int(np.prod(t.block)),
-                                          res.get("blocks_per_sm"), loads, share, declared is not None))
+                            sites=scaled_sites(t.sites, scale), notes=t.notes, flops=share, **res))
+        model_inputs.append(model_kernel(t.kernel, metrics, grid, t.block, res, share))
     notes = ([note] if note else []) + call.notes + [f"{k['name']}: compile census unavailable ({k['census_error']})"
                                                      for k in kernels if "census_error" in k]
     return dict(variant=name, config=tunables.describe(variant.configuration(config)), device=gpu.name,
-                problem=problem.describe(), metrics=_scaled(call.metrics, scale),
+                problem=problem.describe(), metrics=scaled(call.metrics, scale),
                 kernels=kernels, ideal_bytes=int(problem.ideal_bytes()), model=_model.predict(model_inputs, gpu),
                 scale=scale, notes=notes)
 
@@ -323,19 +330,37 @@ def kv_sectors_per_request(result: dict) -> float:
     return sum(s["sectors"] for s in sites) / requests if requests else 0.0
 
 
-def summary(result: dict) -> dict:
-    """The COLUMNS of one traffic() result."""
+def flops(result: dict) -> float:
+    """The FLOPs the model counts for a call: the CUDA-core math shared among the kernels, and the counted MMAs'."""
+    return sum(k.get("flops", 0.0) for k in result["kernels"]) + result["metrics"]["sandbox__tensor_flops.sum"]
+
+
+def latency_bandwidth(result: dict) -> float:
+    """Bytes per second a call's DRAM bytes would flow at if the latency level alone set its time (the latency-bound
+    roof of its bytes in flight, for the roofline)."""
+    seconds = result["model"]["levels_us"]["latency"] / 1e6
     m = result["metrics"]
+    return (m[M.DRAM_READ] + m[M.DRAM_WRITE]) / seconds if seconds else float("inf")
+
+
+def summary(result: dict) -> dict:
+    """The COLUMNS of one traffic() result (loads in flight: the longest kernel's)."""
+    m = result["metrics"]
+    longest = max(result["model"]["kernels"], key=lambda k: k["time_us"])
     dram = m[M.DRAM_READ] + m[M.DRAM_WRITE]
     return dict(dram_bytes=dram, ideal_bytes=result["ideal_bytes"], bytes_over_ideal=dram / result["ideal_bytes"],
                 load_sectors_per_request=m[M.GLOBAL_LOAD_SECTORS] / max(m[M.GLOBAL_LOAD_REQUESTS], 1),
                 kv_sectors_per_request=kv_sectors_per_request(result),
                 bank_conflicts=sum(m[n] for n in M.SHARED_CONFLICTS),
                 model_time_us=result["model"]["time_us"], model_fraction_of_bw=result["model"]["fraction_of_dram_bw"],
-                model_bound=result["model"]["bound"])
+                model_fraction_of_achievable=result["model"]["fraction_of_achievable"],
+                model_bound=result["model"]["bound"], model_loads_in_flight=longest["loads_in_flight"],
+                model_loads_per_wait=longest["loads_per_wait"],
+                model_loads_source="sass" if longest["loads_in_flight_source"] == "sass" else "assumed",
+                model_flops=flops(result))
 
 
-def columns(name: str, problem, device="h200", sample_seqs: int | None = SAMPLE_SEQS,
+def columns(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = SAMPLE_SEQS,
             config: dict | None = None) -> dict:
     """What a sweep point records: summary(traffic(name, problem, device, config=config)) (keys: COLUMNS)."""
     return summary(traffic(name, problem, device, sample_seqs, config=config))

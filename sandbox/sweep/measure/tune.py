@@ -7,8 +7,9 @@
 
 --tune ranks the configurations of a variant's grid (the default first) at each (shape, block size): on a GPU by
 the median GPU time of prepare + timed launches (a wrong output disqualifies a configuration), on the CPU by the
-modelled GPU time of its memory traffic (sandbox.traffic(name, problem, config=)["model"]["time_us"]: the CPU's
-emulation times say nothing about a GPU). The sweep's row for the point then runs the best one, and tuned.json
+modelled GPU time of its memory traffic (sandbox.traffic(name, problem, config=)["model"]["time_us"], with each
+configuration's compile census: its occupancy and its loads in flight; the CPU's emulation times say nothing about a
+GPU). The winner is printed as each point is tuned. The sweep's row for the point then runs the best one, and tuned.json
 (rewritten as each point finishes) records it with every configuration's score, or why it was refused. A
 variant without tunables is not explored (one configuration).
 
@@ -21,9 +22,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..variant import registry, tunables
-from ..variant.limits import Unsupported
-from ..errors import RefusedRequest
+from ...variant import registry, tunables
+from ...variant.limits import Unsupported
+from ...analysis.traffic.variant import traffic
+from ...errors import RefusedRequest
+from . import timing
 
 TUNED_FILE = "tuned.json"
 
@@ -88,6 +91,8 @@ class Tuning:
         module = registry.get(c.name).module
         if self.mode == "explore":
             config, ranked, note = explore_point(c, module, data, block_size, resolved, env, timing_config)
+            if ranked:  # the winner, said as each point is tuned
+                print(f"tune: {c.name} at {data.shape.name} block size {block_size}: {note}", flush=True)
             self._pending = dict(variant=c.name, shape=data.shape.name, block_size=block_size, config=config,
                                  ranked=ranked)
         else:
@@ -170,18 +175,18 @@ def explore_point(c, module, data, block_size: int, resolved: str, env, timing_c
         return grid[0], ranked, "no configuration of the grid ran: defaults"
     best = min(scored, key=lambda r: r["score"])
     unit = "us GPU" if on_gpu else "us modelled"
-    return best["config"], ranked, f"tuned over {len(grid)} configurations: {best['score']:.2f} {unit}"
+    winner = (f"tuned over {len(grid)} configurations: {tunables.describe(best['config'])} wins at "
+              f"{best['score']:.2f} {unit}")
+    return best["config"], ranked, winner
 
 
 def _model_time_us(name: str, problem, config: dict) -> float:
-    from ..analysis.traffic.variant import traffic
-
-    return float(traffic(name, problem, census=False, config=config)["model"]["time_us"])
+    # With the census: each configuration's own compile gives its occupancy and the loads its warps keep in
+    # flight (read from its SASS), so a tunable that changes either is seen.
+    return float(traffic(name, problem, census=True, config=config)["model"]["time_us"])
 
 
 def _gpu_time_us(c, problem, data, block_size, resolved, env, timing_config, config) -> float:
-    from . import timing
-
     prepared = c.prepare_with(problem, resolved, config)
     prepared.launch()
     verdict = data.verdict(prepared, prepared.result(), block_size)

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from .timing import gpu_timer
+
 GPU_COPY_BYTES = 2**30
 GPU_READ_BYTES = 2**30
 CPU_COPY_BYTES = 256 * 2**20
@@ -149,7 +151,6 @@ def _numba_stream_reader(n: int):
 def gpu_read_bandwidth(nbytes: int = GPU_READ_BYTES, repeats: int = 10) -> CopyBandwidth:
     """stream_reader over `nbytes` of device memory, CUDA events around each read, median."""
     read = stream_reader(nbytes)
-    from .timing import gpu_timer
     timer = gpu_timer()
     for _ in range(3):
         timer.time(read)

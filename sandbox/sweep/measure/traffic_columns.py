@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import time
 
-from ..analysis.traffic import variant as traffic_variant
-from ..devices import backends
-from ..variant import registry
+from ...analysis import gpus
+from ...analysis.traffic import variant as traffic_variant
+from ...variant import registry, tunables
 
 COLUMNS = [*traffic_variant.COLUMNS, "traffic_s", "traffic_note"]
 MODES = ("auto", "all", "none")
@@ -65,17 +65,10 @@ def skipped_note(mode: str, name: str) -> str:
 
 def why_not(name: str) -> str | None:
     """Why `name`'s points cannot be counted in this process (None: they can)."""
-    variant = registry.get(name)
-    if variant.family == "numpy":
-        return "no kernel: NumPy gathers on the host"
-    if variant.family not in ("cupy", "numba"):
-        return f"no traffic capture for the {variant.family} family"
-    if variant.family == "numba" and not backends.numba_simulated():
-        return "the Numba capture needs the simulator (numba.cuda is in real mode here)"
-    return None
+    return registry.get(name).family_plugin.capture_unavailable()
 
 
-def record(row: dict, name: str, problem, device: str = "h200", config: dict | None = None) -> None:
+def record(row: dict, name: str, problem, device: str = gpus.DEFAULT, config: dict | str | None = None) -> None:
     """Fill `row`'s COLUMNS from one count of `name` on `problem` (or say in traffic_note why not).
 
     The Numba variants' compile census (a real-mode compile in a child process per point) is left out:
@@ -84,7 +77,9 @@ def record(row: dict, name: str, problem, device: str = "h200", config: dict | N
     if reason is not None:
         row["traffic_note"] = reason
         return
-    census = registry.get(name).family != "numba"
+    if isinstance(config, str):  # a sweep candidate's configuration travels as its label ("threads=64"; tune.py)
+        config = tunables.parse(config) or None
+    census = registry.get(name).family_plugin.census != "numba_ptx"  # a child process per point: too slow
     started = time.process_time()
     try:
         result = traffic_variant.traffic(name, problem, device, SAMPLE_SEQS, census=census, config=config)

@@ -23,16 +23,20 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from ..errors import RefusedRequest
+
+from ...errors import RefusedRequest
+from ...problem import dtypes
 
 INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes",
-               "flops", "query_len", "prefix_len", "group_size", "dram_bytes", "ideal_bytes", "bank_conflicts")
+               "flops", "query_len", "prefix_len", "group_size", "dram_bytes", "ideal_bytes", "bank_conflicts",
+               "model_loads_in_flight")
 # Point columns newer than the first sweeps, and what a run without them meant.
 POINT_DEFAULTS = {"options": "", "query_len": 1, "prefix_len": 0, "group_size": 0, "problem": "decode"}
 FLOAT_COLUMNS = ("max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us", "min_us", "gbps", "fraction_of_copy_bw",
                  "fraction_of_read_bw", "paging_overhead", "dense_time_us", "partition_us", "point_s",
                  "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request", "model_time_us",
-                 "model_fraction_of_bw", "traffic_s")
+                 "model_fraction_of_bw", "model_fraction_of_achievable", "model_loads_per_wait", "model_flops",
+                 "traffic_s")
 # Traffic counts whose change between two runs is listed (the deterministic causes of a modelled change).
 TRAFFIC_COUNTS = ("dram_bytes", "load_sectors_per_request", "kv_sectors_per_request", "bank_conflicts", "model_bound")
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
@@ -324,7 +328,6 @@ def _static_rows(path: Path, keys: tuple) -> dict:
 
 def _precision(dtype: str, kv_dtype: str) -> str:
     """"" for the default float16 kernels, else "bf16" / "fp16:e4m3" (a line's label)."""
-    from ..problem import dtypes
     if dtype in ("", "float16") and kv_dtype in ("", dtype):
         return ""
     try:

@@ -6,7 +6,7 @@ exists only where the shape's kind is the variant's (registry problem kinds).
 One point, top to bottom (`run_point`): declared limits -> prepare (untimed) -> one launch whose
 output is compared with the expected output (MLA: out and lse) -> only if correct, timed repeats (CUDA events and
 an L2 flush on a GPU; wall clock on the CPU) -> its traffic counted on the CPU and modelled on an H200
-(sweep/traffic_columns.py: every point on the CPU, on a GPU the first shape's block size 16; --traffic) -> one row
+(sweep/measure/traffic_columns.py: every point on the CPU, on a GPU the first shape's block size 16; --traffic) -> one row
 appended to sweep.csv at once.
 
 A time is one call of `launch()` as a user makes it: for a two-kernel variant (split-KV partition +
@@ -29,16 +29,19 @@ from typing import Callable
 
 import numpy as np
 
-from ..devices import backends
-from ..variant import mla_runner, registry, runner, tunables
-from ..checking.compare import compare
-from ..results import CsvAppender, new_run_dir
-from ..problem.validate import MAX_BLOCK_SIZE
-from ..variant.limits import Unsupported
-from . import bandwidth, device, goals as goals_mod, meta as meta_mod, mla_shapes, peers, shapes as shapes_mod, timing
-from . import traffic_columns
+from ...analysis import gpus
+from ...checking.check import expected_output
+from ...checking.compare import compare
+from ...devices import backends, cost
+from ...problem.validate import MAX_BLOCK_SIZE
+from ...results import CsvAppender, new_run_dir
+from ...variant import mla_runner, registry, runner
+from ...variant.limits import Unsupported
+from .. import mla_shapes, shapes as shapes_mod
+from ..report import goals as goals_mod, plots, summary as summary_mod
+from . import bandwidth, device, meta as meta_mod, peers, static_resources, timing, traffic_columns
 from . import tune as tune_mod
-from ..errors import RefusedRequest
+from ...errors import RefusedRequest
 
 DENSE_BASELINE = "cupy.dense"
 
@@ -53,7 +56,7 @@ COLUMNS = [
 # prepare that raised sandbox.Unsupported, or not runnable here | skipped: --max-seconds spent
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
 FAILED = ("wrong", "error")
-# Outside implementations raced for reference (sweep/peers.py): a wrong torch.sdpa point is recorded
+# Outside implementations raced for reference (sweep/measure/peers.py): a wrong torch.sdpa point is recorded
 # and shown like any other, but only the sandbox's own variants decide the exit status.
 PEER_FAMILIES = ("torch",)
 
@@ -65,9 +68,9 @@ def shape_kind(shape) -> str:
 
 def backend_label(family: str, resolved: str) -> str:
     """What a point ran on: gpu, or the CPU stand-in of its family (never mistaken for a GPU time)."""
-    if resolved == "gpu":
-        return "gpu"
-    return {"numba": "cpu-sim", "cupy": "cpu-executor", "numpy": "cpu-numpy"}.get(family, "cpu")
+    if family in registry.FAMILIES:
+        return registry.family(family).label(resolved)
+    return "gpu" if resolved == "gpu" else "cpu"  # a peer (torch)
 
 
 @dataclasses.dataclass
@@ -81,7 +84,7 @@ class Candidate:
     per_shape: bool = False  # no block table: measured once per shape
     note: Callable[[], str] = lambda: ""
     problem: str = "decode"  # the kind of problem it solves: it runs at the shapes of that kind only
-    config: str = ""  # the tunables it runs with ("threads=64"; sweep/tune.py), "" for the defaults
+    config: str = ""  # the tunables it runs with ("threads=64"; sweep/measure/tune.py), "" for the defaults
     prepare_with: Callable | None = None  # (problem, resolved_backend, config) -> prepared: a registry variant's
 
     @classmethod
@@ -119,7 +122,7 @@ class SweepConfig:
     results_dir: Path | None = None
     traffic: str = "auto"          # traffic_columns.MODES: which points get the traffic columns
     model_device: str = "h200"     # the GPU the traffic columns model
-    tune: bool = False            # --tune: explore each variant's tunables per point (sweep/tune.py)
+    tune: bool = False            # --tune: explore each variant's tunables per point (sweep/measure/tune.py)
     tuned: Path | None = None     # --tuned RUN: the configurations a --tune run recorded
     config: dict = dataclasses.field(default_factory=dict)  # --config: one configuration for every variant
     force: bool = False           # --force: run points estimated past the hard bound (sandbox/devices/cost.py)
@@ -212,7 +215,6 @@ class _ShapeData:
         key = block_size if self.shape.group_size else "every block size"
         if self._expected[0] != key:
             if self.shape.group_size:
-                from ..checking.check import expected_output
                 truth = expected_output(self.problem(block_size))
             else:
                 truth = shapes_mod.expected_output(self.tokens)
@@ -232,7 +234,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
               config: timing.TimingConfig, traffic_device: str | None = None) -> dict:
     """Check, then time, one (candidate, shape, block size): one sweep.csv row. Never raises for the variant's faults.
 
-    traffic_device: count a correct point's traffic and model it on this GPU (sweep/traffic_columns.py)."""
+    traffic_device: count a correct point's traffic and model it on this GPU (sweep/measure/traffic_columns.py)."""
     started = time.perf_counter()
     label = backend_label(candidate.family, resolved)
     row = _blank_row(candidate, data.shape, None if candidate.per_shape else block_size, label, env.on_gpu)
@@ -289,8 +291,7 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
         return done("error", f"bytes_moved() raised {type(exc).__name__}: {exc}")
     gbps = bandwidth.kernel_gbps(nbytes, stats.median)
     if traffic_device is not None and not candidate.per_shape:
-        label = getattr(candidate, "config", None)  # "threads=64" (tunables.describe): the configuration it ran
-        traffic_columns.record(row, candidate.name, problem, traffic_device, tunables.parse(label) if label else None)
+        traffic_columns.record(row, candidate.name, problem, traffic_device, getattr(candidate, "config", None))
     flops = problem.flops() if hasattr(problem, "flops") else None  # MLA: exact FLOPs, for memory- vs compute-bound
     return done("ok", candidate.note(), time_us=stats.median * 1e6, flops=flops, iqr_us=stats.iqr * 1e6, q1_us=stats.q1 * 1e6,
                 q3_us=stats.q3 * 1e6, min_us=stats.min * 1e6, repeats=stats.repeats, bytes=nbytes, gbps=gbps,
@@ -304,7 +305,7 @@ def first_launch_is_a_sample(family: str, resolved: str) -> bool:
     """Whether a point's correctness launch is also its first timed call: on the CPU where nothing compiles in
     a launch (the Numba simulator, NumPy; the executor builds a CUDA C kernel at its first launch, and a GPU
     compiles and warms up), so a simulated point that takes longer than the budget runs once, not twice."""
-    return resolved == "cpu" and family in ("numba", "numpy")
+    return family not in PEER_FAMILIES and not registry.family(family).first_launch_compiles(resolved)
 
 
 def point_bytes(prepared, problem) -> int:
@@ -390,7 +391,6 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
 
 def validate(config: "SweepConfig") -> None:
     """Refuse what cannot be run, before a run folder exists (ValueError, one line)."""
-    from ..analysis import gpus
     traffic_columns.wanted(config.traffic, False)  # ValueError naming --traffic
     try:
         gpus.get(config.model_device)
@@ -408,8 +408,6 @@ def validate(config: "SweepConfig") -> None:
 def estimate_points(config: "SweepConfig") -> None:
     """Each shape's cost per CPU family (sandbox/devices/cost.py), before anything is created: announced past
     the warning bound, refused (ValueError) past the hard one unless config.force."""
-    from ..devices import cost
-
     families = {}
     for name in config.variants:
         variant = registry.get(name)
@@ -550,8 +548,6 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
 def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment, on_gpu: bool,
            interrupted: bool, log, not_raced: set = frozenset()) -> SweepOutcome:
     """Resources, goals, plots, summary and the final meta.json (also after an interruption)."""
-    from . import plots, static_resources, summary as summary_mod
-
     resource_rows = []
     goal_report = goals_mod.evaluate(rows, on_gpu, config.dense_baseline)
     try:  # the slow, optional parts: a (second) Ctrl-C skips them, and summary.txt is still written below

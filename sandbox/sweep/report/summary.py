@@ -1,14 +1,15 @@
 """The summary printed at the end of a sweep (and saved as summary.txt): who wins where, what broke, the goals.
 
-On the CPU the variants are ranked by the model (MODEL (H200), not a measurement: sweep/model_summary.py) and
+On the CPU the variants are ranked by the model (MODEL (H200), not a measurement: sweep/report/model_summary.py) and
 the emulation times follow under their own banner; on a GPU the measured times lead, then the measured
 time beside the modelled one per point, then the model's ranking."""
 from __future__ import annotations
 
-from ..problem import dtypes
+from ...problem import dtypes
 from . import goals as goals_mod
 from .mla_summary import mla_table
 from .model_summary import measured_vs_model, model_tables
+from .text_table import table
 
 CPU_BANNER = "CPU EMULATION: wall-clock times of the Numba simulator / CUDA C executor / NumPy, NOT GPU performance"
 
@@ -21,15 +22,6 @@ def fmt_us(value) -> str:
     if value < 1000:
         return f"{value:.1f}"
     return f"{value:.0f}"
-
-
-def table(header: list[str], body: list[list[str]], indent: str = "  ") -> list[str]:
-    """Left-aligned first column, right-aligned others."""
-    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
-    def line(r):
-        cells = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(r)]
-        return indent + "  ".join(cells).rstrip()
-    return [line(header), *map(line, body)]
 
 
 def _cell(row, best_key) -> str:

@@ -1,5 +1,5 @@
 """The sweep summary's model sections: variants ranked by the time the model gives them on a GPU, from the
-traffic counted on the CPU (sweep/traffic_columns.py), and on a GPU the measured time beside the modelled.
+traffic counted on the CPU (sweep/measure/traffic_columns.py), and on a GPU the measured time beside the modelled.
 
     model_tables(rows, device)  modelled time per variant and block size, the fastest per block size starred;
                                 then the best by the model per shape and block size with its counts
@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import statistics
 
+from sandbox.analysis import gpus
 
-def model_header(device: str = "h200") -> str:
+from .text_table import table
+
+
+def model_header(device: str = gpus.DEFAULT) -> str:
     return f"MODEL ({str(device).upper()}), not a measurement"
 
 
@@ -19,11 +23,6 @@ def _us(value) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
-
-
-def _table(header, body, indent="  "):
-    from .summary import table
-    return table(header, body, indent)
 
 
 def modelled(rows) -> list[dict]:
@@ -42,7 +41,7 @@ def _best(rows) -> dict:
     return best
 
 
-def model_tables(rows, device: str = "h200") -> list[str]:
+def model_tables(rows, device: str = gpus.DEFAULT) -> list[str]:
     """Modelled time per call (us) per shape, variants ranked by their best modelled time, * the fastest by
     the model at each block size; then the best point's counts per shape and block size."""
     points = modelled(rows)
@@ -65,15 +64,28 @@ def model_tables(rows, device: str = "h200") -> list[str]:
                 cells.append("-" if r is None else _us(r["model_time_us"]) + ("*" if best[(shape, b)] is r else ""))
             body.append([v, *cells])
         lines.append(f" shape {shape}")
-        lines += _table(["variant", *[f"bs{b}" for b in sizes]], body)
-    body = [[shape, b, r["variant"], _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}", r["model_bound"],
+        lines += table(["variant", *[f"bs{b}" for b in sizes]], body)
+    body = [[shape, b, r["variant"], _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}",
+             _fraction(r.get("model_fraction_of_achievable")), r["model_bound"], _loads(r),
              f"{r['bytes_over_ideal']:.3f}", f"{r['kv_sectors_per_request']:.2f}", f"{int(r['bank_conflicts']):,}"]
             for (shape, b), r in best.items()]
-    lines += [f"Best by the model per shape and block size ({model_header(device)}; % DRAM bw = DRAM bytes / "
-              "modelled time / peak)",
-              *_table(["shape", "bs", "fastest (model)", "model us", "% DRAM bw", "bound", "DRAM/ideal",
-                       "K/V sect/req", "bank confl"], body)]
+    lines += [f"Best by the model per shape and block size ({model_header(device)}; % nominal = DRAM bytes / "
+              "modelled time / datasheet bandwidth; % achievable = the same over the measured read stream; loads = "
+              "global loads back to back / per wait, read from the SASS)",
+              *table(["shape", "bs", "fastest (model)", "model us", "% nominal", "% achievable", "bound", "loads",
+                       "DRAM/ideal", "K/V sect/req", "bank confl"], body)]
     return lines
+
+
+def _fraction(value) -> str:
+    return "-" if value in (None, "") else f"{float(value):.1%}"
+
+
+def _loads(row) -> str:
+    if row.get("model_loads_in_flight") in (None, ""):
+        return "-"
+    source = "" if row.get("model_loads_source") in (None, "", "sass") else " (assumed)"
+    return f"{row['model_loads_in_flight']}/{float(row['model_loads_per_wait']):.2f}{source}"
 
 
 def measured_vs_model(rows) -> list[str]:
@@ -86,4 +98,4 @@ def measured_vs_model(rows) -> list[str]:
              r["model_bound"]] for r, e in zip(both, errors)]
     return [f"Measured vs modelled (GPU points with traffic counted; error = model / measured - 1; median |error| "
             f"{statistics.median(abs(e) for e in errors):.1%})",
-            *_table(["variant", "shape", "bs", "measured us", "model us", "error", "bound"], body)]
+            *table(["variant", "shape", "bs", "measured us", "model us", "error", "bound"], body)]

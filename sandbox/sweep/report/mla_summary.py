@@ -1,21 +1,21 @@
 """The sweep summary's MLA table: bytes read and FLOPs per point, and which roof an H200 would hit first.
 
-The roofs are modelled, not measured: HBM bandwidth 4.8 TB/s, CUDA-core fp32 FMA 67 TFLOPS, dense bf16
-tensor cores 989 TFLOPS (H200 SXM datasheet figures). A point's bound on a roof is bytes / bandwidth or
+The roofs are modelled, not measured: the H200's nominal HBM bandwidth, CUDA-core fp32 and dense bf16 tensor-core
+peaks, from the device table (sandbox.analysis.gpus, datasheet figures with their sources). A point's bound on a roof is bytes / bandwidth or
 FLOPs / peak; the larger of the memory and the compute bound is the least time the step can take there.
 FLOPs are exact (MLAProblem.flops(): 2 x (576 + 512) per query row, head and token read); bytes are what
 the step needs (MLAProblem.bytes_moved(): each latent row read once, query, output, lse, table or indices).
 """
 from __future__ import annotations
 
-H200_BYTES_PER_S = 4.8e12
-H200_CUDA_CORE_FLOPS = 67e12
-H200_TENSOR_CORE_FLOPS = 989e12
+from sandbox.analysis import gpus
 
+from .text_table import table
 
-def _table(header, body):
-    from .summary import table
-    return table(header, body)
+_H200 = gpus.get("h200")
+H200_BYTES_PER_S = _H200.dram_bytes_per_s
+H200_CUDA_CORE_FLOPS = _H200.fp32_flops_per_s
+H200_TENSOR_CORE_FLOPS = _H200.tensor_flops_per_s
 
 
 def bound(nbytes: float, flops: float, peak: float) -> tuple[float, str]:
@@ -41,5 +41,5 @@ def mla_table(rows) -> list[str]:
                      f"{cuda * 1e6:.4g} {cuda_roof}", f"{tensor * 1e6:.4g} {tensor_roof}"])
     return ["MLA points: bytes read and FLOPs per point (modelled H200 least time: 4.8 TB/s; CUDA cores 67 TFLOPS "
             "fp32, tensor cores 989 TFLOPS bf16; the binding roof named)",
-            *_table(["shape", "bs", "variant", "backend", "time_us", "MB", "GFLOP", "FLOP/B", "GB/s", "GFLOP/s",
+            *table(["shape", "bs", "variant", "backend", "time_us", "MB", "GFLOP", "FLOP/B", "GB/s", "GFLOP/s",
                      "H200 cuda-core us", "H200 tensor us"], body)]

@@ -4,6 +4,8 @@ Everything here is small and GPU-only, except `device_info`, which returns {} wi
 """
 from __future__ import annotations
 
+from .bandwidth import stream_reader
+
 # Never flush with less than this, whatever the L2 reports (Triton and gpu-mode write 256 MB);
 # a longer flush also hides the host-side launch cost of the next call behind GPU work.
 MIN_FLUSH_BYTES = 256 * 2**20
@@ -85,7 +87,6 @@ class L2Flusher:
         if write_pass is None:
             write_pass = _zero_writer(self.nbytes)
         if read_pass is None:
-            from .bandwidth import stream_reader
             read_pass = stream_reader(self.nbytes)
         self.passes = [("write", write_pass), ("read", read_pass)]
 

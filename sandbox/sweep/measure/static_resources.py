@@ -15,7 +15,11 @@ import importlib
 import json
 from pathlib import Path
 
-HEAD_DIM, DTYPE, ARCH = 128, "float16", "sm_90"
+from sandbox import progress as progress_mod
+from sandbox.analysis import sass
+from sandbox.analysis.gpus import DEFAULT_ARCH
+
+HEAD_DIM, DTYPE, ARCH = 128, "float16", DEFAULT_ARCH
 EXTRA_PRECISIONS = (("bfloat16", None), ("float16", "float8_e4m3fn"))
 EXTRA_BLOCK_SIZE = 16
 
@@ -44,8 +48,6 @@ def collect_into(run_dir: Path, names, block_sizes, head_dim: int = HEAD_DIM, dt
     """(rows, note): rows (every precision of configs(); `dtype` and `kv_dtype` columns) also written to
     run_dir/resources.csv, their SASS census to run_dir/sass.csv; note says why either is missing, if so.
     progress: a bar on stderr counting the compiles and the census (the sweep's static phase)."""
-    from sandbox import progress as progress_mod
-
     planned = configs(block_sizes, dtype, extra)
     steps = sum(len(sizes) for sizes, _, _ in planned) * len(list(names)) + 1  # each (variant, size, precision), census
     with progress_mod.bar(steps, "static resources", enabled=progress, unit="compile") as bar:
@@ -82,7 +84,6 @@ def _write_census(path: Path, compiled: list[dict]) -> str:
     if not compiled:
         return ""
     try:
-        from sandbox.analysis import sass
         write_csv(path, sass.census_rows(compiled))
     except Exception as exc:  # the census is extra evidence: never lose the sweep for it
         return f"note: SASS census failed ({type(exc).__name__}: {exc}); sass.csv skipped"

@@ -1,6 +1,7 @@
 """PNG plots of a sweep: time and GB/s against block size (one panel per shape, one line per variant),
-paging overhead, static resources, and the modelled time (headed "MODEL (H200), not a measurement", its
-legend ranked by the model). CPU runs say "CPU emulation" in every measured title.
+paging overhead, static resources, the modelled time (headed "MODEL (H200), not a measurement", its
+legend ranked by the model) and the modelled device's roofline (roofline_<device>.png, sweep/report/roofline.py).
+CPU runs say "CPU emulation" in every measured title.
 
 Each variant has its own colour, marker and line style in every figure, and its points sit a few
 percent off the block size (always the same side for a variant), so equal lines stay visible side by side.
@@ -12,15 +13,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .model_summary import model_header, modelled
+from .mpl import pyplot as _mpl
+from .roofline import roofline_figure
+from .summary import default_precision
+
 GPU_TAG = "GPU {name}: CUDA events, L2 flushed, median (bars: IQR)"
 CPU_TAG = "CPU EMULATION (simulator / executor wall clock): NOT GPU performance"
-
-
-def _mpl():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _colors(names):
@@ -164,7 +163,6 @@ def model_value(r):
 
 def model_figure(rows, device: str = "h200", style=None):
     """Modelled time per call against block size, the legend ranked by each variant's best modelled time (or None)."""
-    from .model_summary import model_header, modelled
     points = modelled(rows)
     if not points:
         return None
@@ -175,6 +173,21 @@ def model_figure(rows, device: str = "h200", style=None):
                    f"{model_header(device)}\nmodelled time per call vs block size\n(traffic counted on the CPU; "
                    f"legend: fastest by the model first)", model_value, logy=True, style=style,
                    rank=lambda v: best[v])
+
+
+def roofline_of(rows, device: str):
+    """The device's roofline with each variant's best modelled point at the first shape counted (or None)."""
+    points = [r for r in modelled(rows) if r.get("model_flops") not in (None, "") and r.get("dram_bytes")]
+    if not points:
+        return None
+    shape = points[0]["shape"]
+    best = {}
+    for r in points:
+        if r["shape"] == shape and (r["variant"] not in best or model_value(r) < model_value(best[r["variant"]])):
+            best[r["variant"]] = r
+    return roofline_figure([dict(label=f"{v} bs{r['block_size']}", flops=float(r["model_flops"]),
+                                 dram_bytes=float(r["dram_bytes"]), time_us=model_value(r)) for v, r in best.items()],
+                           device)
 
 
 def gbps_value(r):
@@ -217,13 +230,15 @@ def write_all(run_dir: Path, rows, resource_rows, copy, on_gpu: bool, gpu_info, 
         fig = model_figure(rows, model_device, style)
         if fig is not None:
             save(fig, "model_time_vs_block_size.png")
+        fig = roofline_of(rows, model_device)
+        if fig is not None:
+            save(fig, f"roofline_{model_device}.png")
         paged = [r for r in rows if r["paging_overhead"] is not None]
         if paged:
             save(_panels(paged, "time / dense time", f"Paging overhead vs block size\n{tag}", overhead_value,
                          ceiling=1.05 if on_gpu else 1.0, ceiling_label="goal: 1.05" if on_gpu else "dense = 1.0",
                          style=style),
                  "paging_overhead.png")
-        from .summary import default_precision
         resource_rows = [r for r in resource_rows or () if default_precision(r)]  # one line per variant: float16
         if resource_rows:
             fig = resource_figure(resource_rows, style)

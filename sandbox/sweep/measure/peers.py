@@ -12,7 +12,7 @@ import numpy as np
 
 from reference import gather_tokens
 
-from ..variant.limits import Limits
+from ...variant.limits import Limits
 
 
 def torch_available() -> bool:
