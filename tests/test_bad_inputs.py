@@ -60,6 +60,13 @@ def sweep_csv(folder, name: str, content: bytes) -> str:
     return str(run)
 
 
+def model_table(folder, content: bytes) -> str:
+    path = folder / "table.csv"
+    path.write_bytes(content)
+    return str(path)
+
+
+MODEL_HEADER = b"source,device,variant,shape,block_size,config,measured_us\n"
 GOOD_ROW = (b"variant,shape,block_size,backend,status,time_us,model_time_us\n"
             b"cupy.v1,2x40x4/2x64xfp16,16,cpu,ok,12.5,3.0\n")
 # (argv, message fragment); each must exit 2 with that one line and write nothing. A callable argv takes the
@@ -99,6 +106,20 @@ REFUSED = [
      "--shape 64x99999999x32/8x128xfp16: counting it would take about"),
     (["traffic", "cupy.v1", "--seed", "-1"], "argument --seed: must be an integer in [0, 1e+09]"),
     (["traffic", "cupy.v1", "--sites", "inf"], "argument --sites: must be an integer"),
+    (["traffic", "cupy.v1", "--device", "v100"], "--device v100: device must be one of h200, h100"),
+    (["traffic", "cupy.v1", "--plot", "."], "--plot .: is a folder; name a file"),
+    (["traffic", "cupy.v1", "--json", "x.png", "--plot", "x.png"], "--json and --plot name the same file x.png"),
+    (["model-check", "--json", "."], "--json .: is a folder; name a file"),
+    (["model-check", "--json", "no/such/folder/m.json"], "--json no/such/folder/m.json: the folder"),
+    (["model-check", "--table", "no/such.csv"], "--table no/such.csv: no such file"),
+    (lambda w: ["model-check", "--table", model_table(w, MODEL_HEADER + b"\xff\xfe,h200\n")],
+     "table.csv: not UTF-8 text (invalid start byte at byte"),
+    (lambda w: ["model-check", "--table", model_table(w, MODEL_HEADER + b"paper,h200,cupy.v1\n")],
+     "table.csv line 2: 7 cells expected"),
+    (lambda w: ["model-check", "--table", model_table(w, MODEL_HEADER + b"paper,h200,cupy.v1,8x4096,16,,nan\n")],
+     "table.csv line 2: measured_us must be a finite number > 0, got 'nan'"),
+    (lambda w: ["model-check", "--table", model_table(w, MODEL_HEADER + b"paper,v100,cupy.v1,8x4096,16,,10\n")],
+     "table.csv line 2: device must be one of"),
     (["resources", "cupy.v1", "--head-dim", "0"], "argument --head-dim: must be an integer in [1, 1024], got '0'"),
     (["sass", "cupy.v1", "--head-dim", "0"], "argument --head-dim: must be an integer in [1, 1024], got '0'"),
     (["check", "numpy.gather", "--random", "-1"], "argument --random: must be an integer in [0, 1e+06]"),

@@ -1,10 +1,11 @@
-"""Output files of the commands (--json FILE, --csv FILE): checked before any work, written whole or not at all.
+"""Output files of the commands (--json FILE, --csv FILE, --plot PNG): checked before any work, written whole
+or not at all.
 
     check_output_path(flag, path)          RefusedRequest (exit 2) for a path that cannot work: a folder, a
                                            missing or non-folder parent, a parent this user cannot write
     check_distinct(**{flag: path})         RefusedRequest when two flags name the same file
-    write_output(flag, path, text)         a regular file: temporary file + rename (no half-written file);
-                                           a device or pipe (/dev/stdout, /dev/full): written directly;
+    write_output(flag, path, text)         text (str) or bytes; a regular file: temporary file + rename (no
+                                           half-written file); a device or pipe (/dev/stdout, /dev/full): written directly;
                                            OutputFailed (exit 1, one line naming the path) when the write fails
 """
 from __future__ import annotations
@@ -50,18 +51,19 @@ def check_distinct(**paths) -> None:
         seen[key] = flag.replace("_", "-")
 
 
-def write_output(flag: str, path, text: str) -> None:
+def write_output(flag: str, path, text: str | bytes) -> None:
     target = Path(path)
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
         if target.exists() and not target.is_file():
-            with open(target, "w", encoding="utf-8") as f:
-                f.write(text)
+            with open(target, "wb") as f:
+                f.write(data)
             return
         fd, tmp = tempfile.mkstemp(dir=target.resolve().parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
             os.fchmod(fd, 0o666 & ~_umask())  # what open() would have given the file
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

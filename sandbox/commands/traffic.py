@@ -276,8 +276,10 @@ def main(args) -> int:
         fig = roofline_figure([dict(label=f"{n} bs{bs}", flops=V.flops(r), time_us=r["model"]["time_us"],
                                     dram_bytes=V.summary(r)["dram_bytes"], latency_bytes_per_s=V.latency_bandwidth(r))
                                for n, bs, r in points], args.device)
-        fig.savefig(args.plot, dpi=110)
+        image = io.BytesIO()
+        fig.savefig(image, format=os.path.splitext(args.plot)[1][1:].lower() or "png", dpi=110)
         pyplot().close(fig)
+        outputs.write_output("--plot", args.plot, image.getvalue())
         print(f"wrote {args.plot}")
     if args.json:
         outputs.write_output("--json", args.json,
