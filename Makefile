@@ -8,10 +8,15 @@ STAMP := $(VENV)/.installed
 
 # --no-compile: Python byte-compiles what it imports on first use; pip byte-compiling every installed file
 # took 16 of the 46 s of a fresh set-up.
+# The [tool.sandbox.no-deps] requirements of pyproject.toml (FlashInfer's wheel, for its headers): without their
+# dependencies, which the sandbox never imports.
+NO_DEPS = $(shell sed -n 's/^requirements = \[\(.*\)\]/\1/p' pyproject.toml | tr -d '",')
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -e .
+	$(PY) -m pip install --quiet --no-compile --no-deps $(NO_DEPS)
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -16,10 +16,11 @@ import numpy as np
 
 from reference.formats import dequantize_nvfp4
 from sandbox.problem.dtypes import KV_FORMATS, QUERY_DTYPES
-from sandbox.problem.options import FEATURES
 from sandbox.variant import Limits
 
-LIMITS = Limits(block_sizes=None, head_dims=None, dtypes=QUERY_DTYPES, kv_dtypes=KV_FORMATS, options=FEATURES,
+# Every option of the table, each written out below (no score hook: a new score modifier needs its line here too).
+OPTIONS = ("window", "softcap", "alibi", "kv_scale", "sinks", "lse", "kv_scales")
+LIMITS = Limits(block_sizes=None, head_dims=None, dtypes=QUERY_DTYPES, kv_dtypes=KV_FORMATS, options=OPTIONS,
                 backends=("cpu",), max_query_len=None)
 
 
@@ -100,10 +101,14 @@ class _Prepared:
         self.out = paged_attention_gather(self.problem)
 
     def result(self):
-        if self.problem.options.return_lse:
-            out, lse = self.out
-            return out.astype(self.problem.dtype), lse
-        return self.out.astype(self.problem.dtype)
+        out = self.out[0] if self.problem.options.return_lse else self.out
+        return out.astype(self.problem.dtype)
+
+    def lse(self):
+        """float32 [num_query_tokens, num_heads] (sandbox.variant.limits.Prepared)."""
+        if not self.problem.options.return_lse:
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        return self.out[1]
 
 
 def prepare(problem, backend: str) -> _Prepared:

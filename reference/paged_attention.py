@@ -65,7 +65,8 @@ def _row(cache, block_scales, tensor_scale, token_scales, block, offset, kv_head
 
 def paged_attention(query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
                     window_left=-1, logits_soft_cap=0.0, alibi_slopes=None, k_scale=1.0, v_scale=1.0, sinks=None,
-                    return_lse=False, k_scales=None, v_scales=None, k_block_scales=None, v_block_scales=None):
+                    return_lse=False, k_scales=None, v_scales=None, k_block_scales=None, v_block_scales=None,
+                    score_modifiers=()):
     """Attention of every query token over its sequence's paged K/V, one token at a time.
 
     The options (docs/design.md, sandbox/problem/option_table.py):
@@ -77,6 +78,9 @@ def paged_attention(query, key_cache, value_cache, block_tables, context_lens, s
     Returns float64 [num_query_tokens, num_heads, head_dim]; with return_lse, (out, lse) where lse float64
     [num_query_tokens, num_heads] = log sum_t exp(s_t) over the tokens only (natural log, no sink).
     Tokens after a query token's position, before its window, and slots past context_lens[s] are never read.
+    score_modifiers: further rules f(s_t, p, t, h, kv_head) -> s_t applied after ALiBi, in order: the reference
+    line of a score modifier tried without editing this loop (tests/test_score_modifier.py); a shipped option
+    writes its line here.
     """
     num_seqs = len(context_lens)
     num_heads, head_dim = query.shape[1], query.shape[2]
@@ -106,6 +110,8 @@ def paged_attention(query, key_cache, value_cache, block_tables, context_lens, s
                         logit = logits_soft_cap * math.tanh(logit / logits_soft_cap)
                     if alibi_slopes is not None:
                         logit += float(alibi_slopes[h]) * (t - position)
+                    for modify in score_modifiers:
+                        logit = modify(logit, position, t, h, kv_head)
                     logits[i] = logit
                 weights, lse[row, h] = _softmax(logits, None if sinks is None else float(sinks[h]))
                 acc = np.zeros(head_dim, dtype=np.float64)

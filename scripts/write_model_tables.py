@@ -10,8 +10,12 @@ model (sandbox.analysis.model.predict) applied to those counts, written between 
 
     <!-- model-table: NAME -->  ...  <!-- /model-table -->
 
-in README.md (NAME "readme", "readme-check") and docs/performance-model.md ("goal-shape", "devices", "model-check").
+in README.md (NAME "readme", "readme-check"), docs/performance-model.md ("goal-shape", "devices", "model-check") and
+docs/peers.md ("peers-goal-shape", "peers-published").
 "model-check" and "readme-check" model the default model-check table's rows (sandbox/analysis/model_check.csv).
+The peer families' variants (Family.peer: flashinfer.decode) are counted into docs/peers-goal-shape.json, at the
+goal shape on the H200 and at the shapes of their project's published measurements (PUBLISHED) on its device;
+without the peer's wheel (or nvcc for its census) the stored peer counts stay as they are, and the script says so.
 tests/test_model_tables.py holds every marked table equal to the model applied to the stored counts (and the
 device table, and model-check's rows), and the stored censuses equal to what the kernels compile to now, so a
 change to the model or to a kernel's code shows as a failing test until this runs.
@@ -35,25 +39,56 @@ from sandbox.sweep import shapes  # noqa: E402
 from sandbox.variant import registry  # noqa: E402
 
 COUNTS = ROOT / "docs" / "model-goal-shape.json"
+PEER_COUNTS = ROOT / "docs" / "peers-goal-shape.json"
+# FlashInfer's published batch-decode utilisation (https://flashinfer.ai/2024/02/02/introduce-flashinfer.html, H100
+# SXM, CUDA-core path; read from its plots): shape -> share of DRAM bandwidth. docs/peers.md sets the model beside it.
+PUBLISHED = {"64x1024x32/32x128xfp16": "~88-89%", "16x4096x32/32x128xfp16": "~88-89%",
+             "64x8192x32/4x128xfp16": "~51%"}
+PUBLISHED_DEVICE = "h100"
+PEER_COMPARED = ("cupy.rows", "cupy.gqa", "cupy.v2")  # our variants docs/peers.md sets beside the peer
 SHAPE, BLOCK_SIZE, DEVICES = "64x4096x32/8x128xfp16", 16, ("h200", "h100")
 CENSUS = ("registers", "blocks_per_sm", "loads_in_flight", "loads_per_wait", "loads_in_flight_source")
 _MARK = re.compile(r"(<!-- model-table: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /model-table -->)", re.S)
 
 
-def count() -> dict:
-    """{device: {variant: stored result}} at the goal shape (sites left out)."""
-    problem = problem_for(shapes.parse_any(SHAPE), BLOCK_SIZE, seed=0)
-    out = {}
-    for device in DEVICES:
-        out[device] = {}
-        for name in registry.variants("cupy"):
-            r = V.traffic(name, problem, device, sample_seqs=1)
-            print(f"{device} {name}: {r['model']['time_us']:.1f} us", flush=True)
-            out[device][name] = dict(
-                ideal_bytes=r["ideal_bytes"], metrics=r["metrics"],
+def _stored(name: str, problem, device: str) -> dict:
+    """One count of `name` (one sequence counted and scaled), as the stores keep it (sites left out)."""
+    r = V.traffic(name, problem, device, sample_seqs=1)
+    print(f"{device} {name} {problem.num_seqs} seqs: {r['model']['time_us']:.1f} us", flush=True)
+    return dict(ideal_bytes=r["ideal_bytes"], metrics=r["metrics"],
                 kernels=[dict(name=k["name"], grid=list(k["grid"]), block=list(k["block"]), metrics=k["metrics"],
                               flops=k["flops"], **{c: k.get(c) for c in CENSUS}) for k in r["kernels"]])
-    return out
+
+
+def count() -> dict:
+    """{device: {variant: stored result}} at the goal shape."""
+    problem = problem_for(shapes.parse_any(SHAPE), BLOCK_SIZE, seed=0)
+    return {device: {name: _stored(name, problem, device) for name in registry.variants("cupy")}
+            for device in DEVICES}
+
+
+def peer_variants() -> list[str]:
+    """The variants of the peer families (Family.peer), in registry order."""
+    return [n for f in registry.FAMILIES if registry.family(f).peer is not None for n in registry.variants(f)]
+
+
+def peers_missing() -> str | None:
+    """Why the peers cannot be counted here (a wheel missing), or None."""
+    for f in registry.FAMILIES:
+        missing = registry.family(f).why_unavailable()
+        if missing:
+            return f"{f}: {missing}"
+    return None
+
+
+def count_peers() -> dict:
+    """{"goal": {variant: stored} on the H200 at the goal shape, "published": {variant: {shape: stored}} on
+    PUBLISHED_DEVICE}."""
+    goal = problem_for(shapes.parse_any(SHAPE), BLOCK_SIZE, seed=0)
+    published = {shape: problem_for(shapes.parse_any(shape), BLOCK_SIZE, seed=0) for shape in PUBLISHED}
+    return dict(goal={name: _stored(name, goal, "h200") for name in peer_variants()},
+                published={name: {shape: _stored(name, p, PUBLISHED_DEVICE) for shape, p in published.items()}
+                           for name in peer_variants()})
 
 
 def modelled(stored: dict, device: str) -> dict:
@@ -61,16 +96,20 @@ def modelled(stored: dict, device: str) -> dict:
     return model.predict(sensitivity.kernels_of(stored), device)
 
 
+def row(name: str, stored: dict, device: str) -> dict:
+    """One stored count modelled on `device`: the figures the tables quote."""
+    m = modelled(stored, device)
+    dram = stored["metrics"][M.DRAM_READ] + stored["metrics"][M.DRAM_WRITE]
+    main = max(m["kernels"], key=lambda k: k["time_us"])
+    return dict(variant=name, over_ideal=dram / stored["ideal_bytes"], time_us=m["time_us"],
+                nominal=m["fraction_of_dram_bw"], achievable=m["fraction_of_achievable"], bound=m["bound"],
+                loads=f"{main['loads_in_flight']} / {main['loads_per_wait']:.2f}",
+                registers=" / ".join(f"{k['registers']} ({k['blocks_per_sm']}/SM)" for k in stored["kernels"]),
+                grids=" + ".join("x".join(str(g) for g in k["grid"] if g > 1) or "1" for k in stored["kernels"]))
+
+
 def rows(counts: dict, device: str) -> list[dict]:
-    out = []
-    for name, stored in counts[device].items():
-        m = modelled(stored, device)
-        dram = stored["metrics"][M.DRAM_READ] + stored["metrics"][M.DRAM_WRITE]
-        main = max(m["kernels"], key=lambda k: k["time_us"])
-        out.append(dict(variant=name, over_ideal=dram / stored["ideal_bytes"], time_us=m["time_us"],
-                        nominal=m["fraction_of_dram_bw"], achievable=m["fraction_of_achievable"], bound=m["bound"],
-                        loads=f"{main['loads_in_flight']} / {main['loads_per_wait']:.2f}"))
-    return sorted(out, key=lambda r: r["time_us"])
+    return sorted((row(name, stored, device) for name, stored in counts[device].items()), key=lambda r: r["time_us"])
 
 
 def readme_table(counts: dict) -> str:
@@ -91,6 +130,35 @@ def goal_table(counts: dict) -> str:
         for r in rows(counts, device):
             lines.append(f"| {gpus.get(device).name} | `{r['variant']}` | {r['over_ideal']:.3f} | {r['loads']} | "
                          f"{r['time_us']:.1f} | {r['nominal']:.1%} | {r['achievable']:.1%} | {r['bound']} |")
+    return "\n".join(lines) + "\n"
+
+
+def peers_goal_table(counts: dict, peer_counts: dict) -> str:
+    """docs/peers.md: the peers beside PEER_COMPARED at the goal shape on the H200."""
+    found = [row(n, st, "h200") for n, st in peer_counts["goal"].items()]
+    found += [row(n, counts["h200"][n], "h200") for n in PEER_COMPARED]
+    lines = ["| variant | DRAM / ideal | loads in flight (SASS): back to back / per wait | registers (blocks/SM) "
+             "per kernel | grid per kernel | modelled us | % nominal / achievable | binding level |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(found, key=lambda r: r["time_us"]):
+        lines.append(f"| `{r['variant']}` | {r['over_ideal']:.3f} | {r['loads']} | {r['registers']} | {r['grids']} | "
+                     f"{r['time_us']:.1f} | {r['nominal']:.1%} / {r['achievable']:.1%} | {r['bound']} |")
+    return "\n".join(lines) + "\n"
+
+
+def peers_published_table(counts: dict, peer_counts: dict) -> str:
+    """docs/peers.md: the model of each peer at the shapes of its project's published measurements."""
+    device = gpus.get(PUBLISHED_DEVICE).name
+    lines = [f"| variant | shape ({device}) | published | modelled us | % nominal / achievable | binding level | "
+             "grid per kernel | registers (blocks/SM) per kernel | DRAM / ideal |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, by_shape in peer_counts["published"].items():
+        for shape in PUBLISHED:
+            stored = by_shape[shape]
+            r = row(name, stored, PUBLISHED_DEVICE)
+            lines.append(f"| `{name}` | {shape} | {PUBLISHED[shape]} | {r['time_us']:.1f} | {r['nominal']:.1%} / "
+                         f"{r['achievable']:.1%} | {r['bound']} | {r['grids']} | {r['registers']} | "
+                         f"{r['over_ideal']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -148,13 +216,19 @@ def check_line(points: list[dict]) -> str:
 
 TABLES = {"readme": readme_table, "goal-shape": goal_table, "devices": devices_table}
 CHECK_TABLES = {"model-check": check_table, "readme-check": check_line}
-PAGES = (ROOT / "README.md", ROOT / "docs" / "performance-model.md")
+PEER_TABLES = {"peers-goal-shape": peers_goal_table, "peers-published": peers_published_table}
+PAGES = (ROOT / "README.md", ROOT / "docs" / "performance-model.md", ROOT / "docs" / "peers.md")
 
 
-def rewrite(text: str, counts: dict, points: list[dict]) -> str:
+def rewrite(text: str, counts: dict, points: list[dict], peer_counts: dict) -> str:
     def table(m):
         name = m.group("name")
-        body = CHECK_TABLES[name](points) if name in CHECK_TABLES else TABLES[name](counts)
+        if name in CHECK_TABLES:
+            body = CHECK_TABLES[name](points)
+        elif name in PEER_TABLES:
+            body = PEER_TABLES[name](counts, peer_counts)
+        else:
+            body = TABLES[name](counts)
         return m.group(1) + body + m.group(4)
     return _MARK.sub(table, text)
 
@@ -162,13 +236,21 @@ def rewrite(text: str, counts: dict, points: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables-only", action="store_true", help="rewrite the tables from the stored counts")
+    parser.add_argument("--peers-only", action="store_true", help="count the peers only (the stored goal-shape "
+                        "counts of our variants stay), then rewrite the tables")
     args = parser.parse_args()
-    if not args.tables_only:
+    if not args.tables_only and not args.peers_only:
         COUNTS.write_text(json.dumps(count(), indent=0, sort_keys=True) + "\n")
-    counts = json.loads(COUNTS.read_text())
+    if not args.tables_only:
+        missing = peers_missing()
+        if missing:
+            print(f"peers not counted ({missing}): {PEER_COUNTS.relative_to(ROOT)} kept as stored")
+        else:
+            PEER_COUNTS.write_text(json.dumps(count_peers(), indent=0, sort_keys=True) + "\n")
+    counts, peer_counts = json.loads(COUNTS.read_text()), json.loads(PEER_COUNTS.read_text())
     points = check_rows()
     for page in PAGES:
-        page.write_text(rewrite(page.read_text(), counts, points))
+        page.write_text(rewrite(page.read_text(), counts, points, peer_counts))
         print(f"wrote the tables of {page.relative_to(ROOT)}")
     return 0
 

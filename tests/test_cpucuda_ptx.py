@@ -485,21 +485,28 @@ def test_shfl_sync_matches_the_intrinsics(memory_and_bits):
 # ---------------------------------------------------------------- refusals
 
 def test_untranslated_ptx_is_refused_with_file_line_and_instruction(tmp_path):
-    code = ('extern "C" __global__ void k(float* out) {\n'
-            '    float t;\n'
-            '    asm volatile("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(out[0]));\n'
+    code = ('extern "C" __global__ void k(unsigned* out) {\n'
+            '    unsigned t;\n'
+            '    asm volatile("brev.b32 %0, %1;" : "=r"(t) : "r"(out[0]));\n'
             '    out[0] = t;\n'
             '}\n')
     with pytest.raises(CpuCompileError) as info:
         CpuRawKernel(code, "k").compile()
     first = str(info.value).splitlines()[0]
-    assert first.startswith("<code>:3: inline PTX instruction `tanh.approx.f32` is not translated"), first
-    (tmp_path / "sh.cuh").write_text("#pragma once\n__device__ unsigned shared_load(unsigned a) {\n  unsigned r;\n"
-                                     "  asm(\"ld.shared.u32 %0, [%1];\" : \"=r\"(r) : \"r\"(a));\n  return r;\n}\n")
-    code = '#include "sh.cuh"\nextern "C" __global__ void k(unsigned* out) { out[0] = shared_load(0); }\n'
-    with pytest.raises(CpuCompileError, match=rf"{tmp_path / 'sh.cuh'}:4: inline PTX `ld\.shared\.u32`: the \.shared "
-                                              "state space is not translated"):
-        CpuRawKernel(code, "k", options=(f"-I{tmp_path}",)).compile()
+    assert first.startswith("<code>:3: inline PTX instruction `brev.b32` is not translated"), first
+    # In a header (a library's: PTX for other architectures sits in functions no kernel calls) the refusal
+    # waits until the statement is reached.
+    (tmp_path / "lib.cuh").write_text("#pragma once\n__device__ unsigned lib_brev(unsigned a) {\n  unsigned r;\n"
+                                      "  asm(\"brev.b32 %0, %1;\" : \"=r\"(r) : \"r\"(a));\n  return r;\n}\n")
+    code = ('#include "lib.cuh"\nextern "C" __global__ void k(unsigned* out, int use) '
+            '{ out[0] = use ? lib_brev(out[0]) : 7u; }\n')
+    kernel = CpuRawKernel(code, "k", options=(f"-I{tmp_path}",))
+    out = np.zeros(1, np.uint32)
+    kernel(1, 1, (out, np.int32(0)))
+    assert out[0] == 7
+    with pytest.raises(CpuKernelError, match=rf"{tmp_path / 'lib.cuh'}:4: inline PTX instruction `brev\.b32` is not "
+                                             r"translated.*, reached in thread \(0,0,0\) of block \(0,0,0\)"):
+        kernel(1, 1, (out, np.int32(1)))
 
 
 def test_asm_the_preprocessor_drops_is_not_refused():

@@ -9,7 +9,6 @@ tests/test_cache_write.py (they walk the registry).
 """
 from __future__ import annotations
 
-import importlib
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ import pytest
 import reference
 from kernels.cupy_raw import common, dense, gqa, rows, v1, v2
 from kernels.cupy_raw import write_cache as cupy_write_cache
-from kernels.wrong import cupy_ignores_table, cupy_off_by_one
+from kernels.wrong.cupy_controls import ignores_table as cupy_ignores_table, off_by_one as cupy_off_by_one
 from sandbox.devices import backends
 from sandbox.analysis import nvrtc
 from sandbox.variant import registry
@@ -26,6 +25,7 @@ from sandbox.checking.compare import assert_close, compare
 from sandbox.cpucuda import last_poison, modes
 from sandbox.problem import DecodeProblem
 from sandbox.variant.runner import run_problem
+from sandbox.variant.runner import outputs
 
 from declared import within
 
@@ -140,7 +140,7 @@ def _run(module, problem, partition_size=None, backend="cpu", **cpu_options):
         kwargs = {} if partition_size is None else dict(partition_size=partition_size)
         prepared = module.prepare(problem, backend, **kwargs)
         prepared.launch()
-        return prepared.result()
+        return outputs(prepared, problem)
 
 
 def test_cpu_options_reach_the_executor():
@@ -325,7 +325,7 @@ def test_limits_are_declared():
         assert set(module.LIMITS.head_dims) >= {32, 64, 80, 96, 128, 256}
         assert {"float32", "float16"} <= set(module.LIMITS.dtypes)
     for name in WRONG:
-        assert importlib.import_module(registry.WRONG_VARIANTS[name]).LIMITS == v1.LIMITS
+        assert registry.get(name).limits == v1.LIMITS
 
 
 @pytest.mark.parametrize("name", list(ATTENTION))

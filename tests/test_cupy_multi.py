@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from kernels.cupy_raw import cascade, common, multi
-from kernels.wrong import cupy_cascade_partial_block, cupy_causal_off_by_one
+from kernels.wrong import cupy_cascade_partial_block
+from kernels.wrong.cupy_controls import causal_off_by_one as cupy_causal_off_by_one
 from sandbox.paging import cascade_plan
 from sandbox import cpucuda
 from sandbox.analysis import nvrtc
@@ -20,6 +21,7 @@ from sandbox.variant import registry
 from sandbox.checking.check import expected_output
 from sandbox.checking.compare import assert_close, compare
 from sandbox.problem import DecodeProblem
+from sandbox.variant.runner import outputs
 
 SMALL = dict(num_heads=8, num_kv_heads=2, head_dim=64, dtype="float32")
 
@@ -27,7 +29,7 @@ SMALL = dict(num_heads=8, num_kv_heads=2, head_dim=64, dtype="float32")
 def _run(module, problem, **kwargs):
     prepared = module.prepare(problem, "cpu", **kwargs)
     prepared.launch()
-    return prepared, prepared.result()
+    return prepared, outputs(prepared, problem)
 
 
 def _assert_right(module, problem, **kwargs):

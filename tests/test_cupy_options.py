@@ -25,6 +25,7 @@ from sandbox.checking.check import check_problem, expected_output
 from sandbox.checking.compare import assert_close
 from sandbox.problem import DecodeProblem
 from sandbox.variant import KERNEL_SUPPORT
+from sandbox.variant.runner import outputs
 
 ATTENTION = {"cupy.v1": v1, "cupy.v2": v2, "cupy.gqa": gqa, "cupy.rows": rows, "cupy.dense": dense}
 SPLIT_KV = ("cupy.v2", "cupy.gqa", "cupy.rows", "cupy.dense")
@@ -48,7 +49,7 @@ def _run(module, problem, partition_size=None, **cpu_options):
         kwargs = {} if partition_size is None else dict(partition_size=partition_size)
         prepared = module.prepare(problem, "cpu", **kwargs)
         prepared.launch()
-        return prepared.result()
+        return outputs(prepared, problem)
 
 
 WINDOW = 11
@@ -69,7 +70,7 @@ def _window_problems():
 def test_every_variant_declares_full_support_and_keeps_its_shapes():
     for name, module in ATTENTION.items():
         limits = module.LIMITS
-        # gqa's template (gqa.cu, common.cuh's rows path) also reads NVFP4; v1 and v2 do not
+        # gqa's template (gqa.cu, rows.cuh's path) also reads NVFP4; v1 and v2 do not
         kv_dtypes = common.SUPPORT["kv_dtypes"] + (("nvfp4",) if module in (gqa, rows, dense) else ())
         assert (limits.dtypes, limits.kv_dtypes, limits.options) == (
             common.SUPPORT["dtypes"], kv_dtypes, common.SUPPORT["options"]), name
@@ -147,7 +148,7 @@ def test_float16_queries_with_an_e5m2_cache_and_no_option_kernel(name):
                                     dict(alibi_slopes="random"), dict(v_scale=0.25, k_scale=3.0)],
                          ids=["window", "softcap", "alibi", "kv_scale"])
 def test_each_option_alone(option):
-    """One option bit per kernel (cupy.v1: the option code is common.cuh's, shared by every variant)."""
+    """One option bit per kernel (cupy.v1: the option code is options.cuh's, shared by every variant)."""
     problem = DecodeProblem.random(3400, num_seqs=3, num_heads=4, num_kv_heads=2, head_dim=64, block_size=BLOCK,
                                    context_lens=[6 * BLOCK + 3, BLOCK, 2], **option)
     assert bin(common.option_flags(problem)).count("1") == 1
@@ -312,7 +313,7 @@ def test_precisions_and_options_compile_for_gpu_targets(arch):
 
 def test_inlined_source_maps_every_line_to_its_file_and_number():
     """Walk load_source's output as the preprocessor does (#line directives): every line must be the line its
-    mapping names, in common.cuh after `#pragma once` too (the pragma leaves a blank line); only the option
+    mapping names, in the headers after `#pragma once` too (the pragma leaves a blank line); only the option
     prelude comes before the first mapping."""
     root = common.KERNEL_DIR.parent.parent
     prelude = common.option_prelude()  # generated from the option table, before the first #line

@@ -12,7 +12,8 @@ import kernels.numpy_gather as gather
 from sandbox.devices import backends
 from sandbox import cli
 from sandbox.variant import registry
-from sandbox.commands import check as check_cmd
+from sandbox.commands import check as check_cmd  # noqa: F401  (attaches the check command's parts to the kinds)
+from sandbox.problem import kinds
 from sandbox.variant import Limits
 
 MODE_DEFAULTS = {"SANDBOX_CPUCUDA_ASAN": "0", "SANDBOX_CPUCUDA_ORDER": "forward", "SANDBOX_CPUCUDA_RACECHECK": "0",
@@ -115,7 +116,7 @@ def test_check_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(check_cmd, "check_problem", interrupted)
+    monkeypatch.setitem(kinds.DECODE.parts, "check", interrupted)  # the check command's part of the decode kind
     assert cli.main(["check", "numpy.gather"]) == 130
     captured = capsys.readouterr()
     assert captured.err == "interrupted: python -m sandbox check stopped (Ctrl-C)\n"

@@ -25,11 +25,6 @@ LAZY = {
 }
 MAX_LAZY = 12
 
-# Modules other engineers are restructuring in the same wave (serving: workloads and cost model; kinds:
-# problem kinds). Their function-local imports and cycles are theirs to remove; this list goes when they land.
-PENDING = ("sandbox.serving", "sandbox.commands.serving", "sandbox.problem.decode", "sandbox.problem.mla_paging")
-
-
 def _modules() -> dict[str, Path]:
     found = {}
     for package in PACKAGES:
@@ -113,10 +108,6 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def _pending(module: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in PENDING)
-
-
 def test_the_scan_sees_a_planted_cycle_and_a_function_local_import(tmp_path):
     """The scanner's own check: a cycle closed only by a function-local import is found."""
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
@@ -130,7 +121,7 @@ def test_the_scan_sees_a_planted_cycle_and_a_function_local_import(tmp_path):
 
 def test_no_import_cycle_counting_function_local_imports():
     edges = {m: {t for t, _, _ in targets} for m, targets in GRAPH.items()}
-    cycles = [c for c in _cycles(edges) if not all(_pending(m) for m in c)]
+    cycles = _cycles(edges)
     assert not cycles, "import cycles (function-local imports included):\n" + "\n".join(
         " <-> ".join(c) for c in cycles)
 
@@ -138,7 +129,7 @@ def test_no_import_cycle_counting_function_local_imports():
 def test_function_local_project_imports_are_few_and_documented():
     local = [(m, t, line) for m, targets in GRAPH.items() for t, line, inside in targets if inside]
     undocumented = [f"{MODULES[m].relative_to(ROOT)}:{line}: imports {t} inside a function"
-                    for m, t, line in local if (m, t) not in LAZY and not _pending(m)]
+                    for m, t, line in local if (m, t) not in LAZY]
     assert not undocumented, ("function-local project imports: move them to the top of the module, or document "
                               "a backend choice in tests/test_layers.py's LAZY:\n" + "\n".join(undocumented))
     assert len(LAZY) <= MAX_LAZY

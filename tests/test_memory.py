@@ -258,13 +258,17 @@ def test_bad_trace(tmp_path, capsys, content, message):
 
 @pytest.mark.parametrize("argv, message", [
     (["--budget-tokens", "100"], "must hold at least one request of --max-len 1024"),
-    (["--num-requests", "0"], "--num-requests must be >= 1"),
+    (["--num-requests", "0"], "argparse: argument --num-requests: must be an integer in [1, 1e+06], got '0'"),
+    (["--num-requests", "99999999999"], "argparse: argument --num-requests: must be an integer in [1, 1e+06]"),
+    (["--num-requests", "900000", "--max-len", "400000"], "--num-requests x --max-len: 900,000 requests"),
+    (["--model-gb", "1e12"], "argparse: argument --model-gb: must be a number in (0, 1e+06], got '1e12'"),
     (["--model-gb", "-1", "--budget-tokens", "6000"], None),
     (["--trace", "/nonexistent/x.csv"], "is not a readable file"),
     (["--block-sizes", "8192"], "argparse: block sizes must be integers in 1..4096, got '8192'"),
-    (["--seed", "-1"], "--seed must be an integer >= 0"),
-    (["--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
-    (["--beam-survival", "1.5"], "--beam-survival must lie in (0, 1]"),
+    (["--seed", "-1"], "argparse: argument --seed: must be an integer in [0, "),
+    (["--max-num-seqs", "0"], "argparse: argument --max-num-seqs: must be an integer in [1, 100000]"),
+    (["--beam-survival", "1.5"], "argparse: argument --beam-survival: must be a number in (0, 1]"),
+    (["--max-len", "2"], "--max-len must be >= 3 for sharegpt-like lengths"),
 ])
 def test_bad_arguments(tmp_path, capsys, argv, message):
     if message is None or message.startswith("argparse: "):  # argparse refuses (exit 2) with its usage line
@@ -274,7 +278,8 @@ def test_bad_arguments(tmp_path, capsys, argv, message):
         assert message is None or message.removeprefix("argparse: ") in capsys.readouterr().err
         return
     rc, _, err = run_cli(SMALL + ["--results-dir", str(tmp_path)] + argv, capsys)
-    assert rc == 2 and "error:" in err and message in err
+    assert rc == 2 and "error:" in err and message in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("argv", [["--block-sizes", "a,b"], ["--block-sizes", "0"], ["--distribution", "x"],
@@ -285,16 +290,34 @@ def test_argparse_rejects(argv, capsys):
     assert "error" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("gb", ["0", "inf", "nan", "-5"])
-def test_bad_model_gb_is_named(tmp_path, capsys, gb):
-    rc, _, err = run_cli(["--model-gb", gb, "--results-dir", str(tmp_path), "--no-progress"], capsys)
-    assert rc == 2 and err.count("\n") == 1 and f"--model-gb must be a finite number > 0, got {float(gb)}" in err
-    assert not any(tmp_path.iterdir())
+@pytest.mark.parametrize("gb, message", [("0", "must be a number in (0, 1e+06], got '0'"),
+                                         ("inf", "must be a finite number, got 'inf'"),
+                                         ("nan", "must be a finite number, got 'nan'"),
+                                         ("-5", "must be a number in (0, 1e+06], got '-5'")])
+def test_bad_model_gb_is_named(capsys, gb, message):
+    with pytest.raises(SystemExit) as refused:
+        parse(["--model-gb", gb])
+    assert refused.value.code == 2 and f"argument --model-gb: {message}" in capsys.readouterr().err
 
 
-def test_bad_model_shape(tmp_path, capsys):
-    rc, _, err = run_cli(["--head-dim", "0", "--results-dir", str(tmp_path), "--no-progress"], capsys)
-    assert rc == 2 and "--head-dim must be >= 1" in err
+def test_bad_model_shape(capsys):
+    with pytest.raises(SystemExit):
+        parse(["--head-dim", "0"])
+    assert "argument --head-dim: must be an integer in [1, 4096], got '0'" in capsys.readouterr().err
+
+
+def test_the_example_refuses_study_flags_and_a_file_results_dir_is_refused(tmp_path, capsys):
+    from sandbox import cli as main_cli
+
+    rc = main_cli.main(["memory", "--example", "seed", "--trace", str(tmp_path / "t.csv")])
+    assert rc == 2 and "--example seed prints a fixed worked example; it takes no --trace" in capsys.readouterr().err
+    afile = tmp_path / "f"
+    afile.write_text("")
+    rc, _, err = run_cli(SMALL + ["--results-dir", str(afile)], capsys)
+    assert rc == 2 and "is not a folder" in err
+    rc, _, err = run_cli(["--model-gb", "900000", "--results-dir", str(tmp_path / "r")], capsys)
+    assert rc == 2 and "--model-gb: a KV budget of 1,098,632,812 tokens is more than the simulators hold" in err
+    assert not (tmp_path / "r").exists()
 
 
 def test_sharing_by_hand():
@@ -374,3 +397,12 @@ def test_nvfp4_cache_budgets_its_codes_and_block_scales():
     assert "230,400 bytes/token, nvfp4 cache" in nvfp4.budget_note
     with pytest.raises(ValueError, match="--head-dim a multiple of 16"):
         cli.config_from_args(parse(["--kv-dtype", "nvfp4", "--head-dim", "72"]))
+
+
+def test_orca_reservations_follow_the_paper():
+    from sandbox.memory.arena import reservation
+
+    assert reservation(100, 25, 2048, "pow2") == 100 + 32          # the paper's example: 25 outputs reserve 32
+    assert reservation(100, 32, 2048, "pow2") == 132                # a power of two is not doubled
+    assert reservation(2000, 40, 2048, "pow2") == 2048              # capped at max_len
+    assert reservation(100, 25, 2048, "oracle") == 125 and reservation(100, 25, 2048, "max") == 2048

@@ -24,6 +24,7 @@ def _writer():
 
 W = _writer()
 COUNTS = json.loads(W.COUNTS.read_text())
+PEER_COUNTS = json.loads(W.PEER_COUNTS.read_text())
 
 
 def _tables(page: Path) -> dict:
@@ -33,6 +34,7 @@ def _tables(page: Path) -> dict:
 def test_every_page_has_its_tables():
     assert set(_tables(ROOT / "README.md")) == {"readme", "readme-check"}
     assert set(_tables(ROOT / "docs" / "performance-model.md")) == {"goal-shape", "devices", "model-check"}
+    assert set(_tables(ROOT / "docs" / "peers.md")) == {"peers-goal-shape", "peers-published"}
 
 
 @pytest.mark.parametrize("page, name", [("README.md", "readme"), ("docs/performance-model.md", "goal-shape"),
@@ -81,6 +83,52 @@ def test_the_stored_censuses_are_what_the_kernels_compile_to_now():
                 if fresh.get(field) != k[field]:
                     stale.append(f"{name} {k['name']}: {field} {k[field]} stored, {fresh.get(field)} now")
     assert not stale, "docs/model-goal-shape.json is stale (python scripts/write_model_tables.py): " + "; ".join(stale)
+
+
+@pytest.mark.parametrize("name", ["peers-goal-shape", "peers-published"])
+def test_the_peer_tables_are_the_model_applied_to_the_stored_counts(name):
+    assert _tables(ROOT / "docs" / "peers.md")[name] == W.PEER_TABLES[name](COUNTS, PEER_COUNTS), (
+        f"docs/peers.md's {name} table is stale: run python scripts/write_model_tables.py --tables-only")
+
+
+def test_the_stored_peer_counts_cover_every_peer_variant_and_published_shape():
+    assert set(PEER_COUNTS["goal"]) == set(PEER_COUNTS["published"]) == set(W.peer_variants())
+    for name, by_shape in PEER_COUNTS["published"].items():
+        assert set(by_shape) == set(W.PUBLISHED)
+        for stored in [PEER_COUNTS["goal"][name], *by_shape.values()]:
+            assert all(k["loads_in_flight_source"] == "sass" for k in stored["kernels"])
+
+
+def test_the_stored_peer_censuses_are_what_their_compiler_gives_now():
+    """The peers' census (their family's own compile: nvcc for FlashInfer) of each stored goal-shape kernel, fresh."""
+    from sandbox.analysis import gpus
+    from sandbox.analysis.traffic import variant as V
+    from sandbox.commands.traffic import problem_for
+    from sandbox.sweep import shapes
+    from sandbox.variant import registry, runner
+
+    missing = W.peers_missing()
+    if missing:
+        pytest.skip(missing)
+    problem = problem_for(shapes.parse_any("1x4096x32/8x128xfp16"), W.BLOCK_SIZE, seed=0)
+    arch = gpus.get("h200").arch
+    stale = []
+    for name, stored in PEER_COUNTS["goal"].items():
+        compiler = registry.get(name).family_plugin.census
+        prepared, _ = runner.prepare(name, problem, "cpu", None)
+        now = {kernel.name: V._cupy_census(kernel, block, shared, arch, compiler)
+               for kernel, _, block, _, shared in prepared.launches}
+        for k in stored["kernels"]:
+            fresh = next((c for n, c in now.items() if n == k["name"]), None)
+            if fresh is None:
+                stale.append(f"{name}: kernel {k['name']} not launched now")
+            elif "census_error" in fresh:  # nvcc missing here: nothing to compare with
+                pytest.skip(f"{name}: {fresh['census_error']}")
+            else:
+                stale += [f"{name} {k['name']}: {field} {k[field]} stored, {fresh.get(field)} now"
+                          for field in ("registers", "loads_in_flight", "loads_per_wait") if fresh.get(field) != k[field]]
+    assert not stale, "docs/peers-goal-shape.json is stale (python scripts/write_model_tables.py --peers-only): " + (
+        "; ".join(stale))
 
 
 def test_the_model_check_table_quotes_the_default_rows():

@@ -65,7 +65,7 @@ def test_split_adds_the_sink_once_whatever_the_partitions():
     for size in (4, 12, 64, None):
         prepared = split.prepare(problem, resolve("auto", "numba"), partition_size=size)
         prepared.launch()
-        out, lse = prepared.result()
+        out, lse = prepared.result(), prepared.lse()
         assert_close(out, expected, problem.dtype, f"partition_size={size}")
         assert_close(lse, expected_lse, np.float32, f"lse, partition_size={size}")
         if size == 4:

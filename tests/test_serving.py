@@ -2,15 +2,22 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import pytest
 
-from sandbox.serving.cost import AnalyticCost, ModelShape, StepBatch, make_cost_model
+from sandbox.analysis import gpus
+from sandbox.memory.budget import ModelShape
+from sandbox.serving import search
+from sandbox.serving.cost import AnalyticCost, StepBatch, SwapCost
+from sandbox.serving.cost_sources import make_cost_model
 from sandbox.serving.cost_sweep import SweepCost
 from sandbox.serving.engine import Engine, EngineConfig
+from sandbox.serving.kernel_time import REFERENCE, KernelTable, KernelTimeCost
 from sandbox.serving.kv_contiguous import ContiguousKV
 from sandbox.serving.kv_paged import PagedKV
-from sandbox.serving.metrics import max_rate, summarize
+from sandbox.serving.metrics import summarize
+from sandbox.serving.swap_study import swap_vs_recompute
 from sandbox.serving.workloads import Request, WorkloadSpec, build_requests, count_requests, with_rate
 
 SHAPE = ModelShape(num_layers=40, num_kv_heads=40, head_dim=128, kv_dtype_bytes=2, params=13e9)
@@ -72,6 +79,18 @@ def test_contiguous_max_reservation_makes_the_second_request_wait():
     assert finishes(both) == {0: (0.01, 0.03), 1: (0.01, 0.03)}
 
 
+def test_static_batching_waits_for_the_whole_batch():
+    # budget 16 = two max_len-8 reservations. A (2 tokens) ends at 0.02, B (5 tokens) at 0.05; C arrives at
+    # 0.015. Continuous batching admits C into A's freed range at 0.02; static batching only after B, at 0.05.
+    reqs = [Request(0, 0.0, [1, 2], [3, 4]), Request(1, 0.0, [5, 6], [7, 8, 9, 10, 11]),
+            Request(2, 0.015, [12, 13], [14, 15])]
+    continuous = serve(ContiguousKV(16, 8, "max"), reqs)
+    static = serve(ContiguousKV(16, 8, "max", static=True), reqs)
+    assert finishes(continuous) == {0: (0.01, 0.02), 1: (0.01, 0.05), 2: (0.03, 0.04)}
+    assert finishes(static) == {0: (0.01, 0.02), 1: (0.01, 0.05), 2: (0.06, 0.07)}
+    assert static.kv.name == "static-max" and not static.kv.leaked()
+
+
 def _two_growing():
     # Block size 2, 4 blocks. Both requests hold 2 blocks after step 3; at step 4 A needs a third block:
     # B, the latest arrival (same time, higher id), is preempted.
@@ -95,7 +114,7 @@ def test_preemption_by_swap_is_charged_at_the_swap_bandwidth():
     # 2 blocks of 2 tokens x 1000 bytes = 4000 bytes each way at 400 B/s: 10 s out (step 4), 10 s in
     # (step 6, a step with nothing but the swap), then B decodes tokens 4 and 5.
     e = serve(PagedKV(8, 2, swap_blocks=10), _two_growing(), preemption="swap", kv_bytes_per_token=1000,
-              swap_gbps=4e-7)
+              swap=SwapCost(1000, 400, 0.0, 1))
     assert finishes(e) == {0: (0.01, 10.05), 1: (0.01, 20.07)}
     p = summarize(e, 1.0, 0.0)
     assert (p["swap_preemptions"], p["recomputed_tokens"], p["swapped_bytes"]) == (1, 0, 8000)
@@ -138,7 +157,8 @@ def test_chat_follow_up_arrives_think_time_after_the_answer():
 # ---- cost models ----------------------------------------------------------------------------------
 def test_analytic_cost_by_hand():
     c = AnalyticCost(SHAPE)
-    bw, flops = 4.8e12 * 0.8, 989e12 * 0.6
+    h200 = gpus.get("h200")
+    bw, flops = h200.dram_bytes_per_s * 0.8, h200.tensor_flops_per_s * 0.6
     assert c.fixed == pytest.approx(26e9 / bw)                          # 13B params x 2 bytes
     b = StepBatch(decode_tokens=10, decode_context=5000, prefill_tokens=100, prefill_attended=5050, block_size=16)
     assert c.linear_time(b) == pytest.approx(26e9 / bw)                # 110 tokens: weight streaming dominates
@@ -211,11 +231,114 @@ def test_workloads_share_what_they_should():
     assert build_requests(WorkloadSpec("sharegpt", 50, 2048), seed=1)[7].prompt == plain[7].prompt   # seeded
 
 
-def test_max_rate_is_the_last_rate_before_the_first_failure():
-    pts = [dict(rate=r, normalized_latency=lat) for r, lat in [(1, 0.01), (2, 0.02), (4, 0.09), (3, 0.03)]]
-    best, interp = max_rate(pts, 0.05)
-    assert best == 3 and interp == pytest.approx(3 + (0.05 - 0.03) / (0.09 - 0.03))
-    assert max_rate(pts, 0.005) == (None, None)
-    assert max_rate(pts, 1.0) == (4, 4)
-    late = pts + [dict(rate=8, normalized_latency=0.01)]       # a pass after a failure does not count
-    assert max_rate(late, 0.05)[0] == 3
+def test_the_knee_search_brackets_extends_and_bisects():
+    tried = []
+
+    def latency(rate):
+        tried.append(rate)
+        return 0.01 if rate <= 5.3 else 1.0
+
+    knee = search.find_knee(latency, (2, 3, 4, 6, 8), 0.05, rel_tol=0.05)
+    assert knee.rate == 5.25 and not knee.censored
+    assert tried == [8, 6, 4, 5.0, 5.5, 5.25]            # from the top down, then bisection to 5%
+    top = search.find_knee(lambda r: 0.0, (2, 3), 0.05, max_extend=3)
+    assert top.rate == 24 and top.censored and sorted(top.tried) == [3, 6, 12, 24]
+    none = search.find_knee(lambda r: 1.0, (2, 3), 0.05, max_extend=2)
+    assert none.rate is None and not none.censored and sorted(none.tried) == [0.5, 1.0, 2, 3]
+    nan = search.find_knee(lambda r: float("nan") if r > 2 else 0.0, (2, 3), 0.05)   # nothing finished: missed
+    assert nan.rate is not None and 2 <= nan.rate < 3
+
+
+def test_max_rates_over_seeds_carry_a_t_interval_and_censoring():
+    out = search.combine([search.Knee(5.0, False), search.Knee(6.0, False), search.Knee(5.5, False)])
+    assert out["max_rate"] == pytest.approx(5.5) and not out["max_rate_censored"]
+    half = 4.303 * 0.5 / 3 ** 0.5                         # t(0.975, 2 df) x s / sqrt(n), s = 0.5
+    assert out["max_rate_ci"] == pytest.approx([5.5 - half, 5.5 + half])
+    assert search.combine([search.Knee(5.0, False), search.Knee(9.0, True)])["max_rate_censored"]
+    assert search.combine([search.Knee(5.0, False), search.Knee(None, False)])["max_rate"] is None
+    assert search.combine([search.Knee(5.0, False)])["max_rate_ci"] is None
+
+
+def test_the_warm_up_is_left_out_of_the_latency():
+    reqs = [Request(i, float(i), [1, 2], [3] * 4) for i in range(10)]
+    e = serve(PagedKV(64, 2), reqs)
+    all_in, warm = summarize(e, 1.0, 0.0, warmup=0.0), summarize(e, 1.0, 0.0, warmup=0.3)
+    assert (all_in["measured_requests"], warm["measured_requests"]) == (10, 7)
+    assert warm["requests"] == 10
+
+
+def test_swap_pays_a_latency_per_copy_and_its_bytes():
+    swap = SwapCost(bytes_per_token=1000, bytes_per_s=1e6, latency_s=1e-3, copies=4)
+    assert swap.seconds(3, 2) == pytest.approx(3 * (4e-3 + 2 * 1000 / 1e6))
+    study = swap_vs_recompute(swap, Flat(), tokens=64, block_sizes=(1, 4, 16, 64))
+    times = [r["swap_s"] for r in study["rows"]]
+    assert times == sorted(times, reverse=True)           # fewer copies as blocks grow
+    assert study["crossing"] is None                       # Flat recomputes for free: recompute always wins
+
+    class Slow(Flat):
+        def prefill_token_time(self):
+            return 1e-3                                   # 64 ms to recompute 64 tokens
+    study = swap_vs_recompute(swap, Slow(), tokens=64, block_sizes=(1, 4, 16, 64))
+    # swap (out + in): bs 1: 2 x 64 x 5 ms = 640 ms; 4: 2 x 16 x 8 ms = 256; 16: 2 x 4 x 20 = 160; 64: 2 x 68 = 136
+    assert [round(1e3 * r["swap_s"]) for r in study["rows"]] == [640, 256, 160, 136] and study["crossing"] is None
+    swap = SwapCost(bytes_per_token=100, bytes_per_s=1e6, latency_s=1e-3, copies=4)
+    crossing = swap_vs_recompute(swap, Slow(), tokens=64, block_sizes=(1, 4, 16, 64))["crossing"]
+    assert 4 < crossing < 16                               # 88 ms at 4, 27 ms at 16 against 64 ms
+
+
+def test_kernel_time_scales_the_roofline_by_the_models_block_size_ratio():
+    modelled = {1: 3.0, 4: 1.5, 16: 1.0, 64: 0.9, 256: 0.8}     # us, a fake traffic model: small blocks slow
+
+    def fake(name, block_size, context, shape):
+        return modelled[block_size] * (2.0 if name == "slow" else 1.0) * context / 128
+
+    table = KernelTable(("fast", "slow"), SHAPE, (1, 4, 64), max_len=2048, time_us=fake)
+    assert table.contexts == (128, 512, 2048) and table.contiguous == 256
+    assert table.ratio(REFERENCE, 300) == pytest.approx(1.0) and table.ratio(1, 300) == pytest.approx(3.0)
+    assert table.ratio(0, 5000) == pytest.approx(0.8)             # contiguous: as the largest block counted
+    cost, roof = KernelTimeCost(table, SHAPE), AnalyticCost(SHAPE)
+    b = StepBatch(decode_tokens=10, decode_context=5000, block_size=4)
+    assert cost.decode_time(b) == pytest.approx((1.5 * 5000 + 10) * 819_200 / roof.bandwidth)
+    assert cost.decode_time(b._replace(block_size=16)) == pytest.approx(roof.decode_time(b))
+    assert "fastest of fast, slow" in cost.source
+
+
+def test_tensor_parallelism_splits_the_work_and_pays_two_all_reduces_per_layer():
+    from sandbox.memory.budget import kv_budget
+    from sandbox.serving import cost as C
+
+    budget = kv_budget(model="66b")
+    assert (budget.num_layers, budget.num_kv_heads, budget.tensor_parallel) == (64, 72, 4)
+    assert 9_400 < budget.tokens < 9_800                                   # the paper's Table 1: 9.7K slots
+    shape = budget.shape()
+    one, four = AnalyticCost(dataclasses.replace(shape, tensor_parallel=1)), AnalyticCost(shape)
+    assert four.bandwidth == pytest.approx(4 * one.bandwidth) and four.fixed == pytest.approx(one.fixed / 4)
+    b = StepBatch(decode_tokens=100, decode_context=50_000)
+    ring = 2 * 3 / 4 * 100 * 72 * 128 * 2
+    comm = 2 * 64 * (C.ALLREDUCE_LATENCY_S + ring / C.LINK_BYTES_PER_S)
+    assert four.linear_time(b) == pytest.approx(four.fixed + comm) and one.communication_time(100) == 0
+    assert "tensor parallel over 4 GPUs" in four.source
+    with pytest.raises(ValueError, match="--num-layers and --model 66b both set the model's shape"):
+        kv_budget(num_layers=40, model="66b")
+
+
+def test_paired_ratios_cancel_the_seeds_common_luck():
+    paged = search.combine([search.Knee(8.0, False), search.Knee(9.0, False), search.Knee(6.4, False)])
+    oracle = search.combine([search.Knee(4.0, False), search.Knee(4.5, False), search.Knee(3.2, False)])
+    r = search.paired_ratio(paged, oracle)
+    assert r["ratio_by_seed"] == pytest.approx([2.0, 2.0, 2.0]) and r["ratio_ci"] == pytest.approx([2.0, 2.0])
+    assert paged["max_rate_ci"][1] - paged["max_rate_ci"][0] > 1                # the rates alone: wide
+    assert search.paired_ratio(paged, search.combine([search.Knee(None, False)] * 3)) is None
+
+
+def test_the_block_size_figure_draws_rates_and_paired_ratios(tmp_path):
+    from sandbox.serving.plots import plot_block_size
+
+    def entry(name, knees, censored=False):
+        return dict(allocator=name, width=1, points=[], **search.combine([search.Knee(k, censored) for k in knees]))
+    result = dict(meta=dict(widths=[1], seed=0, seeds=2, rel_tol=0.05, latency_bound=0.05, workload="sharegpt",
+                            step_cost="test"),
+                  allocators={"paged-1": entry("paged-1", [4, 5]), "paged-16": entry("paged-16", [5, 6]),
+                              "paged-256": entry("paged-256", [9, 9], censored=True),
+                              "contiguous-oracle": entry("contiguous-oracle", [3, 3.5])})
+    assert plot_block_size(result, tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"

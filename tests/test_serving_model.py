@@ -9,7 +9,9 @@ import pytest
 from sandbox.analysis.traffic.variant import traffic
 from sandbox.problem import DecodeProblem
 from sandbox.serving import cost_model
-from sandbox.serving.cost import ModelShape, StepBatch, make_cost_model
+from sandbox.memory.budget import ModelShape
+from sandbox.serving.cost import StepBatch
+from sandbox.serving.cost_sources import make_cost_model
 from sandbox.serving.cost_model import ModelCost
 
 SHAPE = ModelShape(num_layers=3, num_kv_heads=4, head_dim=64, kv_dtype_bytes=2, params=1e9)
@@ -76,3 +78,15 @@ def test_bad_arguments_are_refused_by_name(spec, shape, message):
 def test_an_unsupported_block_size_is_refused_before_anything_runs(v2):
     with pytest.raises(ValueError, match="cupy.v2 does not support block_size=24"):
         v2.check_block_sizes([16, 24])
+
+
+def test_the_kernel_table_asks_the_public_traffic_model():
+    import sandbox
+    from sandbox.serving.kernel_time import KernelTable, unit_problem
+
+    shape = ModelShape(num_layers=2, num_kv_heads=4, head_dim=64, kv_dtype_bytes=2)
+    table = KernelTable(("cupy.v1",), shape, (4,), max_len=128)
+    assert table.contexts == (128,) and table.block_sizes == [4, 16, 256]
+    direct = sandbox.traffic("cupy.v1", unit_problem(4, 128, 64, 2), sample_seqs=2)["model"]["time_us"]
+    assert table.times[("cupy.v1", 4, 128)] == pytest.approx(direct)
+    assert table.ratio(4, 128) == pytest.approx(direct / table.times[("cupy.v1", 16, 128)])

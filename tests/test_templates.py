@@ -26,7 +26,10 @@ TEMPLATES = {
     "numpy.mine": ("numpy_mine", ["numpy_mine.py"]),
     "numba.mine": ("numba_mine", ["numba_mine.py"]),
     "cupy.mine": ("cupy_mine", ["cupy_mine.py", "cupy_mine.cu"]),
+    "triton.mine": ("triton_mine", ["triton_mine.py"]),
 }
+# Families whose every problem is slow on a CPU (a simulator, an interpreter): fewer examples, no edge-case walk.
+SLOW_FAMILIES = ("numba", "triton")
 # The Numba simulator runs every thread in Python: the template's problems stay small there.
 SMALL_NUMBA = dict(head_dims=(16, 32), max_tokens=48, max_num_seqs=2, max_kv_heads=2, max_query_tokens=4,
                    max_multiply_adds=20_000)
@@ -71,8 +74,8 @@ def test_template_passes_the_shared_suite(pasted, name, monkeypatch):
         monkeypatch.setitem(test_variants.FAMILY_SHAPES, "numba", SMALL_NUMBA)
     test_variants.test_variant_refuses_what_it_does_not_declare_before_launch(name)
     test_variants.test_run_rejects_out_of_range_table_entries(name)
-    test_variants.property_test(name, max_examples=4 if registry.get(name).family == "numba" else 10)()
-    if registry.get(name).family != "numba":  # the simulated family's edge cases reach 1024-token contexts
+    test_variants.property_test(name, max_examples=4 if registry.get(name).family in SLOW_FAMILIES else 10)()
+    if registry.get(name).family not in SLOW_FAMILIES:  # their edge cases reach 1024-token contexts
         test_variants.test_variant_matches_reference_on_edge_cases(name)
 
 
@@ -115,6 +118,16 @@ def test_numba_template_passes_check_on_small_problems(pasted):
                                        block_size=block_size, max_context_len=24, dtype="float16",
                                        k_scale=0.5, v_scale=2.0)
         result = check_problem("numba.mine", problem, "cpu")
+        assert result.ok, result.error or result.comparison.report
+
+
+def test_triton_template_passes_check_on_small_problems(pasted):
+    """check_problem at block sizes 1, 3 and 16, a GQA group of 2, k/v scales, both declared dtypes."""
+    for seed, (block_size, dtype) in enumerate(((1, "float32"), (3, "float16"), (16, "float16"))):
+        problem = DecodeProblem.random(seed, num_seqs=2, num_heads=4, num_kv_heads=2, head_dim=40,
+                                       block_size=block_size, max_context_len=40, dtype=dtype, k_scale=0.5,
+                                       v_scale=2.0)
+        result = check_problem("triton.mine", problem, "cpu", config={"num_warps": 2})
         assert result.ok, result.error or result.comparison.report
 
 

@@ -38,7 +38,7 @@ def test_report_csv_and_json(capsys, tmp_path):
                      "--csv", str(out_csv), "--json", str(out_json), "--sites", "3"]) == 0
     text = capsys.readouterr().out
     assert "== cupy.gqa" in text and "== cupy.v1" in text and "MODEL (H200 SXM), not a measurement" in text
-    assert "kernels/cupy_raw/common.cuh:" in text and "key_cache" in text and "bound by" in text
+    assert "kernels/cupy_raw/codecs.cuh:" in text and "key_cache" in text and "bound by" in text
     assert "  assumes: device H200 SXM" in text and "read from its SASS" in text  # the model prints its assumptions
     assert "B spill stores/loads" in text and "per wait (SASS)" in text  # spills and loads in flight per kernel
     assert "% of achievable (the measured read stream)" in text and "% achievable" in text

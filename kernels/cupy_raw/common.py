@@ -12,7 +12,7 @@ How a CUDA C variant is loaded, compiled, launched and reported is the harness's
 get_function, cpu_options, Prepared, check_shared, compile_report); the names are imported here, so a
 launcher reads `common.get_function(...)` as before.
 
-Precisions and options (see common.cuh): a kernel is a template over the query's type T, the
+Precisions and options (see codecs.cuh, options.cuh): a kernel is a template over the query's type T, the
 cache's type C (T, or fp8) and OPTS, a bitmask of the options compiled in; OPTS = 0 (no option
 in use) is the plain kernel, whose option code is not compiled. k_scale is folded into the softmax scale.
 Split-KV variants build their partition kernels without sinks and lse (MERGE_FLAGS go to the reduce or
@@ -32,7 +32,7 @@ from sandbox.variant.cuda_launch import (OPTIONS, SHARED_LIMIT_BYTES, Prepared, 
 from sandbox.variant.cuda_source import CTYPES, ctype, load_source, option_prelude  # noqa: F401
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
-NUM_THREADS = 128     # pa::NUM_THREADS in common.cuh: the default threads per block, and the reduce kernels'
+NUM_THREADS = 128     # pa::NUM_THREADS in warp.cuh: the default threads per block, and the reduce kernels'
 NUM_WARPS = 4
 # Threads per block pa::attend is correct for (the THREADS template argument; TUNABLES["threads"], default first).
 ATTEND_THREADS = (128, 64, 256)
@@ -120,7 +120,7 @@ def split_kv_report(path, expression: str, head_dim: int, dtype, arch: str, dyna
 
 
 def attend_static_shared_bytes(head_dim: int, tile: int, threads: int = NUM_THREADS) -> int:
-    """Static shared memory of pa::attend (common.cuh): q tile + two [TILE][threads / 32] reduction arrays."""
+    """Static shared memory of pa::attend (attend.cuh): q tile + two [TILE][threads / 32] reduction arrays."""
     return 4 * (tile * head_dim + 2 * tile * (threads // 32))
 
 

@@ -4,7 +4,7 @@
 // [first + p * partition_size, ...) (first: the window's start, else 0); partitions are combined by
 // pa::paged_attention_reduce. Dynamic shared memory: max(TILE * partition_size, 4 * TILE * HEAD_DIM) floats.
 // ROW_MAPPED = false: cupy.gqa (vLLM's block-mapped threads); true: cupy.rows (block-size-independent
-// token rows, batched loads; see common.cuh), where BLOCK_SIZE = 0 takes the runtime `block_size` (any size).
+// token rows, batched loads; see rows.cuh), where BLOCK_SIZE = 0 takes the runtime `block_size` (any size).
 // THREADS: threads per block (TUNABLES["threads"] of the variant; default pa::NUM_THREADS = 128).
 // T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask (0: plain, no option code compiled in).
 #include "common.cuh"

@@ -6,7 +6,7 @@ V vector TILE accumulators (TILE = the group size rounded up to a power of two, 
 groups take ceil(group / 8) blocks per KV head). Split-KV partitions and reduce as in v2.
 Limits: as v2 (block sizes 1..256, head dims 32..512, float32/float16/bfloat16 queries, caches of the
 query's dtype or fp8 e4m3fn/e5m2, every option of common.SUPPORT; any GQA ratio, no context bound) and NVFP4
-caches (common.cuh's CacheVec<pa::Nvfp4>, the loads cupy.rows makes: 16-byte K vectors of 32 values with
+caches (codecs.cuh's CacheVec<pa::Nvfp4>, the loads cupy.rows makes: 16-byte K vectors of 32 values with
 their two block scales, 8-byte V vectors with one; every head dim and option here, kv_scales fp8 only); the
 tile shrinks to fit shared memory: 4 query heads per block at head dim 512, gqa.max_tile). With a
 window, partitions start at the window's start and blocks before it are never looked up.

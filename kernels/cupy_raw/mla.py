@@ -53,7 +53,7 @@ def merge_name(dtype) -> str:
     return f"mla_merge<{CTYPES[np.dtype(dtype).name]}>"
 
 
-# The negative controls' instantiations (kernels/wrong/cupy_mla_*.py: bfloat16 over a bf16 cache, FLAW 1 dense,
+# The negative controls' instantiations (kernels/wrong/cupy_controls.py's mla_* rows: bfloat16 over a bf16 cache, FLAW 1 dense,
 # FLAW 2 sparse), compiled in the same executor batch as cupy.mla's own.
 CONTROL_KERNELS = ((1, False), (2, True))
 
@@ -74,15 +74,11 @@ def partition_tokens(partition_size: int | None) -> int:
 
 
 class MLAPrepared(common.Prepared):
-    """The attention kernel, then (when a row has several partitions) the merge; lse() beside result()."""
+    """The attention kernel, then (when a row has several partitions) the merge; lse() beside result() (always)."""
 
     def __init__(self, launches, out, lse, keep, problem):
-        super().__init__(launches, out, keep=keep, out_dtype=problem.dtype)
-        self.lse_out = lse
+        super().__init__(launches, out, keep=keep, out_dtype=problem.dtype, lse=lse)
         self.problem = problem
-
-    def lse(self) -> np.ndarray:
-        return np.asarray(common.backends.to_host(self.lse_out))
 
     def launch_parts(self):
         names = ("partition", "merge")

@@ -7,7 +7,7 @@
 // for all of them. cupy.cascade adds tiles whose rows come from several sequences sharing a prefix
 // (their tables start with the same physical blocks): the prefix is loaded once for all of them.
 // Each row carries its own position p (causal: t <= p), window start (t >= p - window_left) and
-// ALiBi slope; a row sees no token outside [kv_start, kv_end) of its tile.
+// query head (the score modifiers' context: ALiBi's slope, ...); a row sees no token outside [kv_start, kv_end) of its tile.
 //
 // Thread block (THREADS threads, default 128) per (tile, KV head x head chunk, partition): partition z covers
 // [kv_start + z * partition_size, ...) of the tile's range. It walks its range in chunks of CHUNK
@@ -159,7 +159,8 @@ __device__ __forceinline__ void tile_attention(
   __shared__ __align__(16) float v_s[CHUNK * KS];
   __shared__ float p_s[CHUNK * PS];
   __shared__ int row_pos[ROWS], row_lo[ROWS], row_qrow[ROWS], row_head[ROWS], row_slot[ROWS];
-  __shared__ float row_slope[ROWS], m_s[ROWS], l_s[ROWS], alpha_s[ROWS];
+  __shared__ float m_s[ROWS], l_s[ROWS], alpha_s[ROWS];
+  __shared__ pa::HeadParams row_params[ROWS];  // the rows' heads' score-modifier values (ALiBi's slope, ...)
 
   const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;
   const int tile = blockIdx.x, part = blockIdx.z;
@@ -186,7 +187,7 @@ __device__ __forceinline__ void tile_attention(
       row_slot[r] = row[2] + part;
       row_lo[r] = pa::first_token(OPTS, row[1] + 1, options.window_left);
       row_head[r] = head;
-      row_slope[r] = opt.slope(head);
+      row_params[r] = opt.head(head);
     }
     m_s[r] = pa::neg_inf();
     l_s[r] = 0.f;
@@ -237,7 +238,7 @@ __device__ __forceinline__ void tile_attention(
         float* vd = v_s + tt * KS + (i % NV) * VEC;
         if (c0 + tt < end) {
           if constexpr (FP4) {
-            pa::unpack_fp4(kp[j], ksc[j], kd);  // common.cuh, shared with cupy.rows
+            pa::unpack_fp4(kp[j], ksc[j], kd);  // codecs.cuh, shared with cupy.rows
             pa::unpack_fp4(vp[j], vsc[j], vd);
           } else {
             unpack16(kp[j], kd);
@@ -289,9 +290,7 @@ __device__ __forceinline__ void tile_attention(
           if (r < ROWS) {
             float logit = pa::neg_inf();
             if (r < rows_here && t < end && Mask::visible(t, row_pos[r], row_lo[r])) {
-              pa::Options<OPTS> o = opt;
-              o.position = row_pos[r];
-              logit = o.logit(dot[k], scale, row_slope[r], t);
+              logit = opt.logit(dot[k], scale, pa::ScoreAt{row_pos[r], t, row_head[r], kv_head, row_params[r]});
             }
             p_s[lt * PS + r] = logit;
           }

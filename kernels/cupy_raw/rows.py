@@ -12,7 +12,7 @@ runtime value in one instantiation; partitions of 512 tokens whatever the block 
 float32/float16/bfloat16 queries, caches of the query's dtype, fp8 e4m3fn/e5m2 or NVFP4 (every head dim
 here: all are multiples of 16), every option of common.SUPPORT with each of them (kv_scales: fp8 only);
 any GQA ratio. fp8 keeps the mapping in vectors: 16 fp8 values per 16-byte load, 8 vectors per lane in
-flight. NVFP4 (common.cuh's CacheVec<pa::Nvfp4>): K in 16-byte vectors of 32 values (two e4m3 block
+flight. NVFP4 (codecs.cuh's CacheVec<pa::Nvfp4>): K in 16-byte vectors of 32 values (two e4m3 block
 scales, one 2-byte load beside the codes; 8-byte vectors of one group where a row is not a multiple of 16
 bytes, head dims 80 and 112), 32 values of a row per lane, 8 vectors per lane in flight; V in 8-byte vectors
 of 16 values with their scale byte, 16 per lane in flight (a lane accumulates every value it loads:

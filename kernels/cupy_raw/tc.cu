@@ -121,7 +121,8 @@ __device__ __forceinline__ void tile_attention(
   T* const p_s = reinterpret_cast<T*>(p_bits);
   T* const p_lo_s = reinterpret_cast<T*>(p_lo_bits);
   __shared__ int row_pos[ROWS], row_lo[ROWS], row_qrow[ROWS], row_head[ROWS], row_slot[ROWS];
-  __shared__ float row_slope[ROWS], m_s[ROWS], l_s[ROWS], alpha_s[ROWS];
+  __shared__ float m_s[ROWS], l_s[ROWS], alpha_s[ROWS];
+  __shared__ pa::HeadParams row_params[ROWS];  // the rows' heads' score-modifier values (ALiBi's slope, ...)
   __shared__ int rescale_s[ROWS];  // the row's max grew in this chunk (alpha != 1): O needs rescaling
   // OPT_KV_SCALES: the chunk's K scales and V scales / v_unit, and each warp's max V scale of the partition
   // (one element each without: never referenced, so not allocated)
@@ -166,7 +167,7 @@ __device__ __forceinline__ void tile_attention(
       row_slot[r] = row[2] + part;
       row_lo[r] = pa::first_token(OPTS, row[1] + 1, options.window_left);
       row_head[r] = head;
-      row_slope[r] = opt.slope(head);
+      row_params[r] = opt.head(head);
     }
     m_s[r] = pa::neg_inf();
     l_s[r] = 0.f;
@@ -263,11 +264,9 @@ __device__ __forceinline__ void tile_attention(
         const int lt = lane + h * WARP, t = c0 + lt;
         x[h] = pa::neg_inf();
         if (r < rows_here && lt < n && mq::Causal::visible(t, row_pos[r], row_lo[r])) {
-          pa::Options<OPTS> o = opt;
-          o.position = row_pos[r];
           float dot = s_s[r * SS + lt];
           if constexpr (KV_SCALED) dot *= tok_k[lt];
-          x[h] = o.logit(dot, scale, row_slope[r], t);
+          x[h] = opt.logit(dot, scale, pa::ScoreAt{row_pos[r], t, row_head[r], kv_head, row_params[r]});
         }
       }
       const float m_old = m_s[r];

@@ -1,6 +1,6 @@
 // cupy.v1: one thread block per (sequence, query head) over the whole context (vLLM's v1 design).
 // The body (thread groups, 16-byte loads, shuffles, logits in dynamic shared memory) is pa::attend
-// in common.cuh. Grid (num_heads, num_seqs), 128 threads; dynamic shared memory:
+// in attend.cuh. Grid (num_heads, num_seqs), 128 threads; dynamic shared memory:
 // max(logits_stride, 4 * HEAD_DIM) floats, logits_stride >= the most tokens a sequence reads.
 // THREADS: threads per block (TUNABLES["threads"] of the variant; default pa::NUM_THREADS = 128).
 // T: query/output type; C: cache type (T or fp8); OPTS: pa::OPT_* bitmask of the options compiled in

@@ -2,7 +2,7 @@
 
 Idea: thread groups of max(32 / block_size, 1) lanes per token (a warp walks one cache block at a
 time), 16-byte vector loads, warp shuffles for the dot products and reductions, logits in dynamic
-shared memory; float32 accumulation (body: pa::attend in common.cuh).
+shared memory; float32 accumulation (body: pa::attend in attend.cuh).
 Limits: block sizes 1..256 (powers of two); head dims 32, 64, 80, 96, 112, 128, 192, 256, 512; queries in
 float32, float16 or bfloat16; caches of the query's dtype or fp8 (e4m3fn, e5m2: 16 values per 16-byte load,
 dequantized in pairs to float; per-tensor or per-token scales); every option (common.SUPPORT): k_scale

@@ -1,6 +1,6 @@
 // cupy.v2: v1 plus split-KV. Block (head, seq, partition) attends to tokens
 // [first + partition * partition_size, ...) (first: the window's start, else 0) and writes a
-// normalized partial output with its max logit and exp sum; pa::paged_attention_reduce (common.cuh)
+// normalized partial output with its max logit and exp sum; pa::paged_attention_reduce (reductions.cuh)
 // combines them with log-sum-exp weights. Partitions past a sequence's end return at once and are
 // never read by the reduce. Dynamic shared memory: max(partition_size, 4 * HEAD_DIM) floats.
 // THREADS: threads per block (TUNABLES["threads"] of the variant; default pa::NUM_THREADS = 128).

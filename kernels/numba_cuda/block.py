@@ -37,20 +37,18 @@ MAX_CONTEXT_LEN = 8192
 
 
 def make_body(dtype: str, kv_dtype: str, flags: int = 0):
-    adjust = options.logit_hook(flags)
-    use_alibi = bool(flags & options.OPT_ALIBI)
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[kv_dtype]
     store = codecs.ENCODE[dtype]
     use_sink = bool(flags & options.OPT_SINKS)
     use_lse = bool(flags & options.OPT_LSE)
-    score_tokens, exponentiate, weigh_values = token_range.make(load_kv, adjust, bool(flags & options.OPT_KV_SCALES))
+    score_tokens, exponentiate, weigh_values = token_range.make(load_kv, options.score_hook(flags), bool(flags & options.OPT_KV_SCALES))
 
     def block_body(query, key_cache, value_cache, block_tables, context_lens, scale,
                    opts, out, lse):
         """Grid (num_seqs, num_heads); dynamic shared: float32 logits[padded max tokens read]; lse float32
         [num_seqs, num_heads] (written with OPT_LSE)."""
-        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
+        v_scale, window_left = opts.v_scale, opts.window_left
         seq = cuda.blockIdx.x
         head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -60,7 +58,6 @@ def make_body(dtype: str, kv_dtype: str, flags: int = 0):
         context_len = context_lens[seq]
         position = context_len - 1
         first = first_token(context_len, window_left)
-        slope = opts.alibi_slopes[head] if use_alibi else ZERO
         q = cuda.shared.array(MAX_HEAD_DIM, float32)
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         logits = cuda.shared.array(0, float32)
@@ -69,8 +66,8 @@ def make_body(dtype: str, kv_dtype: str, flags: int = 0):
             q[d] = load_q(query[seq, head, d]) * scale
         cuda.syncthreads()
 
-        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, first, context_len, position, soft_cap,
-                                 slope, logits, tid, threads, opts.k_scales)
+        local_max = score_tokens(q, key_cache, block_tables, seq, head, kv_head, first, context_len, position, opts,
+                                 logits, tid, threads, opts.k_scales)
         top = block_max(local_max, scratch)
         local_sum = exponentiate(logits, context_len - first, top, tid, threads)
         total = block_sum(local_sum, scratch)  # its barrier publishes the weights

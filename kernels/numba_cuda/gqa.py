@@ -12,7 +12,7 @@ of min(8, next pow2 of group) heads in registers (the tile is a compile-time con
 per tile); groups above 8 re-read K/V once per tile.
 Precisions and options as numba.naive (codecs.py, options.py): one kernel per (tile, query dtype,
 cache dtype, option flags); the chunk walk starts at the window's start (blocks before it are
-never looked up nor read); ALiBi reads each head's slope in phase A.
+never looked up nor read); the score modifiers (ALiBi, ...) see each head's index in phase A.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
 GPU). Compiled for sm_90 (fp16, group 4): 120 registers, so 25% theoretical occupancy
 (register-limited; a launch bound could trade registers for spills - not tried). Design-level expectation, not a measurement:
@@ -40,10 +40,9 @@ SHARED_LIMIT = 48 * 1024  # dynamic shared bytes a block gets without an opt-in
 
 
 def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flags: int = 0):
-    """The kernel body with `tile` (query heads per register tile), the dtypes and whether soft-cap /
-    ALiBi exist fixed at compile time."""
-    adjust = options.logit_hook(flags)
-    use_alibi = bool(flags & options.OPT_ALIBI)
+    """The kernel body with `tile` (query heads per register tile), the dtypes and the score
+    modifiers (options.score_hook) fixed at compile time."""
+    scored, score = options.score_hook(flags)
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[kv_dtype]
     store = codecs.ENCODE[dtype]
@@ -58,7 +57,7 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
         running max[gp], running sum[gp], correction[gp]. Pad rows stay zero. lse float32 [num_seqs,
         num_heads] (written with OPT_LSE).
         """
-        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
+        v_scale, window_left = opts.v_scale, opts.window_left
         seq = cuda.blockIdx.x
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -112,8 +111,10 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
                         for j in range(tile):
                             dots[j] *= k_token
                     for j in range(min(tile, group - g0)):
-                        slope = opts.alibi_slopes[head0 + g0 + j] if use_alibi else ZERO
-                        sh[p_at + (g0 + j) * chunk + i] = adjust(dots[j], soft_cap, slope, t - position)
+                        logit = dots[j]
+                        if scored:
+                            logit = score(logit, opts, position, t, head0 + g0 + j, kv_head)
+                        sh[p_at + (g0 + j) * chunk + i] = logit
             cuda.syncthreads()
             # B: per head, the chunk's max, the rescale of what came before, weights and their sum.
             for g in range(tid, group, threads):

@@ -99,7 +99,7 @@ class Launch:
     """A configured kernel and its device arguments: launch() only launches, result() downloads.
 
     The grid and block are checked against CUDA's limits first (Unsupported naming `name`). With `lse`
-    (the device lse of a return_lse problem), result() returns (out, lse).
+    (the device lse of a return_lse problem, or an MLA problem's), lse() downloads it.
     """
 
     def __init__(self, kernel, grid, threads, shared_bytes, args, outputs, name="numba kernel", out_dtype=None,
@@ -122,8 +122,13 @@ class Launch:
 
     def result(self):
         out = self.outputs.copy_to_host()
-        out = out if self.out_dtype is None else host_view(out, self.out_dtype)
-        return out if self.lse_out is None else (out, self.lse_out.copy_to_host())
+        return out if self.out_dtype is None else host_view(out, self.out_dtype)
+
+    def lse(self):
+        """float32 [num_query_tokens, num_heads] (sandbox.variant.limits.Prepared)."""
+        if self.lse_out is None:
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        return self.lse_out.copy_to_host()
 
 
 def returned_lse(problem, lse):

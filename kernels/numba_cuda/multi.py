@@ -91,12 +91,11 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
     load_kv = codecs.e2m1_to_float32 if nvfp4 else codecs.DECODE[kv_dtype]
     load_block_scale = codecs.e4m3_to_float32
     store = codecs.ENCODE[dtype]
-    # The per-element conversions of native (float32/float16) elements and the per-logit options (options.logit_hook,
-    # same formula) are written out here rather than called: the compiled kernel inlines either way,
-    # but under the simulator a call per element is a Python call per element, most of a simulated
-    # launch. stage_rows (once per chunk and thread) is a function.
-    soft_cap_on = bool(flags & options.OPT_SOFTCAP)
-    use_alibi = bool(flags & options.OPT_ALIBI)
+    # The per-element conversions of native (float32/float16) elements are written out here rather than
+    # called: the compiled kernel inlines either way, but under the simulator a call per element is a Python
+    # call per element, most of a simulated launch. stage_rows (once per chunk and thread) is a function, and
+    # so is the score hook (options.score_hook), called only when a score modifier is in use.
+    scored, score = options.score_hook(flags)
     native_q = dtype in ("float32", "float16")
     native_kv = kv_dtype in ("float32", "float16")
     per_token = bool(flags & options.OPT_KV_SCALES)
@@ -138,7 +137,7 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
         """Grid (num_tiles, num_kv_heads). query/out [total_q, num_heads, head_dim]; tiles int32
         [num_tiles, 4]; counts int32 (flat [2, *key_cache.shape] when counting loads, else unused);
         lse float32 [total_q, num_heads] (written with OPT_LSE)."""
-        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
+        v_scale, window_left = opts.v_scale, opts.window_left
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
         threads = cuda.blockDim.x
@@ -230,10 +229,8 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
                                 visible = visible and t >= position - window_left
                             if visible:
                                 logit = dots[j]
-                                if soft_cap_on:  # options.logit_hook, inlined (see above)
-                                    logit = soft_cap * math.tanh(logit / soft_cap)
-                                if use_alibi:
-                                    logit += opts.alibi_slopes[head0 + r % group] * float32(t - position)
+                                if scored:
+                                    logit = score(logit, opts, position, t, head0 + r % group, kv_head)
                         sh[p_at + r * chunk + a_token] = logit
             cuda.syncthreads()
             # B: per row, the chunk's max, the rescale of what came before, weights and their sum.

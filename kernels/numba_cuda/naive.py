@@ -11,7 +11,7 @@ Precisions and options (codecs.py, options.py): one kernel per (query dtype, cac
 flags), made on first use; bfloat16 and fp8 arrive as their bits and are decoded by device functions.
 k_scale is folded into the scale, v_scale multiplies the output and a window only moves the first
 block and offset (blocks wholly before it are never looked up nor read), all runtime values;
-soft-cap and ALiBi (options.logit_hook), the sink (options.finish: it joins the final denominator),
+the score modifiers (options.score_hook: soft-cap, ALiBi), the sink (options.finish: it joins the final denominator),
 the lse output (options.log_sum_exp) and per-token scales (a logit times its slot's k scale, a weight
 times its v scale) are compiled in only for the problems that use them.
 Verdict: matches the reference on every problem the suites draw (simulator only; never run on a
@@ -54,8 +54,7 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[dtype if kv_dtype is None else kv_dtype]
     store = codecs.ENCODE[dtype]
-    adjust = options.logit_hook(flags)
-    use_alibi = bool(flags & options.OPT_ALIBI)
+    scored, score = options.score_hook(flags)
     use_sink = bool(flags & options.OPT_SINKS)
     use_lse = bool(flags & options.OPT_LSE)
     per_token = bool(flags & options.OPT_KV_SCALES)
@@ -64,7 +63,7 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
                    opts, out, lse):
         """query/out [num_seqs, num_heads, head_dim], lse float32 [num_seqs, num_heads] (written with OPT_LSE);
         one thread per (sequence, head) in a 1-D grid."""
-        v_scale, window_left, soft_cap = opts.v_scale, opts.window_left, opts.soft_cap
+        v_scale, window_left = opts.v_scale, opts.window_left
         item = cuda.grid(1)
         num_seqs, num_heads, head_dim = query.shape
         if item >= num_seqs * num_heads:
@@ -77,7 +76,6 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
         context_len = context_lens[seq]
         position = context_len - 1
         first = first_token(context_len, window_left)
-        slope = opts.alibi_slopes[head] if use_alibi else ZERO
 
         acc = cuda.local.array(MAX_HEAD_DIM, float32)
         for d in range(head_dim):
@@ -96,7 +94,9 @@ def make_body(physical_block=table_block, block_tokens=tokens_in_block, dtype="f
                     slot = (physical * block_size + offset) * num_kv_heads + kv_head
                     logit *= opts.k_scales[slot]
                     weight_scale = opts.v_scales[slot]
-                logit = adjust(logit * scale, soft_cap, slope, base + offset - position)
+                logit *= scale
+                if scored:
+                    logit = score(logit, opts, position, base + offset, head, kv_head)
                 new_max = max(running_max, logit)
                 correction = math.exp(running_max - new_max)
                 weight = math.exp(logit - new_max)

@@ -10,19 +10,21 @@ Every attention kernel takes, after (query, key_cache, value_cache, block_tables
 A window and v_scale are read at run time (a window only moves the first token read, v_scale multiplies
 the output once); every other option is compiled in only when a problem uses it: kernels are specialised
 on (query dtype, cache dtype, the option flags outside RUNTIME_FLAGS), so plain problems run the plain
-code. logit_hook(flags) is the per-logit step (soft-cap, then ALiBi) a kernel is built with; finish() and
+code. score_hook(flags) is the per-logit step (the table's score modifiers: soft-cap, then ALiBi, ...) a
+kernel is built with, given the logit's whole context (positions and heads); finish() and
 log_sum_exp() turn a softmax's running (max, sum) into the output's factor (the sink joins the denominator
 there, once) and the log-sum-exp a kernel built with OPT_LSE writes to its lse output.
 """
 from __future__ import annotations
 
 import collections
+import functools
 import math
 
 import numpy as np
 from numba import cuda, float32, int32, types
 
-from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS
+from sandbox.problem.options import KERNEL_ARGS, KERNEL_FLAGS, SCORE_HOOKS
 
 from .device import NEG_INF, ZERO
 from .launch import upload
@@ -48,25 +50,30 @@ def first_token(context_len, window_left):
     return max(0, context_len - 1 - window_left)
 
 
-def logit_hook(flags: int):
-    """The device function (logit, soft_cap, slope, distance) -> logit a kernel built with `flags` applies
-    to each scaled logit: cap * tanh(logit / cap) with OPT_SOFTCAP, then + slope * distance (t - position)
-    with OPT_ALIBI; without either, the logit as it is."""
-    return _HOOKS[bool(flags & OPT_SOFTCAP), bool(flags & OPT_ALIBI)]
+def score_hook(flags: int):
+    """(scored, hook): the device function (s, opts, q_pos, kv_pos, q_head, kv_head) -> s a kernel built with
+    `flags` applies to each scaled logit s of query position q_pos and head q_head, token kv_pos and KV head
+    kv_head: every score modifier of the option table whose bit is in `flags`, in table order (soft-cap, then
+    ALiBi, ...: each row's ScoreHook.numba); scored is False when there is none (the hook is then the
+    identity and a kernel need not call it: under the simulator each call is a Python call per logit)."""
+    hooks = tuple(hook.numba for (_, bit), hook in SCORE_HOOKS if flags & bit)
+    return bool(hooks), _chain(hooks)
 
 
-def _make_hook(soft_cap_on: bool, alibi_on: bool):
+@functools.lru_cache(maxsize=None)
+def _chain(hooks: tuple):
+    """One inlined device function applying `hooks` (plain Python functions) in order."""
+    if not hooks:
+        @cuda.jit(device=True, inline="always")
+        def identity(s, opts, q_pos, kv_pos, q_head, kv_head):
+            return s
+        return identity
+    first, rest = cuda.jit(device=True, inline="always")(hooks[0]), _chain(hooks[1:])
+
     @cuda.jit(device=True, inline="always")
-    def hook(logit, soft_cap, slope, distance):
-        if soft_cap_on:
-            logit = soft_cap * math.tanh(logit / soft_cap)
-        if alibi_on:
-            logit += slope * float32(distance)
-        return logit
+    def hook(s, opts, q_pos, kv_pos, q_head, kv_head):
+        return rest(first(s, opts, q_pos, kv_pos, q_head, kv_head), opts, q_pos, kv_pos, q_head, kv_head)
     return hook
-
-
-_HOOKS = {(s, a): _make_hook(s, a) for s in (False, True) for a in (False, True)}
 
 
 @cuda.jit(device=True, inline="always")

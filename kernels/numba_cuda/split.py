@@ -49,11 +49,9 @@ MAX_PARTITION_SIZE = 8192  # float32 logits of one partition in 32 KB of shared 
 def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0, sink_per_partition: bool = False):
     """The partition kernel's body. sink_per_partition (the negative control
     kernels/wrong/numba_split_sink_per_partition.py): each partition adds the sink to its own denominator."""
-    adjust = options.logit_hook(flags)
-    use_alibi = bool(flags & options.OPT_ALIBI)
     load_q = codecs.DECODE[dtype]
     load_kv = codecs.DECODE[kv_dtype]
-    score_tokens, exponentiate, weigh_values = token_range.make(load_kv, adjust, bool(flags & options.OPT_KV_SCALES))
+    score_tokens, exponentiate, weigh_values = token_range.make(load_kv, options.score_hook(flags), bool(flags & options.OPT_KV_SCALES))
     wrong_sink = sink_per_partition and bool(flags & options.OPT_SINKS)
 
     def partition_body(query, key_cache, value_cache, block_tables, context_lens, scale,
@@ -65,7 +63,7 @@ def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0, sink_per_part
         start, or 0). part_max/part_sum [num_seqs, num_heads, max_partitions], part_out [..., head_dim]
         (normalized; v_scale is the merge's).
         """
-        window_left, soft_cap = opts.window_left, opts.soft_cap
+        window_left = opts.window_left
         seq = cuda.blockIdx.x
         head = cuda.blockIdx.y
         part = cuda.blockIdx.z
@@ -84,7 +82,6 @@ def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0, sink_per_part
                 part_sum[seq, head, part] = ZERO
             return
         end = min(start + partition_size, context_len)
-        slope = opts.alibi_slopes[head] if use_alibi else ZERO
         q = cuda.shared.array(MAX_HEAD_DIM, float32)
         scratch = cuda.shared.array(REDUCE_SCRATCH, float32)
         logits = cuda.shared.array(0, float32)
@@ -93,7 +90,7 @@ def make_partition_body(dtype: str, kv_dtype: str, flags: int = 0, sink_per_part
             q[d] = load_q(query[seq, head, d]) * scale
         cuda.syncthreads()
 
-        local_max = score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, soft_cap, slope,
+        local_max = score_tokens(q, key_cache, block_tables, seq, head, kv_head, start, end, position, opts,
                                  logits, tid, threads, opts.k_scales)
         top = block_max(local_max, scratch)
         local_sum = exponentiate(logits, end - start, top, tid, threads)
@@ -204,7 +201,7 @@ class SplitLaunch:
         part_sum = cuda.device_array(shape, "float32")
         part_out = cuda.device_array(shape + (p.head_dim,), "float32")
         self.out = launch.output_array(p)
-        self.lse = launch.lse_array(p)
+        self.lse_device = launch.lse_array(p)
         self.returns_lse = p.options.return_lse
         self.out_dtype = p.dtype
         self.partials = (part_max, part_sum, part_out)
@@ -217,7 +214,7 @@ class SplitLaunch:
                                        args + (partition_size,) + self.partials, None, name="numba.split partition")
         opts = args[6]
         self.merge = launch.Launch(merge_kernel, shape[:2], merge_threads, 0,
-                                   self.partials + (opts.v_scale, opts.sinks, self.out, self.lse), None,
+                                   self.partials + (opts.v_scale, opts.sinks, self.out, self.lse_device), None,
                                    name="numba.split merge")
 
     def launch(self) -> None:
@@ -225,8 +222,13 @@ class SplitLaunch:
         self.merge.launch()
 
     def result(self):
-        out = codecs.host_view(self.out.copy_to_host(), self.out_dtype)
-        return (out, self.lse.copy_to_host()) if self.returns_lse else out
+        return codecs.host_view(self.out.copy_to_host(), self.out_dtype)
+
+    def lse(self):
+        """float32 [num_seqs, num_heads] (sandbox.variant.limits.Prepared)."""
+        if not self.returns_lse:
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        return self.lse_device.copy_to_host()
 
 
 def partition_for(partition_size, block_size: int) -> int:

@@ -25,16 +25,18 @@ from .device import NEG_INF, ZERO
 
 
 @functools.lru_cache(maxsize=None)
-def make(load_kv, adjust, per_token: bool = False):
-    """(score_tokens, exponentiate, weigh_values) for a cache decoder (codecs.DECODE[kv_dtype]), a logit
-    hook (options.logit_hook(flags)) and whether K/V rows carry fp8 scales per (slot, KV head) (per_token:
+def make(load_kv, score_hook, per_token: bool = False):
+    """(score_tokens, exponentiate, weigh_values) for a cache decoder (codecs.DECODE[kv_dtype]), a score
+    hook (options.score_hook(flags): (scored, hook)) and whether K/V rows carry fp8 scales per (slot, KV head) (per_token:
     k_scales/v_scales float32, flattened as (physical * block_size + offset) * num_kv_heads + kv_head; unread
     otherwise), made once per triple."""
+    scored, score = score_hook
 
     @cuda.jit(device=True, inline="always")
-    def score_tokens(q, key_cache, block_tables, seq, kv_head, start, end, position, soft_cap, slope, logits, tid,
+    def score_tokens(q, key_cache, block_tables, seq, head, kv_head, start, end, position, opts, logits, tid,
                      threads, k_scales):
-        """q: float32 [>= head_dim] (scaled); logits: float32 [>= end - start]. Returns this thread's max."""
+        """q: float32 [>= head_dim] (scaled) of query head `head` at `position`; opts: OptionArgs;
+        logits: float32 [>= end - start]. Returns this thread's max."""
         block_size, num_kv_heads, head_dim = key_cache.shape[1], key_cache.shape[2], key_cache.shape[3]
         local_max = NEG_INF
         for t in range(start + tid, end, threads):
@@ -45,7 +47,8 @@ def make(load_kv, adjust, per_token: bool = False):
                 logit += q[d] * load_kv(key_cache[physical, offset, kv_head, d])
             if per_token:
                 logit *= k_scales[(physical * block_size + offset) * num_kv_heads + kv_head]
-            logit = adjust(logit, soft_cap, slope, t - position)
+            if scored:
+                logit = score(logit, opts, position, t, head, kv_head)
             logits[t - start] = logit
             local_max = max(local_max, logit)
         return local_max

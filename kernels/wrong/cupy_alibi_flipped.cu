@@ -6,11 +6,10 @@
 template <int FLAGS>
 struct FlippedAlibi : pa::Options<FLAGS> {
   using pa::Options<FLAGS>::Options;
-  __device__ __forceinline__ float logit(float dot, float scale, float slope_g, int token) const {
-    float s = dot * scale;
-    if constexpr ((FLAGS & pa::OPT_SOFTCAP) != 0) s = this->soft_cap * tanhf(s * this->inv_cap);
-    if constexpr ((FLAGS & pa::OPT_ALIBI) != 0) s += slope_g * (float)(this->position - token);  // BUG: sign
-    return s;
+  // BUG: the token's distance mirrored: every score modifier sees kv_pos 2p - t, so ALiBi adds
+  // slope * (p - t)
+  __device__ __forceinline__ float logit(float dot, float scale, const pa::ScoreAt& at) const {
+    return pa::Options<FLAGS>::logit(dot, scale, pa::ScoreAt{at.q_pos, 2 * at.q_pos - at.kv_pos, at.q_head, at.kv_head});
   }
 };
 

@@ -6,11 +6,11 @@
 template <int FLAGS>
 struct CapBeforeScale : pa::Options<FLAGS> {
   using pa::Options<FLAGS>::Options;
-  __device__ __forceinline__ float logit(float dot, float scale, float slope_g, int token) const {
+  __device__ __forceinline__ float logit(float dot, float scale, const pa::ScoreAt& at) const {
     float s = dot;
-    if constexpr ((FLAGS & pa::OPT_SOFTCAP) != 0) s = this->soft_cap * tanhf(s * this->inv_cap);  // BUG: before
-    s *= scale;                                                                                    // the scale
-    if constexpr ((FLAGS & pa::OPT_ALIBI) != 0) s += slope_g * (float)(token - this->position);
+    if constexpr ((FLAGS & pa::OPT_SOFTCAP) != 0) s = this->soft_cap * tanhf(s * (1.f / this->soft_cap));  // BUG:
+    s *= scale;                                                                          // before the scale
+    if constexpr ((FLAGS & pa::OPT_ALIBI) != 0) s += this->alibi_slopes[at.q_head] * (float)(at.kv_pos - at.q_pos);
     return s;
   }
 };

@@ -69,8 +69,8 @@ def without_compile_report(names=None) -> list[str]:
 
 def _head_dim(module, head_dim: int) -> int:
     """The head dim a variant's rows are for: the one asked, except for MLA variants (one head dim, 576)."""
-    limits = getattr(module, "LIMITS", None)
-    return limits.head_dims[0] if getattr(limits, "problem", "decode") == "mla" else head_dim
+    kind = getattr(getattr(module, "LIMITS", None), "kind", None)  # cache writers have none
+    return getattr(kind, "fixed_head_dim", None) or head_dim
 
 
 def _supported(module, block_size: int, head_dim: int, dtype: str, kv_dtype: str | None = None) -> str | None:

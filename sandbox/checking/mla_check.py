@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import reference
-
 from ..problem import mla_record as rec
+from ..problem.kinds import MLA
 from ..problem.mla import MLAProblem
 from ..problem.mla_validate import token_slots
 from .check import REFERENCE_LOOP_LIMIT, CheckResult
@@ -64,7 +63,7 @@ def gathered_mla(problem: MLAProblem) -> tuple[np.ndarray, np.ndarray]:
 def expected_mla(problem: MLAProblem) -> tuple[np.ndarray, np.ndarray]:
     """The truth for `problem`, (out, lse): reference.mla_attention, or its gathered twin for large problems."""
     if int(problem.tokens_per_row().sum()) * problem.num_heads <= REFERENCE_LOOP_LIMIT:
-        return reference.mla_attention(*problem.arrays(), **problem.kwargs(), return_lse=True)
+        return MLA.reference(problem)
     return gathered_mla(problem)
 
 

@@ -18,7 +18,7 @@ def align(lines: list[list[str]]) -> str:
 
 def add_names_argument(parser, what: str) -> None:
     """Variant names as positional arguments (every command's convention), with --variants as an alias:
-    names, families (numpy, numba, cupy, wrong) or globs (numba.*), space or comma separated."""
+    names, families (numpy, numba, cupy, triton, wrong) or globs (numba.*), space or comma separated."""
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"{what}: names, families (numba, cupy, wrong) or "
                                                                  "globs (numba.*), space or comma separated")
     parser.add_argument("--variants", nargs="+", metavar="LIST", help="the same as the positional names")
@@ -80,7 +80,7 @@ def resolve_configs(names, config: dict) -> dict:
 
 
 def select_names(text, known: list, by_family) -> list:
-    """Names matching comma-separated exact names, families (numpy, numba, cupy, wrong) or globs (numba.*),
+    """Names matching comma-separated exact names, families (numpy, numba, cupy, triton, wrong) or globs (numba.*),
     in the order asked, without repeats. `text` may be a list of such strings (several arguments).
     An item that matches nothing is a ValueError listing the valid names."""
     if isinstance(text, (list, tuple)):

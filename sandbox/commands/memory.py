@@ -11,8 +11,10 @@ import argparse
 import json
 import sys
 
-from sandbox.commands import block_size_list
+from sandbox.commands import block_size_list, numbers
 from sandbox.commands.kv_budget import add_budget_arguments, budget_from_args
+from sandbox.commands.study_args import check_results_dir, check_token_memory
+from sandbox.errors import RefusedRequest
 from sandbox.memory import beam, distributions, paper, sharing
 from sandbox.memory.arena import RESERVE_POLICIES
 from sandbox.memory.example import render_seed_example, run_seed_example
@@ -36,39 +38,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--trace", metavar="PATH",
                         help="CSV of requests with columns prompt_len,output_len[,arrival] (arrival orders the queue)")
     add_budget_arguments(parser)
-    parser.add_argument("--max-len", type=int, default=2048,
+    parser.add_argument("--max-len", type=numbers.integer(2, 10**6), default=2048,
                         help="maximum prompt + output length; the contiguous reservation (default 2048)")
     parser.add_argument("--block-sizes", type=block_size_list, default=DEFAULT_BLOCK_SIZES, metavar="LIST",
                         help="paged block sizes, comma-separated (default 1,2,4,...,256)")
-    parser.add_argument("--num-requests", type=int, default=None, metavar="N",
+    parser.add_argument("--num-requests", type=numbers.integer(1, 10**6), default=None, metavar="N",
                         help=f"requests to serve (default {DEFAULTS['num_requests']}, --quick {QUICK['num_requests']})")
     parser.add_argument("--reserve", choices=RESERVE_POLICIES, default="max",
                         help="contiguous reservation reported as 'contiguous' (default max; the others are "
                              "reported as contiguous_variants)")
-    parser.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
+    parser.add_argument("--max-num-seqs", type=numbers.integer(1, 10**5), default=DEFAULT_MAX_NUM_SEQS,
                         help=f"most requests running at once (default {DEFAULT_MAX_NUM_SEQS}, vLLM's)")
-    parser.add_argument("--sharing-requests", type=int, default=None, metavar="N",
+    parser.add_argument("--sharing-requests", type=numbers.integer(1, 10**6), default=None, metavar="N",
                         help=f"requests of the sharing study, the study's first N (default {DEFAULTS['sharing_requests']}, "
                              f"--quick {QUICK['sharing_requests']})")
-    parser.add_argument("--sharing-block-size", type=int, default=16, help="block size of the sharing study (default 16)")
-    parser.add_argument("--beam-survival", type=float, default=beam.SURVIVAL,
+    parser.add_argument("--sharing-block-size", type=numbers.integer(1, 4096), default=16, help="block size of the sharing study (default 16)")
+    parser.add_argument("--beam-survival", type=numbers.real(0, 1, low_open=True), default=beam.SURVIVAL,
                         help=f"beam model: probability a beam survives a step (default {beam.SURVIVAL}, calibrated)")
-    parser.add_argument("--max-steps", type=int, default=10**6, help="decode-step cap per configuration (default 1e6)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the request lengths (default 0)")
+    parser.add_argument("--max-steps", type=numbers.integer(1, 10**8), default=10**6, help="decode-step cap per configuration (default 1e6)")
+    parser.add_argument("--seed", type=numbers.integer(0, 2**32 - 1), default=0, help="seed of the request lengths (default 0)")
     parser.add_argument("--quick", action="store_true", help="fewer requests, for a fast look")
     parser.add_argument("--results-dir", metavar="DIR", help="where run folders go (default results/)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def config_from_args(args: argparse.Namespace) -> StudyConfig:
-    """StudyConfig from parsed arguments; ValueError on a bad combination."""
+    """StudyConfig from parsed arguments; RefusedRequest on a bad combination, before anything is written."""
     budget = budget_from_args(args)
     sizes = QUICK if args.quick else DEFAULTS
+    num_requests = args.num_requests if args.num_requests is not None else sizes["num_requests"]
+    check_token_memory(num_requests, args.max_len, 1, "--num-requests x --max-len")
+    check_results_dir(args.results_dir)
     recorded = {k: v for k, v in vars(args).items() if not k.startswith("_") and not callable(v)}
     return StudyConfig(
         distribution=args.distribution, trace=args.trace, budget_tokens=budget.tokens, budget_note=budget.note,
         max_len=args.max_len, block_sizes=tuple(args.block_sizes),
-        num_requests=args.num_requests if args.num_requests is not None else sizes["num_requests"],
+        num_requests=num_requests,
         reserve=args.reserve, max_num_seqs=args.max_num_seqs,
         sharing_requests=args.sharing_requests if args.sharing_requests is not None else sizes["sharing_requests"],
         sharing_block_size=args.sharing_block_size, beam_survival=args.beam_survival, max_steps=args.max_steps,
@@ -141,21 +146,30 @@ def calibration(args: argparse.Namespace, config: StudyConfig) -> str:
     return "\n".join(lines)
 
 
+# Flags that choose the study's requests or budget: meaningless beside --example, so refused there.
+_STUDY_FLAGS = ("trace", "calibrate_beam", "budget_tokens", "model_gb", "num_requests", "sharing_requests")
+
+
 def main(args: argparse.Namespace) -> int:
     if args.example == "seed":
+        given = [f"--{f.replace('_', '-')}" for f in _STUDY_FLAGS if getattr(args, f) not in (None, False)]
+        if given:
+            raise RefusedRequest(f"--example seed prints a fixed worked example; it takes no {', '.join(given)}")
         example = run_seed_example()
         print(json.dumps(example, indent=2) if args.json else render_seed_example(example))
         return 0
 
-    try:
+    try:                                   # every refusal before anything is written: exit 2
         config = config_from_args(args)
+        validate(config)
+        request_lengths(config)            # a trace's errors name its line
         if args.calibrate_beam:
             print(calibration(args, config))
             return 0
-        result = run_study(config, results_root=args.results_dir, show_progress=not args.no_progress)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    result = run_study(config, results_root=args.results_dir, show_progress=not args.no_progress)
     if args.json:
         print(json.dumps(result, indent=2))
         print(f"run folder: {result['run_dir']}", file=sys.stderr)

@@ -34,7 +34,6 @@ from ..variant import registry
 from ..variant import tunables
 from ..variant.limits import Unsupported
 from . import add_config_argument, align, block_size_list, numbers, outputs, resolve_configs, select_names
-from ..analysis.traffic import numba_sample
 from ..errors import RefusedRequest
 
 DEFAULT_SHAPE = shapes_mod.GOAL_SHAPE
@@ -132,9 +131,7 @@ def counted_multiply_adds(name: str, problem, sample: int | None) -> int:
     represented blocks (numba_sample.estimate_seconds)."""
     variant = registry.get(name)
     if variant.family_plugin.capture == "numba_simulator":
-        if getattr(variant, "problem", "decode") == "mla":  # the capture simulates every block
-            return problem.multiply_adds()
-        return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
+        return variant.kind.part("numba_counted_multiply_adds")(problem, name)
     counted, _, _ = V.sample(problem, sample)
     return counted.multiply_adds()
 

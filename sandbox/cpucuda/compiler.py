@@ -32,6 +32,7 @@ from . import instrument as _instrument
 from . import pch as _pch
 from . import ptx as _ptx
 from . import source as _source
+from . import template_keyword as _template_keyword
 from .errors import CpuCompileError
 from .modes import build_mode
 from .substitute import substituted
@@ -57,7 +58,16 @@ _BASE_FLAGS = [
 ]
 # Defines a GPU compile would have; passed before the user's options so that
 # a user -U (say -U__CUDA_ARCH__) can remove them.
-_CUDA_DEFINES = ["-D__CUDACC__=1", "-D__CUDA_ARCH__=800", "-D__CPUCUDA__=1", "-D__NVCC__=1"]
+# __CUDACC_VER_*__ say which CUDA compiled the kernel: the NVRTC that builds the sm_80/sm_90 census (13.5).
+# Headers test them to choose their production paths (FlashInfer's cp.async, CCCL's "CUDA 12 or newer"), so
+# leaving them undefined would run a fallback no GPU build runs.
+CUDA_VERSION_MAJOR, CUDA_VERSION_MINOR = 13, 5
+_CUDA_DEFINES = ["-D__CUDACC__=1", "-D__CUDA_ARCH__=800", "-D__CPUCUDA__=1", "-D__NVCC__=1",
+                 f"-D__CUDACC_VER_MAJOR__={CUDA_VERSION_MAJOR}", f"-D__CUDACC_VER_MINOR__={CUDA_VERSION_MINOR}",
+                 "-D__CUDACC_VER_BUILD__=0",
+                 # CCCL's own switches off its fp16/bf16/fp8 overloads of cuda::std (math, limits, casts): they
+                 # need CUDA's internals of those types, not the executor's stand-ins (include/cpucuda_half.h)
+                 "-DCCCL_DISABLE_FP16_SUPPORT", "-DCCCL_DISABLE_BF16_SUPPORT", "-DCCCL_DISABLE_NVFP8_SUPPORT"]
 # NVRTC/nvcc options that only mean something on a GPU: accepted and ignored.
 _IGNORED_PREFIXES = (
     "-arch", "--gpu-architecture", "-code", "--use_fast_math", "-use_fast_math", "-lineinfo",
@@ -215,7 +225,7 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
     code = substituted(code)
     opts = parse_options(options)
     headers = _source.user_includes(code, opts.include_dirs)
-    rewritten = _source.rewrite_shared(_ptx.translate_source(code))
+    rewritten = _source.rewrite_shared(_ptx.translate_source(_template_keyword.insert(code)))
     shared_names = dict(rewritten.names)
     dynamic_names = list(rewritten.dynamic)
     with_constants, constants = _source.rewrite_constants(rewritten.source)
@@ -270,7 +280,7 @@ def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict, dyn
     """
     texts = {p: p.read_text(errors="replace") for p in headers}
     rewrite = {p: _declares(t, "__shared__") or _declares(t, "__constant__") or _ptx.has_asm(t)
-               for p, t in texts.items()}
+               or bool(_template_keyword.sites(t)) for p, t in texts.items()}
     if not any(rewrite.values()):
         return []
     folders: list[Path] = []
@@ -279,11 +289,14 @@ def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict, dyn
         rels = [path.relative_to(d) for d in include_dirs if path.is_relative_to(d)]
         if not rels:
             if rewrite[path]:
-                raise CpuCompileError(f"{path}: declares __shared__ or __constant__ or holds inline PTX but is not "
-                                      "under an -I folder; pass its folder with -I")
+                raise CpuCompileError(f"{path}: declares __shared__ or __constant__, holds inline PTX or needs "
+                                      "the template keyword (template_keyword.py) but is not under an -I folder; "
+                                      "pass its folder with -I")
             continue
         if rewrite[path]:
-            rewritten = _source.rewrite_shared(_ptx.translate_source(text), tag=f"h{k}_")
+            text = _template_keyword.insert(text)
+            # a header's untranslatable PTX stops a launch that reaches it, not the compile (ptx.translate)
+            rewritten = _source.rewrite_shared(_ptx.translate_source(text, defer=True), tag=f"h{k}_")
             shared_names.update(rewritten.names)
             dynamic_names.extend(rewritten.dynamic)
             text, _ = _source.rewrite_constants(rewritten.source)

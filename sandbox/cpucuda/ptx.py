@@ -10,7 +10,7 @@ the input operands into registers, runs each PTX instruction through ``include/c
     ->  do { uint16_t __ptx0 = 0; const float __ptx1 = to_reg<float>((f)); ...; from_reg((h), __ptx0); } while (0);
 
 Statements are found and read by ptx_statements.py; the instructions translated are
-ptx_ops.OPCODES. Anything else becomes a ``static_assert`` that
+OPCODES (ptx_ops.py's and ptx_more_ops.py's). Anything else becomes a ``static_assert`` that
 names the instruction: g++ reports it with the file and line, and only where the preprocessor
 keeps the statement (an asm inside an inactive ``#ifdef USE_ROCM`` costs nothing), which
 compiler.py turns into "file:line: inline PTX ..." messages. Statements inside ``#define``
@@ -22,23 +22,31 @@ import json
 import re
 from dataclasses import dataclass
 
-from . import ptx_ops
+from . import ptx_more_ops, ptx_ops
 from .ptx_statements import Refusal, Statement, find_statements, immediate, split  # noqa: F401  (re-exported)
 from .source import tokenize
 
 REFUSAL = "sandbox.cpucuda: inline PTX"  # the static_assert message prefix compiler.py looks for
+OPCODES = {**ptx_ops.OPCODES, **ptx_more_ops.OPCODES}  # PTX opcode -> its translation (ins, ctx) -> C++
 _CTYPE = {"h": "uint16_t", "r": "uint32_t", "l": "uint64_t", "f": "float", "d": "double", "n": "long long"}
 
 
 # ---------------------------------------------------------------- translating
 
-def translate(stmt: Statement) -> str:
-    """One line of C++ for the statement: its translation, or a static_assert that refuses it."""
+def translate(stmt: Statement, defer: bool = False) -> str:
+    """One line of C++ for the statement: its translation, or its refusal.
+
+    A refusal is a static_assert (g++ names the file and line at compile time), or with ``defer`` a
+    call that stops the launch only if the statement is reached: library headers (FlashInfer, CCCL)
+    hold PTX for other architectures in functions no kernel here calls, and must still compile.
+    """
     try:
         if stmt.template is None:
             raise Refusal(f"cannot be translated: {stmt.problem}")
         return Translator(stmt).run()
     except Refusal as exc:
+        if defer:
+            return f"::cpucuda::ptx::refused({json.dumps(str(exc))}, __FILE__, __LINE__)"
         message = f"{REFUSAL} {exc}"
         return f"static_assert(false, {json.dumps(message)})"
 
@@ -68,9 +76,19 @@ class Translator:
             elif item.startswith(".reg"):
                 self._declare(item)
             else:
-                self.code.append(ptx_ops.emit(_instruction(item), self))
+                guard, item = _guard(item)
+                code = emit(_instruction(item), self)
+                self.code.append(self._guarded(guard, code) if guard else code)
         self._writeback()
         return "do { " + " ".join(self.code) + " } while (0)"
+
+    def _guarded(self, guard: str, code: str) -> str:
+        """``@p`` / ``@!p``: the instruction runs where the predicate register holds (does not)."""
+        negate = guard.startswith("!")
+        name, ctype = self.reg(guard.lstrip("!"))
+        if ctype != "bool":
+            raise Refusal(f"the guard @{guard} must be a .pred register")
+        return f"if ({'!' if negate else ''}{name}) {{ {code} }}"
 
     def _operands(self) -> None:
         for k, op in enumerate(self.stmt.operands):
@@ -169,6 +187,19 @@ _SPECIAL = {
     "%lanemask_le": "((2u << ::cpucuda::g.cur->lane) - 1u)",
     "%lanemask_gt": "(~((2u << ::cpucuda::g.cur->lane) - 1u))",
     "%lanemask_ge": "(~((1u << ::cpucuda::g.cur->lane) - 1u))",
+    # One SM runs every block here, each block a cluster of one, and time is the host's (ns).
+    "%warpid": "::cpucuda::g.cur->warp", "%nwarpid": "::cpucuda::g.nwarps",
+    "%smid": "0u", "%nsmid": "1u", "%gridid": "0ull",
+    "%clusterid.x": "blockIdx.x", "%clusterid.y": "blockIdx.y", "%clusterid.z": "blockIdx.z",
+    "%nclusterid.x": "gridDim.x", "%nclusterid.y": "gridDim.y", "%nclusterid.z": "gridDim.z",
+    "%cluster_ctaid.x": "0u", "%cluster_ctaid.y": "0u", "%cluster_ctaid.z": "0u",
+    "%cluster_nctaid.x": "1u", "%cluster_nctaid.y": "1u", "%cluster_nctaid.z": "1u",
+    "%cluster_ctarank": "0u", "%cluster_nctarank": "1u",
+    "%clock": "((uint32_t)::cpucuda::ptx::clock_ns())", "%clock_hi": "((uint32_t)(::cpucuda::ptx::clock_ns() >> 32))",
+    "%clock64": "::cpucuda::ptx::clock_ns()", "%globaltimer": "::cpucuda::ptx::clock_ns()",
+    "%globaltimer_lo": "((uint32_t)::cpucuda::ptx::clock_ns())",
+    "%globaltimer_hi": "((uint32_t)(::cpucuda::ptx::clock_ns() >> 32))",
+    "%dynamic_smem_size": "((uint32_t)::cpucuda::g.dyn_size)",
 }
 
 
@@ -223,10 +254,18 @@ class Instruction:
         return ".".join(self.parts)
 
 
+def _guard(item: str) -> tuple[str, str]:
+    """("p" or "!p", the instruction) of a guarded ``@p instr``; ("", item) when unguarded."""
+    m = re.match(r"@\s*(!?\s*[%\w.$\x00]+)\s+(.*)", item, re.S)
+    if not m:
+        return "", item
+    return m.group(1).replace(" ", "").replace("\x00", "%"), m.group(2)
+
+
 def _instruction(item: str) -> Instruction:
     item = item.replace("\x00", "%")
     if item.startswith("@"):
-        raise Refusal(f"`{item.split()[0]} ...` (predicated instructions) cannot be translated")
+        raise Refusal(f"cannot read the guard of `{item.split()[0]} ...`")
     m = re.match(r"([\w.:]+)\s*(.*)", item, re.S)
     if not m:
         raise Refusal(f"cannot read the instruction {item!r}")
@@ -235,16 +274,19 @@ def _instruction(item: str) -> Instruction:
 
 # ---------------------------------------------------------------- sources
 
-def translate_source(text: str) -> str:
-    """``text`` with every asm statement (also in #define bodies) replaced, line numbers kept."""
+def translate_source(text: str, defer: bool = False) -> str:
+    """``text`` with every asm statement (also in #define bodies) replaced, line numbers kept.
+
+    ``defer``: refusals stop the launch when reached instead of the compile (see :func:`translate`).
+    """
     tokens = tokenize(text)
     edits: list[tuple[int, int, str]] = []
     for stmt in find_statements(text, tokens):
         original = text[stmt.start:stmt.end]
-        edits.append((stmt.start, stmt.end, translate(stmt) + "\n" * original.count("\n")))
+        edits.append((stmt.start, stmt.end, translate(stmt, defer) + "\n" * original.count("\n")))
     for tok in tokens:
         if tok.kind == "pp" and re.match(r"\s*#\s*define\b", tok.text) and _mentions_asm(tok.text):
-            edits.append((tok.start, tok.end, _translate_macro(tok.text)))
+            edits.append((tok.start, tok.end, _translate_macro(tok.text, defer)))
     out = text
     for a, b, rep in sorted(edits, reverse=True):
         out = out[:a] + rep + out[b:]
@@ -255,13 +297,14 @@ def _mentions_asm(text: str) -> bool:
     return re.search(r"\b(?:asm|__asm__|__asm)\b", text) is not None
 
 
-def _translate_macro(directive: str) -> str:
+def _translate_macro(directive: str, defer: bool = False) -> str:
     head = re.match(r"\s*#\s*define\s+\w+(?:\([^)]*\))?", directive)
     body = directive[head.end():].replace("\\\n", " \x01")  # a continuation: one marker per source line
     edits = []
     for stmt in find_statements(body):
         original = body[stmt.start:stmt.end]
-        edits.append((stmt.start, stmt.end, translate(stmt).replace("\n", " ") + " \x01" * original.count("\x01")))
+        edits.append((stmt.start, stmt.end,
+                      translate(stmt, defer).replace("\n", " ") + " \x01" * original.count("\x01")))
     for a, b, rep in reversed(edits):
         body = body[:a] + rep + body[b:]
     return directive[:head.end()] + body.replace(" \x01", "\\\n").replace("\x01", "\\\n")
@@ -271,3 +314,13 @@ def has_asm(text: str) -> bool:
     """Whether ``text`` holds an asm statement anywhere (a header that needs the translated copy)."""
     return _mentions_asm(text) and (bool(find_statements(text)) or any(
         t.kind == "pp" and _mentions_asm(t.text) for t in tokenize(text)))
+
+
+def emit(ins, ctx) -> str:
+    """The C++ of one instruction (OPCODES), or a Refusal naming it and the translated ones."""
+    fn = OPCODES.get(ins.parts[0])
+    if fn is None:
+        raise Refusal(f"instruction `{ins.name}` is not translated (sandbox.cpucuda translates "
+                      f"{', '.join(sorted(OPCODES))}); use the CUDA intrinsic instead, or guard the asm with "
+                      "#ifndef __CPUCUDA__")
+    return fn(ins, ctx)

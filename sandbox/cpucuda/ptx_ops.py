@@ -6,8 +6,8 @@ Supported (``OPCODES``): mov (scalars, special registers, vector pack/unpack), c
 f16, bf16, f32 and f64 with rn/rz/rm/rp and ftz/sat/relu/satfinite where PTX allows them,
 f16x2/bf16x2 from two f32, rni/rzi/rmi/rpi to integral values, and between integer widths),
 add/sub/mul/fma on f16, f16x2, bf16, bf16x2 and f32 (ftz, sat, relu), ld/st on global or
-generic addresses (cache and eviction hints accepted, scalars and v2/v4 vectors, alignment
-checked), prmt.b32 (all modes), lop3.b32, selp on a .pred register, shfl.sync (up, down, bfly, idx; with the predicate
+generic addresses, and on .shared window addresses (include/cpucuda_shared_window.h; cache and
+eviction hints accepted, scalars and v2/v4 vectors, alignment checked), prmt.b32 (all modes), lop3.b32, selp on a .pred register, shfl.sync (up, down, bfly, idx; with the predicate
 output), bar.sync / barrier.sync 0, bar.warp.sync, membar / fence (no-ops: one block runs at a
 time and fibers switch only at barriers).
 """
@@ -208,9 +208,10 @@ def _memory(ins, ctx) -> str:
     if ptype not in TYPES or TYPES[ptype][2] in ("F16", "BF16") and ptype.endswith("x2"):
         _refuse(f"`{ins.name}`: type .{ptype} is not translated for {kind}")
     spaces = [m for m in mods if m in _SPACES]
-    if spaces and spaces[0] != "global":
-        _refuse(f"`{ins.name}`: the .{spaces[0]} state space is not translated (its addresses are offsets in a "
-                "window a CPU pointer cannot name); load through a global or generic (plain) pointer")
+    if spaces and spaces[0] not in ("global", "shared", "shared::cta"):
+        _refuse(f"`{ins.name}`: the .{spaces[0]} state space is not translated; load through a global, shared or "
+                "generic (plain) pointer")
+    shared = bool(spaces) and spaces[0] != "global"  # a shared-window address (include/cpucuda_shared_window.h)
     vec = [m for m in mods if re.fullmatch(r"v\d+", m)]
     n = int(vec[0][1:]) if vec else 1
     if n not in (1, 2, 4):
@@ -222,7 +223,10 @@ def _memory(ins, ctx) -> str:
     _check_count(ins, 3 if hinted else 2)
     bits, utype, _, signed = TYPES[ptype]
     data, addr = (ins.operands[0], ins.operands[1]) if kind == "ld" else (ins.operands[1], ins.operands[0])
-    address = _address(addr, ctx, ins)
+    address = _address(addr, ctx, ins, shared)
+    if shared:
+        address = (f"(uint64_t)(uintptr_t)::cpucuda::window_pointer({address}, {bits // 8 * n}, "
+                   f"{json.dumps(ins.name)}, {ctx.site()})")
     elems = _vector(data) or [data]
     if len(elems) != n:
         _refuse(f"`{ins.text}`: {n} element(s) expected, {len(elems)} given")
@@ -239,14 +243,16 @@ def _memory(ins, ctx) -> str:
             f"::cpucuda::ptx::store<{utype}>({address}, {t}, {n}, {what}, {ctx.site()});")
 
 
-def _address(text: str, ctx, ins) -> str:
+def _address(text: str, ctx, ins, shared: bool = False) -> str:
     m = re.fullmatch(r"\s*\[\s*([^\]+\-]+?)\s*(?:([+-])\s*(\w+))?\s*\]\s*", text)
     if not m:
         _refuse(f"`{ins.text}`: cannot read the address {text.strip()!r} (use [reg] or [reg+offset])")
     base, sign, offset = m.groups()
     name, ctype = ctx.reg(base)
-    if ctype != "uint64_t":
-        _refuse(f"`{ins.text}`: the address {base} must be a 64-bit register (an \"l\" operand holding a pointer)")
+    if ctype != "uint64_t" and not (shared and ctype == "uint32_t"):
+        _refuse(f"`{ins.text}`: the address {base} must be a 64-bit register (an \"l\" operand holding a pointer)"
+                + (" or a 32-bit shared-window address" if shared else ""))
+    name = f"(uint64_t){name}"
     off = ""
     if offset is not None:
         imm = immediate(offset)
@@ -336,12 +342,3 @@ def _fence(ins, ctx) -> str:
 OPCODES = {"mov": _mov, "cvt": _cvt, "add": _arith, "sub": _arith, "mul": _arith, "fma": _arith, "ld": _memory,
            "st": _memory, "prmt": _prmt, "lop3": _lop3, "selp": _selp, "shfl": _shfl, "bar": _bar, "barrier": _bar,
            "membar": _fence, "fence": _fence}
-
-
-def emit(ins, ctx) -> str:
-    fn = OPCODES.get(ins.parts[0])
-    if fn is None:
-        _refuse(f"instruction `{ins.name}` is not translated (sandbox.cpucuda translates "
-                f"{', '.join(sorted(OPCODES))}); use the CUDA intrinsic instead, or guard the asm with "
-                "#ifndef __CPUCUDA__")
-    return fn(ins, ctx)

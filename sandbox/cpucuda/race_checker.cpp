@@ -93,8 +93,24 @@ struct Report {          // read by Python: keep in step with racecheck.py's _RE
     int64_t count;       // distinct (instruction, instruction) pairs reported in this launch
 };
 
+// A write-after-write found at an access whose value is not yet stored: decided at the next hook, once the
+// store is done. Same bytes as the earlier writer's: a same-value race (benign on a GPU, where one of the
+// writes lands last and both hold the same bits), reported apart from the races that fail a launch.
+struct Pending {
+    bool on;
+    uint64_t address, pc;
+    unsigned size, thread;
+    Access before;
+    uint8_t old_bytes[16];
+    Region region;  // a copy: the region table may grow before the decision
+};
+
 struct State {
     bool active;
+    bool busy;              // inside the checker's own bookkeeping
+    Pending pending;
+    bool found_same;
+    Report same;            // the first same-value write-after-write (count: how many distinct pairs)
     uint64_t so_base;
     uint32_t interval;
     RegionIndex<Region> regions;
@@ -184,17 +200,50 @@ inline bool races(const Access& a, unsigned t, unsigned mask) {
 }
 
 void note_race(const Region& r, uint64_t address, unsigned t, bool write, uint64_t pc, unsigned size,
-               const Access& before, bool before_write) {
-    const uint64_t key = (pc - S.so_base) * 0x9E3779B97F4A7C15ull ^ before.pc;
+               const Access& before, bool before_write, bool same_value = false) {
+    const uint64_t key = ((pc - S.so_base) * 0x9E3779B97F4A7C15ull ^ before.pc) + same_value;
     if (std::find(S.pairs.begin(), S.pairs.end(), key) != S.pairs.end()) return;
+    S.busy = true;  // the vector's memmove is libc's, wrapped to call check(): not a kernel access
     S.pairs.push_back(key);
-    if (S.found) {
-        S.report.count++;
+    S.busy = false;
+    bool& found = same_value ? S.found_same : S.found;
+    Report& report = same_value ? S.same : S.report;
+    if (found) {
+        report.count++;
         return;
     }
-    S.found = true;
-    S.report = Report{address, r.lo, r.target, r.shared, (int32_t)t, (int32_t)tid_of(before), write, before_write,
-                      pc - S.so_base, before.pc, (int32_t)size, (int32_t)before.size, S.block, 1};
+    found = true;
+    report = Report{address, r.lo, r.target, r.shared, (int32_t)t, (int32_t)tid_of(before), write, before_write,
+                    pc - S.so_base, before.pc, (int32_t)size, (int32_t)before.size, S.block, 1};
+}
+
+// A write-after-write at the access now being made: keep the bytes the earlier write left, decide later.
+void defer_write_race(const Region& r, uint64_t address, unsigned t, uint64_t pc, unsigned size,
+                      const Access& before) {
+    if (S.pending.on) return;  // this access's first overlapping word decides for all of it
+    Pending& p = S.pending;
+    p.on = true;
+    p.address = address;
+    p.pc = pc;
+    p.size = size < 16 ? size : 16;
+    p.thread = t;
+    p.before = before;
+    p.region = r;
+    // byte by byte through volatile: libc's memcpy is wrapped to feed this checker (on_libc), and a copy
+    // loop g++ turned into a memcpy call would re-enter it
+    const volatile uint8_t* src = (const volatile uint8_t*)address;
+    for (unsigned i = 0; i < p.size; ++i) p.old_bytes[i] = src[i];
+}
+
+// The deferred write is stored by now: the same bytes as before make it a same-value race.
+void settle_pending() {
+    if (!S.pending.on) return;
+    Pending& p = S.pending;
+    p.on = false;
+    const volatile uint8_t* now = (const volatile uint8_t*)p.address;
+    bool same = true;
+    for (unsigned i = 0; i < p.size; ++i) same &= now[i] == p.old_bytes[i];
+    note_race(p.region, p.address, p.thread, true, p.pc, p.size, p.before, true, same);
 }
 
 inline bool live(const Access& a) { return a.interval == S.interval; }
@@ -251,7 +300,10 @@ struct Current {         // the access being checked
 // Compare `now` (its mask: the bytes of the cell it touches) with the cell, then record it.
 void visit(Cell& c, const Current& cur, Access now) {
     const unsigned t = cur.thread, mask = mask_of(now);
-    if (races(c.write, t, mask)) note_race(*cur.region, cur.address, t, cur.write, cur.pc, cur.size, c.write, true);
+    if (races(c.write, t, mask)) {
+        if (cur.write) defer_write_race(*cur.region, cur.address, t, cur.pc, cur.size, c.write);
+        else note_race(*cur.region, cur.address, t, cur.write, cur.pc, cur.size, c.write, true);
+    }
     if (!cur.write) {
         keep_reader(c, now, t);
         return;
@@ -288,7 +340,8 @@ Cell* split(Region& r, Word& w, uint64_t word) {
 
 void check(uint64_t addr, unsigned size, bool write, void* ret) {
     // static initialisers (S may not be constructed yet: it is zero until then), the scheduler, no launch
-    if (!S.active || S.cur < 0 || size == 0) return;
+    if (!S.active || S.cur < 0 || size == 0 || S.busy) return;
+    settle_pending();
     Region* r = region_of(addr);
     if (!r) return;
     if (r->readonly) {
@@ -322,6 +375,7 @@ void check(uint64_t addr, unsigned size, bool write, void* ret) {
 
 HOOK void cpucuda_hook_block_begin(int64_t block, unsigned nthreads) {
     if (!S.active) return;
+    settle_pending();
     S.block = block;
     S.interval++;
     if (S.threads.size() < nthreads) S.threads.resize(nthreads);
@@ -334,7 +388,10 @@ HOOK void cpucuda_hook_block_begin(int64_t block, unsigned nthreads) {
 
 HOOK void cpucuda_hook_switch(int fiber) { S.cur = S.active ? fiber : -1; }
 
-HOOK void cpucuda_race_barrier() { S.interval++; }
+HOOK void cpucuda_race_barrier() {
+    settle_pending();
+    S.interval++;
+}
 
 HOOK void cpucuda_race_warp(unsigned warp, unsigned lanes) {
     if (!S.active) return;
@@ -390,6 +447,8 @@ EXPORT void cpucuda_race_begin(const PyRegion* regions, int64_t n) {
     S.global_regions = S.regions.size();
     S.regions.changed();
     S.found = false;
+    S.found_same = false;
+    S.pending.on = false;
     S.pairs.clear();
     S.interval++;
     S.active = true;
@@ -397,6 +456,7 @@ EXPORT void cpucuda_race_begin(const PyRegion* regions, int64_t n) {
 
 // 1 and the first race of the launch in *out, or 0 when there was none.
 EXPORT int cpucuda_race_end(Report* out) {
+    settle_pending();
     S.active = false;
     S.cur = -1;
     // Every loaded racecheck library keeps its own pool: the big mappings give their pages back (they read
@@ -405,5 +465,12 @@ EXPORT int cpucuda_race_end(Report* out) {
         if (m.bytes >= ((size_t)1 << 20)) madvise(m.p, m.bytes, MADV_DONTNEED);
     if (!S.found) return 0;
     *out = S.report;
+    return 1;
+}
+
+// 1 and the launch's first same-value write-after-write in *out (count: distinct pairs), or 0 when none.
+EXPORT int cpucuda_race_same_value(Report* out) {
+    if (!S.found_same) return 0;
+    *out = S.same;
     return 1;
 }

@@ -67,6 +67,8 @@ def _prepare(lib) -> None:
     lib.cpucuda_race_begin.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.cpucuda_race_end.argtypes = [ctypes.POINTER(_Report)]
     lib.cpucuda_race_end.restype = ctypes.c_int
+    lib.cpucuda_race_same_value.argtypes = [ctypes.POINTER(_Report)]
+    lib.cpucuda_race_same_value.restype = ctypes.c_int
 
 
 def _regions(build, params, items):
@@ -96,14 +98,36 @@ class Session:
         lib.cpucuda_race_begin(ctypes.addressof(self._regions), count)
 
     def end(self) -> CpuKernelRaceError | None:
-        """The launch's first race as an error (None without one)."""
+        """The launch's first race as an error (None without one).
+
+        Same-value write-after-writes (every writer stores the bytes already there: all lanes of a row
+        storing one shared result) do not fail the launch; they are kept as findings (:func:`last_findings`).
+        """
         report = _Report()
-        if not self.lib.cpucuda_race_end(ctypes.byref(report)):
+        found = self.lib.cpucuda_race_end(ctypes.byref(report))
+        same = _Report()
+        _LAST_FINDINGS.clear()
+        if self.lib.cpucuda_race_same_value(ctypes.byref(same)):
+            message = explain(same, self.kernel, self.build, self.items, self.grid, self.block)
+            message = message.replace("data race (write-after-write)", "same-value race (write-after-write of "
+                                      "identical bytes, benign on a GPU)", 1)
+            if same.count > 1:
+                message += f" ({same.count - 1} more same-value pair(s))"
+            _LAST_FINDINGS.append(message)
+        if not found:
             return None
         message = explain(report, self.kernel, self.build, self.items, self.grid, self.block)
         if report.count > 1:
             message += f"\n({report.count - 1} more race report(s) in this launch)"
         return CpuKernelRaceError(message)
+
+
+_LAST_FINDINGS: list[str] = []
+
+
+def last_findings() -> list[str]:
+    """What the last racecheck launch in this process found that is not a failure (same-value races)."""
+    return list(_LAST_FINDINGS)
 
 
 def _index3(linear: int, dims) -> str:

@@ -11,9 +11,11 @@ RATES were measured once, on the 2-core machine without a GPU the project is dev
 running beside it), by timing the second run of each variant on DecodeProblem.random(1, num_seqs=4,
 num_heads=8, num_kv_heads=2, head_dim=128, block_size=16, max_context_len=512, dtype="float16") (3.4 M
 multiply-adds): the Numba simulator 2.8e4 (numba.naive, 119 s) to 6.3e4 (numba.split) multiply-adds/s,
-the CUDA C executor 1.6e7 (cupy.v1) to 2.9e7 (cupy.gqa), NumPy 8.3e7 (numpy.gather). Each family's
+the CUDA C executor 1.6e7 (cupy.v1) to 2.9e7 (cupy.gqa), NumPy 8.3e7 (numpy.gather), Triton's interpreter
+7.8e5 (triton.naive, 4.3 s) to 5.2e6 (triton.unified). Each family's
 slowest is its rate: an estimate errs long. A traffic count costs TRAFFIC_FACTOR times a plain run
-(the Numba capture costs 2-5x the simulator's time, the executor's traffic mode 7-12x a plain launch).
+(the Numba capture costs 2-5x the simulator's time, the executor's traffic mode 7-12x a plain launch, the
+Triton capture 1.1-1.3x a plain interpreted run).
 """
 from __future__ import annotations
 
@@ -22,9 +24,10 @@ import os
 from ..errors import RefusedRequest
 
 # multiply-adds per second of a plain run, per CPU stand-in (see the module docstring)
-RATES = {"numba": 2.8e4, "cupy": 1.6e7, "numpy": 8.3e7}
-WHERE = {"numba": "the Numba simulator", "cupy": "the CUDA C executor", "numpy": "NumPy"}
-TRAFFIC_FACTOR = {"numba": 5.0, "cupy": 12.0, "numpy": 1.0}
+RATES = {"numba": 2.8e4, "cupy": 1.6e7, "numpy": 8.3e7, "triton": 7.8e5}
+WHERE = {"numba": "the Numba simulator", "cupy": "the CUDA C executor", "numpy": "NumPy",
+         "triton": "Triton's interpreter"}
+TRAFFIC_FACTOR = {"numba": 5.0, "cupy": 12.0, "numpy": 1.0, "triton": 1.5}
 WARN_SECONDS = 60.0
 REFUSE_SECONDS = 1800.0
 
@@ -88,12 +91,8 @@ def guard(what: str, multiply_adds: int, family: str, backend: str, force: bool 
 def shape_multiply_adds(shape) -> int:
     """A sweep shape's multiply-adds before its problem is built (an upper bound: every query token reads the
     whole context): decode SEQSxTOKENSxHEADS/KVxHEADDIM (a shared prompt's suffix tokens counted), MLA (576 + 512
-    dims per head and token read, topk tokens when sparse)."""
-    rows = shape.num_seqs * shape.query_len
-    if getattr(shape, "kind", "decode") == "mla":
-        tokens = min(shape.topk, shape.context_len) if shape.topk else shape.context_len
-        return rows * shape.num_heads * (576 + 512) * tokens
-    return 2 * rows * shape.num_heads * shape.head_dim * shape.longest_context
+    dims per head and token read, topk tokens when sparse): the shape's own bound (its multiply_adds_bound)."""
+    return shape.multiply_adds_bound()
 
 
 def _duration(seconds: float) -> str:

@@ -51,11 +51,14 @@ class FirstFitArena:
 
 
 def reservation(prompt: int, output: int, max_len: int, policy: str) -> int:
-    """Slots one request reserves: max_len, the next power of two of its true length, or exactly it."""
+    """Slots one request reserves, as the vLLM paper's Orca baselines (Sec. 6.1): max_len (Max); the prompt plus
+    the next power of two of its true output length, capped at max_len (Pow2: "over-reserves the space for
+    outputs by at most 2x", 25 output tokens reserve 32); or exactly prompt + output (Oracle, which needs the
+    true output length in advance)."""
     if policy == "max":
         return max_len
     if policy == "pow2":
-        return min(max_len, 1 << (prompt + output - 1).bit_length())
+        return min(max_len, prompt + (1 << (output - 1).bit_length()))
     if policy == "oracle":
         return prompt + output
     raise ValueError(f"unknown reserve policy {policy!r}; choose one of {', '.join(RESERVE_POLICIES)}")

@@ -61,6 +61,9 @@ def sample_lengths(name: str, num_requests: int, max_len: int, rng: np.random.Ge
         raise ValueError(f"unknown distribution {name!r}; choose one of {', '.join(DISTRIBUTIONS)}")
     if max_len < 2:
         raise ValueError(f"max_len must be >= 2 (one prompt and one output token), got {max_len}")
+    if name != "uniform" and max_len < 3:
+        raise ValueError(f"--max-len must be >= 3 for {name}-like lengths (their lognormal means are fitted "
+                         f"between 1 token and half of --max-len), got {max_len}")
     if name == "uniform":
         prompt = rng.integers(1, 2 * UNIFORM_MEANS[0], size=num_requests)
         output = rng.integers(1, 2 * UNIFORM_MEANS[1], size=num_requests)
@@ -83,8 +86,15 @@ def load_trace(path, max_len: int, num_requests: int | None = None):
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"trace {str(path)!r} is not a readable file")
+    try:
+        return _read_trace(path, max_len, num_requests)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"trace {str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def _read_trace(path: Path, max_len: int, num_requests: int | None):
     prompts, outputs, arrivals = [], [], []
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         fields = set(reader.fieldnames or ())
         missing = {"prompt_len", "output_len"} - fields

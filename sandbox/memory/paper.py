@@ -21,3 +21,16 @@ FIG15 = {
 # Fig. 13a: requests batched at once by vLLM relative to each baseline (OPT-13B).
 FIG12_RATE_RATIO = {"oracle": (1.7, 2.7), "max": (2.7, 8.0)}
 FIG13_BATCH_RATIO = {"oracle": 2.2, "max": 4.3}
+# Sec. 6.2: FasterTransformer (static batching) against vLLM on ShareGPT: "up to 22x" higher request rates.
+FIG12_RATE_RATIO_STATIC = 22.0
+
+# Sec. 6.4 (Fig. 16, LLaMA-13B, WMT16 English-to-German): the shared prefixes (one and five translation
+# examples) and vLLM's throughput over Orca (Oracle) with each.
+FIG16_PREFIX_TOKENS = {"one-shot": 80, "five-shot": 341}
+FIG16_RATE_RATIO = {"one-shot": 1.67, "five-shot": 3.58}
+
+# Sec. 7.2 (Fig. 18): block sizes 16-128 give the best ShareGPT performance, 16 and 32 on Alpaca; vLLM's
+# default is 16. Sec. 7.3 (Fig. 19): swap's overhead falls with the block size, recompute's does not
+# depend on it; the two are comparable at block sizes 16-64.
+FIG18_BEST_BLOCK_SIZES = {"sharegpt": (16, 128), "alpaca": (16, 32)}
+FIG19_COMPARABLE_BLOCK_SIZES = (16, 64)

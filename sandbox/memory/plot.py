@@ -10,6 +10,16 @@ from pathlib import Path
 from sandbox.memory.waste import CATEGORIES
 
 COLORS = {"tokens": "#2a9d8f", "reserved": "#e9c46a", "internal": "#e76f51", "external": "#8d99ae", "free": "#edf2f4"}
+# One colour per allocator in every figure of both studies (paged block sizes share paged's blue).
+ALLOCATOR_COLORS = {"paged": "#1f77b4", "static": "#9467bd", "max": "#d62728", "pow2": "#ff7f0e", "oracle": "#2ca02c"}
+
+
+def allocator_color(name: str) -> str:
+    """The colour of an allocator named paged-16, contiguous-max, contig. pow2, ... (ALLOCATOR_COLORS)."""
+    for key, color in ALLOCATOR_COLORS.items():
+        if key in name:
+            return color
+    return "#555555"
 
 
 def allocator_rows(result: dict) -> list[tuple[str, dict]]:

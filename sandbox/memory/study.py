@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sandbox.errors import RefusedRequest
 from sandbox.memory import beam, distributions, paper, sharing, simulate
 from sandbox.memory.arena import RESERVE_POLICIES
 from sandbox.memory.waste import CATEGORIES
@@ -53,32 +54,32 @@ class StudyConfig:
 def validate(config: StudyConfig) -> None:
     """Raise ValueError naming the first bad setting."""
     if config.max_len < 2:
-        raise ValueError(f"--max-len must be >= 2, got {config.max_len}")
+        raise RefusedRequest(f"--max-len must be >= 2, got {config.max_len}")
     if config.num_requests < 1:
-        raise ValueError(f"--num-requests must be >= 1, got {config.num_requests}")
+        raise RefusedRequest(f"--num-requests must be >= 1, got {config.num_requests}")
     if config.sharing_requests < 1:
-        raise ValueError(f"--sharing-requests must be >= 1, got {config.sharing_requests}")
+        raise RefusedRequest(f"--sharing-requests must be >= 1, got {config.sharing_requests}")
     if config.max_steps < 1:
-        raise ValueError(f"--max-steps must be >= 1, got {config.max_steps}")
+        raise RefusedRequest(f"--max-steps must be >= 1, got {config.max_steps}")
     if config.max_num_seqs < 1:
-        raise ValueError(f"--max-num-seqs must be >= 1, got {config.max_num_seqs}")
+        raise RefusedRequest(f"--max-num-seqs must be >= 1, got {config.max_num_seqs}")
     if config.seed < 0:
-        raise ValueError(f"--seed must be an integer >= 0 (it seeds NumPy's generator), got {config.seed}")
+        raise RefusedRequest(f"--seed must be an integer >= 0 (it seeds NumPy's generator), got {config.seed}")
     if not 0 < config.beam_survival <= 1:
-        raise ValueError(f"--beam-survival must lie in (0, 1], got {config.beam_survival}")
+        raise RefusedRequest(f"--beam-survival must lie in (0, 1], got {config.beam_survival}")
     if not config.block_sizes or min(config.block_sizes) < 1:
-        raise ValueError(f"--block-sizes must be positive integers, got {list(config.block_sizes)}")
+        raise RefusedRequest(f"--block-sizes must be positive integers, got {list(config.block_sizes)}")
     if config.sharing_block_size < 1:
-        raise ValueError(f"--sharing-block-size must be >= 1, got {config.sharing_block_size}")
+        raise RefusedRequest(f"--sharing-block-size must be >= 1, got {config.sharing_block_size}")
     if config.budget_tokens < config.max_len:
-        raise ValueError(f"the KV budget ({config.budget_tokens} tokens{config.budget_note}) must hold at least "
+        raise RefusedRequest(f"the KV budget ({config.budget_tokens} tokens{config.budget_note}) must hold at least "
                          f"one request of --max-len {config.max_len} tokens")
     for bs in config.block_sizes:
         if config.budget_tokens // bs * bs < config.max_len:
-            raise ValueError(f"block size {bs}: the budget of {config.budget_tokens} tokens holds fewer than "
+            raise RefusedRequest(f"block size {bs}: the budget of {config.budget_tokens} tokens holds fewer than "
                              f"--max-len {config.max_len} slots in whole blocks")
     if config.reserve not in RESERVE_POLICIES:
-        raise ValueError(f"unknown reserve policy {config.reserve!r}")
+        raise RefusedRequest(f"unknown reserve policy {config.reserve!r}")
 
 
 def request_lengths(config: StudyConfig):

@@ -6,6 +6,9 @@
                 hypothesis strategy)
     options     AttentionOptions (k/v scales, sliding window, soft-cap, ALiBi)
     dtypes      query and cache dtypes (ml_dtypes' bfloat16 and fp8)
+    tables      random block tables (shuffled, shared prefixes, allocator-made) for every problem kind
+    kinds       ProblemKind: DECODE and MLA as objects (name, problem class, entry, reference; the parts the
+                layers above attach), where code would switch on the kind's name
     validate    every input checked before any launch, errors naming the argument and the bound
     strategies  the hypothesis strategy every property test draws from (imported on its own: hypothesis)
     micro       MicroReadProblem: the micro-benchmark kind (a byte count) that micro.read sweeps

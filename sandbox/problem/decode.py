@@ -9,6 +9,7 @@ import numpy as np
 from . import dtypes
 from .option_schema import Context
 from .options import FIELDS, OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
+from .tables import grouped_allocation, private_tables, shuffled_blocks  # noqa: F401 (shuffled_blocks: re-exported)
 from .random_args import check_random_arguments
 from .validate import check_block_size, first_read_tokens, validate_decode_inputs
 from ..errors import RefusedRequest
@@ -24,21 +25,6 @@ def _uniform(rng: np.random.Generator, shape) -> np.ndarray:
     out *= 2
     out -= 1
     return out
-
-
-def shuffled_blocks(rng: np.random.Generator, num_blocks: int, needed: int) -> np.ndarray:
-    """`needed` distinct physical blocks out of `num_blocks`, in a seeded order that is never increasing.
-
-    An increasing order would let a kernel that walks blocks 0, 1, 2, ... instead of reading the
-    table miss everywhere but at the order's gaps (a thorough run once drew [0, 1, 2, 4]); a single
-    block is never block 0 when there is another.
-    """
-    physical = rng.permutation(num_blocks)[:needed]
-    if needed > 1 and (np.diff(physical) > 0).all():
-        physical = np.roll(physical, 1)
-    elif needed == 1 and physical[0] == 0 and num_blocks > 1:
-        physical[0] = 1
-    return physical
 
 
 @dataclasses.dataclass
@@ -246,31 +232,9 @@ class DecodeProblem:
                 raise RefusedRequest(f"context_lens must all be >= 1, got {lens.tolist()}")
         q_lens = _query_lengths(query_lens, lens)
         blocks_per_seq = -(-lens // block_size)
-        max_blocks = int(blocks_per_seq.max())
-
-        # Logical blocks -> owner; sharing maps a later sequence's full prefix blocks onto an earlier one's.
-        logical = []  # (seq, logical_index) that need their own physical block
-        shared_from = {}  # (seq, i) -> (seq0, i)
-        full_blocks = lens // block_size
-        for s in range(num_seqs):
-            n_share = 0
-            if share_prefix and s > 0 and rng.random() < 0.5:
-                donor = int(rng.integers(s))
-                n_share = int(rng.integers(0, min(full_blocks[s], full_blocks[donor]) + 1))
-                for i in range(n_share):
-                    shared_from[(s, i)] = shared_from.get((donor, i), (donor, i))
-            logical.extend((s, i) for i in range(n_share, int(blocks_per_seq[s])))
-
-        needed = len(logical)
-        spare = max(1, needed // 4) if spare_blocks is None else spare_blocks
-        num_blocks = needed + spare
-        physical = shuffled_blocks(rng, num_blocks, needed)
-
-        tables = np.full((num_seqs, max_blocks), -1, dtype=np.int32)
-        for (s, i), block in zip(logical, physical):
-            tables[s, i] = block
-        for (s, i), (s0, i0) in shared_from.items():
-            tables[s, i] = tables[s0, i0]
+        # Shuffled physical blocks; sharing maps a later sequence's full prefix blocks onto an earlier one's.
+        tables, physical, num_blocks = private_tables(rng, lens, blocks_per_seq, block_size, share_prefix, spare_blocks)
+        needed = len(physical)
 
         cache_shape = (num_blocks, block_size, num_kv_heads, _stored_dim(kv_dt, head_dim))
         block_shape = (needed,) + cache_shape[1:]
@@ -312,8 +276,6 @@ class DecodeProblem:
         are shared (prefix caching). Physical blocks are then relabelled in a seeded order. The rest
         (dtypes, options, NaN in unread slots, query_lens) is as in random().
         """
-        from .mla_paging import grouped_allocation
-
         _check_option_keywords("shared", options)
         block_size = check_block_size(block_size)
         rng = np.random.default_rng(seed)

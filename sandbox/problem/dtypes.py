@@ -12,6 +12,8 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 and the float8 types with Nu
 import numpy as np
 
 QUERY_DTYPES = ("float32", "float16", "bfloat16")
+# The query dtypes a variant takes unless its Limits say more (NumPy's own; bfloat16 comes from ml_dtypes).
+BASE_DTYPES = ("float32", "float16")
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 NVFP4 = "nvfp4"
 # Cache formats besides the query's dtype (Limits.kv_dtypes names the ones a variant takes).

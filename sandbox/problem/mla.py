@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
 
 import numpy as np
 
 from . import dtypes
 from . import mla_record as rec
 from .decode import EXTREME_QUERY_GAIN, _query_lengths, _uniform
-from .mla_paging import allocator_tables, draw_indices, private_tables
+from .mla_paging import allocator_tables, draw_indices
+from .tables import private_tables
 from .mla_validate import row_positions, token_slots, validate_mla_inputs
 from ..errors import RefusedRequest
 
@@ -39,7 +39,6 @@ from ..errors import RefusedRequest
 class MLAProblem:
     """One MLA decode step (several query tokens allowed) over a paged latent cache; see the module docstring."""
 
-    kind: ClassVar[str] = "mla"  # what MLALimits.check and the registry's problem kinds match
     query: np.ndarray
     latent_cache: np.ndarray
     block_tables: np.ndarray

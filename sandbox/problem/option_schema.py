@@ -77,6 +77,27 @@ class KernelArg:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScoreHook:
+    """How an option rewrites a logit s (scaled, float32) of query position p, token t, query head h and KV
+    head kv, in both kernel families; the rows' hooks apply in table order, each only when its flag is set.
+
+    cuda: C++ statements on `float s` inside pa::Options<FLAGS>::logit (kernels/cupy_raw/options.cuh), with
+        `at` (pa::ScoreAt: q_pos, kv_pos, q_head, kv_head, head) and the OptionArgs fields (the table's kernel
+        arguments) in scope.
+    cuda_head: per-head float values, (name, C++ expression of `q_head` and the OptionArgs fields): a kernel
+        loads them once per query head it serves, before its tokens, and `cuda` reads them as `at.head.<name>`
+        (a per-logit load of a loop-invariant value costs registers, and spilled in cupy.v1).
+    numba: a plain function (s, opts, q_pos, kv_pos, q_head, kv_head) -> s that kernels/numba_cuda/options.py
+        compiles as an inlined device function (opts: the OptionArgs named tuple; keep float32: np.float32()).
+    The reference states the same rule in its own loop (reference/paged_attention.py).
+    """
+
+    cuda: str
+    numba: Callable
+    cuda_head: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Case:
     """A named fixed problem of `check`: DecodeProblem.random keywords; brief cases also run in the slow families."""
 
@@ -139,3 +160,4 @@ class Option:
     flag_in_use: Callable[[Any], bool] | None = None
     kernel_args: tuple[KernelArg, ...] = ()
     scale_factor: Callable[[Any], float] | None = None
+    score: ScoreHook | None = None

@@ -19,13 +19,15 @@ how to add a row.
 """
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
+import os
 
 import numpy as np
 
 from .dtypes import FP8_DTYPES, NVFP4, default_kv_scale
-from .option_schema import Case, Context, Field, KernelArg, Option, Token
+from .option_schema import Case, Context, Field, KernelArg, Option, ScoreHook, Token
 from ..errors import RefusedRequest
 
 INT32_MAX = 2**31 - 1
@@ -155,6 +157,10 @@ def _check_soft_cap(value, context: Context) -> None:
         raise RefusedRequest(f"logits_soft_cap must be a finite number >= 0 (0: off), got {value!r}")
 
 
+def _softcap_score(s, opts, q_pos, kv_pos, q_head, kv_head):
+    return opts.soft_cap * math.tanh(s / opts.soft_cap)
+
+
 SOFTCAP = Option(
     feature="softcap",
     description="soft-cap: s_t = cap * tanh(s_t / cap) after the softmax scale, before ALiBi",
@@ -172,6 +178,7 @@ SOFTCAP = Option(
                   lambda x: f"softcap={x:g}"),),
     flag=("OPT_SOFTCAP", 2),
     kernel_args=(KernelArg("soft_cap", "float", lambda o: np.float32(o.logits_soft_cap)),),
+    score=ScoreHook(cuda="s = soft_cap * tanhf(s * (1.f / soft_cap));", numba=_softcap_score),
 )
 
 
@@ -212,6 +219,10 @@ def _alibi_token(text: str) -> bool:
     return True
 
 
+def _alibi_score(s, opts, q_pos, kv_pos, q_head, kv_head):
+    return s + opts.alibi_slopes[q_head] * np.float32(kv_pos - q_pos)
+
+
 ALIBI = Option(
     feature="alibi",
     description="ALiBi: s_t += alibi_slopes[h] * (t - p)",
@@ -230,6 +241,8 @@ ALIBI = Option(
     flag=("OPT_ALIBI", 4),
     kernel_args=(KernelArg("alibi_slopes", "const float*",
                            lambda o: o.alibi_slopes if o.alibi_slopes is not None else np.zeros(1, np.float32)),),
+    score=ScoreHook(cuda="s += at.head.alibi_slope * (float)(at.kv_pos - at.q_pos);", numba=_alibi_score,
+                    cuda_head=(("alibi_slope", "alibi_slopes[q_head]"),)),
 )
 
 
@@ -490,3 +503,21 @@ NVFP4_SCALES = Option(
 
 # The table. Its order is the kernels' argument order (kernel_args, row by row).
 OPTIONS: tuple[Option, ...] = (WINDOW, SOFTCAP, ALIBI, KV_SCALE, SINKS, LSE, KV_SCALES, NVFP4_SCALES)
+
+# Rows tried without editing this file: EXTRA_ROWS_VARIABLE="package.module:NAME[,...]" names tuples of rows
+# appended to OPTIONS at import (before anything derives from it), e.g. a score modifier under test
+# (tests/test_score_modifier.py). Unset in every shipped run.
+EXTRA_ROWS_VARIABLE = "SANDBOX_EXTRA_OPTION_ROWS"
+
+
+def _extra_rows() -> tuple[Option, ...]:
+    rows: tuple[Option, ...] = ()
+    for spec in filter(None, os.environ.get(EXTRA_ROWS_VARIABLE, "").split(",")):
+        module, _, name = spec.partition(":")
+        if not module or not name:
+            raise ValueError(f"{EXTRA_ROWS_VARIABLE} must be 'package.module:NAME[,...]', got {spec!r}")
+        rows += tuple(getattr(importlib.import_module(module), name))
+    return rows
+
+
+OPTIONS += _extra_rows()

@@ -22,6 +22,10 @@ FEATURES = tuple(row.feature for row in OPTIONS if row.declared_in == "options")
 PROBLEM_KEYWORDS = {name: default for row in OPTIONS for name, default in row.keywords.items()}
 KERNEL_ARGS = tuple(arg for row in OPTIONS for arg in row.kernel_args)
 KERNEL_FLAGS = tuple(row.flag for row in OPTIONS if row.flag is not None)
+# The score modifiers, in table order: ((flag name, bit), ScoreHook); each family's score hook runs those whose
+# bit is in a kernel's flags.
+SCORE_HOOKS = tuple((row.flag, row.score) for row in OPTIONS if row.score is not None)
+assert all(row.flag is not None for row in OPTIONS if row.score is not None), "a score modifier needs a flag bit"
 
 
 def row(feature: str) -> Option:

@@ -18,11 +18,11 @@ from __future__ import annotations
 from hypothesis import assume, note
 from hypothesis import strategies as st
 
-from .dtypes import NVFP4
+from .dtypes import BASE_DTYPES, NVFP4
 from .option_schema import Context
 from .options import OPTIONS
+from .validate import ANY_BLOCK_SIZES
 from .decode import DecodeProblem
-from ..variant.limits import ANY_BLOCK_SIZES, DTYPES
 
 
 @st.composite
@@ -70,7 +70,7 @@ def block_size_draws(block_sizes):
 
 
 @st.composite
-def decode_problems(draw, block_sizes=ANY_BLOCK_SIZES, head_dims=(32, 64, 128), dtypes=DTYPES,
+def decode_problems(draw, block_sizes=ANY_BLOCK_SIZES, head_dims=(32, 64, 128), dtypes=BASE_DTYPES,
                     gqa_ratios=(1, 2, 4, 8), max_num_seqs: int = 3, max_kv_heads: int = 2, max_tokens: int = 520,
                     allow_extreme: bool = True, kv_dtypes=(), options=(), max_query_len: int | None = 1,
                     max_query_tokens: int = 64, max_multiply_adds: int | None = None) -> DecodeProblem:

@@ -17,6 +17,12 @@ QUANTIZED = f"one of {', '.join(FP8_DTYPES)} or uint8 (nvfp4: two e2m1 codes per
 # blocks of 528, 2112 and 4192 tokens; FlashMLA's tests 2, 61, 69, 576). A variant that needs powers of
 # two declares them in its Limits.
 MAX_BLOCK_SIZE = 4096
+POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# What the strategy and check draw for a variant that takes any block size (Limits.block_sizes None): the
+# powers of two and as many sizes that are not (FlashAttention 3 takes 1, 2, 3 or 19; FlashMLA's tests use
+# 2, 61, 69; hybrid models in vLLM use blocks of 528 and 2112 tokens). Any size in 1..4096 is valid.
+OTHER_BLOCK_SIZES = (3, 5, 19, 61, 69, 100, 528, 2112)
+ANY_BLOCK_SIZES = POW2_BLOCK_SIZES + OTHER_BLOCK_SIZES
 
 
 def check_block_size(block_size, name: str = "block_size") -> int:

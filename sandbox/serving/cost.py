@@ -4,18 +4,24 @@ A source is a ``StepCostModel``: ``step_time(batch) = linear_time + decode_time 
 (seconds) and a ``source`` string printed with the results. Sources (``SOURCES``, chosen by
 ``--step-cost``):
 
-- ``analytic`` (default, ``AnalyticCost``): an H200 roofline. HBM3e 4.8 TB/s at ``HBM_EFFICIENCY``,
-  dense BF16 989 TFLOP/s at ``FLOPS_EFFICIENCY``.
-  linear_time  = max(fixed, 2 * params * tokens / flops): the rest of the model, once per step. ``fixed``
-                 is streaming the weights (params * 2 bytes / bandwidth, 6.8 ms for 13B) unless
-                 ``--fixed-ms`` sets it; tokens = decode tokens + prefill tokens.
+- ``analytic`` (default, ``AnalyticCost``): a roofline of the device table's H200
+  (``sandbox.analysis.gpus``: its DRAM bandwidth at ``HBM_EFFICIENCY``, its dense tensor-core rate at
+  ``FLOPS_EFFICIENCY``).
+  linear_time  = max(fixed, 2 * params * tokens / flops) + overhead: the rest of the model, once per step.
+                 ``fixed`` is streaming the weights (params * 2 bytes / bandwidth, 6.8 ms for 13B) unless
+                 ``--fixed-ms`` sets it; tokens = decode tokens + prefill tokens; ``overhead`` is the
+                 stated per-step scheduling cost (``--step-overhead-ms``, default 0: overlapped).
   decode_time  = (context tokens read + tokens written) * KV bytes per token / bandwidth: every decode
                  sequence reads the K and V of its whole context in every layer.
   prefill_time = 4 * d_model * layers * attended / flops + prefill tokens * KV bytes per token / bandwidth,
                  attended = sum over prefill tokens of the tokens each attends to (causal), d_model =
                  kv heads * head dim (one query head per KV head, as OPT-13B).
-  Not modelled: kernel launch and CPU scheduling overhead (assumed overlapped), paging overhead of
-  the attention kernel (the same bytes for every block size), tensor-parallel communication.
+  Tensor parallelism over T GPUs (``ModelShape.tensor_parallel``, the paper's 66B and 175B): every GPU
+  streams 1/T of the weights and of the KV at the same rate, so bandwidth and FLOP/s are T times one GPU's;
+  the stated cost is two all-reduces per layer (attention and MLP outputs, as Megatron-LM splits a layer),
+  each ``ALLREDUCE_LATENCY_S`` plus a ring's 2 (T - 1) / T x tokens x hidden x 2 bytes at ``LINK_BYTES_PER_S``.
+  Not modelled here: the paging overhead of the attention kernel (the same bytes for every block size;
+  ``kernel_time.KernelTimeCost``, ``--kernel``, adds it from the traffic model).
 - ``sweep:RUN`` (``SweepCost``): decode attention from a GPU sweep's ``RUN/sweep.csv``: per block size,
   a least-squares line time_us = a + b * bytes over the fastest correct variant at each shape
   (decode rows, no options), applied per layer; the rest as ``analytic``. A run whose rows are CPU
@@ -26,35 +32,24 @@ A source is a ``StepCostModel``: ``step_time(batch) = linear_time + decode_time 
   (comma-separated names; default ``cost_model.DEFAULT_VARIANTS``), from traffic counted on the CPU
   executor on small unit problems and scaled to the batch; the rest as ``analytic``.
 
-Adding a source: a class that
-satisfies ``StepCostModel`` (subclass ``AnalyticCost`` and override what it models, as ``SweepCost``
-overrides ``decode_time``), and one entry in ``SOURCES`` mapping the ``--step-cost`` word to a factory
-``(argument, shape, fixed_ms) -> model``; a factory may raise ValueError to refuse its argument.
+Adding a source: a class that satisfies ``StepCostModel`` (subclass ``AnalyticCost`` and override what it
+models, as ``SweepCost`` overrides ``decode_time``), and one entry in ``cost_sources.SOURCES``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-HBM_BYTES_PER_S = 4.8e12
-HBM_EFFICIENCY = 0.8
-FLOPS_PER_S = 989e12
+from sandbox.analysis import gpus
+from sandbox.memory.budget import ModelShape
+
+DEVICE = "h200"
+HBM_EFFICIENCY = 0.8      # a well-tuned streaming kernel reaches 80-90% of the DRAM peak
 FLOPS_EFFICIENCY = 0.6
 WEIGHT_BYTES_PER_PARAM = 2
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the cost model needs of the model: its KV bytes per token and its parameter count."""
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    kv_dtype_bytes: int
-    params: float = 13e9
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
+# Tensor parallelism's stated cost (no field of the device table holds a GPU-to-GPU link yet):
+ALLREDUCE_LATENCY_S = 10e-6   # assumption: NCCL's small-message all-reduce latency on NVLink is 10-20 us
+LINK_BYTES_PER_S = 450e9      # NVIDIA H200 datasheet: NVLink 900 GB/s, both directions together
 
 
 class StepBatch(NamedTuple):
@@ -78,22 +73,40 @@ class StepCostModel(Protocol):
 
 
 class AnalyticCost:
-    """The documented H200 roofline; see the module docstring."""
+    """The documented roofline of the device table's H200; see the module docstring."""
 
-    def __init__(self, shape: ModelShape, fixed_ms: float | None = None):
+    def __init__(self, shape: ModelShape, fixed_ms: float | None = None, overhead_ms: float = 0.0):
         self.shape = shape
+        self.gpu = gpus.get(DEVICE)
         self.kv_bytes = shape.kv_bytes_per_token
-        self.bandwidth = HBM_BYTES_PER_S * HBM_EFFICIENCY
-        self.flops = FLOPS_PER_S * FLOPS_EFFICIENCY
+        self.tp = shape.tensor_parallel
+        self.bandwidth = self.gpu.dram_bytes_per_s * HBM_EFFICIENCY * self.tp
+        self.flops = self.gpu.tensor_flops_per_s * FLOPS_EFFICIENCY * self.tp
         weights_s = shape.params * WEIGHT_BYTES_PER_PARAM / self.bandwidth
         self.fixed = weights_s if fixed_ms is None else fixed_ms / 1e3
-        self.source = (f"analytic H200 roofline: HBM {HBM_BYTES_PER_S / 1e12:g} TB/s x {HBM_EFFICIENCY:g}, "
-                       f"{FLOPS_PER_S / 1e12:g} TFLOP/s x {FLOPS_EFFICIENCY:g}, fixed {1e3 * self.fixed:.2f} ms/step "
+        self.overhead = overhead_ms / 1e3
+        self.source = (f"analytic {self.gpu.name} roofline: HBM {self.gpu.dram_bytes_per_s / 1e12:g} TB/s x "
+                       f"{HBM_EFFICIENCY:g}, {self.gpu.tensor_flops_per_s / 1e12:g} TFLOP/s x {FLOPS_EFFICIENCY:g}, "
+                       f"fixed {1e3 * self.fixed:.2f} ms/step "
                        + ("(--fixed-ms)" if fixed_ms is not None else
-                          f"(streaming {shape.params / 1e9:g}B params x {WEIGHT_BYTES_PER_PARAM} bytes)"))
+                          f"(streaming {shape.params / 1e9:g}B params x {WEIGHT_BYTES_PER_PARAM} bytes)")
+                       + f" + {overhead_ms:g} ms scheduling"
+                       + (f"; tensor parallel over {self.tp} GPUs (2 all-reduces per layer: "
+                          f"{1e6 * ALLREDUCE_LATENCY_S:g} us + bytes at {LINK_BYTES_PER_S / 1e9:g} GB/s)"
+                          if self.tp > 1 else ""))
+
+    def communication_time(self, tokens: int) -> float:
+        """Tensor parallelism's all-reduces for one step of `tokens` tokens (0 on one GPU)."""
+        if self.tp == 1:
+            return 0.0
+        s = self.shape
+        ring = 2 * (self.tp - 1) / self.tp * tokens * s.num_kv_heads * s.head_dim * WEIGHT_BYTES_PER_PARAM
+        return 2 * s.num_layers * (ALLREDUCE_LATENCY_S + ring / LINK_BYTES_PER_S)
 
     def linear_time(self, b: StepBatch) -> float:
-        return max(self.fixed, 2.0 * self.shape.params * (b.decode_tokens + b.prefill_tokens) / self.flops)
+        tokens = b.decode_tokens + b.prefill_tokens
+        compute = 2.0 * self.shape.params * tokens / self.flops
+        return max(self.fixed, compute) + self.overhead + self.communication_time(tokens)
 
     def decode_time(self, b: StepBatch) -> float:
         return (b.decode_context + b.decode_tokens) * self.kv_bytes / self.bandwidth
@@ -113,34 +126,28 @@ class AnalyticCost:
         return max(2.0 * self.shape.params / self.flops, 0.0) + self.shape.kv_bytes_per_token / self.bandwidth
 
 
-def make_cost_model(spec: str, shape: ModelShape, fixed_ms: float | None = None) -> StepCostModel:
-    """``analytic``, ``sweep:RUN_DIR`` or ``model[:VARIANTS]`` (SOURCES) -> a cost model; ValueError otherwise."""
-    word, _, argument = spec.partition(":")
-    if word not in SOURCES:
-        raise ValueError(f"--step-cost {spec!r}: unknown source {word!r}; choose one of "
-                         + ", ".join(w + {"sweep": ":RUN_DIR", "model": "[:VARIANTS]"}.get(w, "") for w in SOURCES))
-    return SOURCES[word](argument, shape, fixed_ms)
+@dataclass(frozen=True)
+class SwapCost:
+    """Moving KV blocks between GPU and host memory (preemption by swap).
+
+    Per block: ``copies`` transfers, each paying ``latency_s`` (vLLM's cache engine issues one
+    ``cudaMemcpyAsync`` per block for the K and for the V cache of every layer: 2 x layers copies), plus the
+    block's bytes at ``bytes_per_s`` (the host link, each way). The default latency is the device table's
+    launch cost (``sandbox.analysis.gpus``, an assumption there): a copy costs at least what a launch does."""
+    bytes_per_token: float
+    bytes_per_s: float
+    latency_s: float
+    copies: int
+
+    def seconds(self, blocks: int, block_size: int) -> float:
+        """Seconds to move `blocks` blocks of `block_size` tokens one way."""
+        return blocks * (self.copies * self.latency_s + block_size * self.bytes_per_token / self.bytes_per_s)
+
+    def describe(self) -> str:
+        return (f"{self.bytes_per_s / 1e9:g} GB/s each way + {self.copies} copies x {1e6 * self.latency_s:g} us "
+                "per block")
 
 
-def _analytic(argument: str, shape: ModelShape, fixed_ms):
-    if argument:
-        raise ValueError(f"--step-cost analytic takes no argument, got {argument!r}")
-    return AnalyticCost(shape, fixed_ms)
-
-
-def _model(argument: str, shape: ModelShape, fixed_ms):
-    from sandbox.serving.cost_model import ModelCost
-
-    return ModelCost(argument, shape, fixed_ms)
-
-
-def _sweep(argument: str, shape: ModelShape, fixed_ms):
-    from sandbox.serving.cost_sweep import SweepCost
-
-    if not argument:
-        raise ValueError("--step-cost sweep needs a run folder: sweep:results/<run>")
-    return SweepCost(argument, shape, fixed_ms)
-
-
-# --step-cost word -> factory(argument, shape, fixed_ms).
-SOURCES = {"analytic": _analytic, "sweep": _sweep, "model": _model}
+def default_swap_latency_s() -> float:
+    """Per-copy latency of a swap transfer: the device table's kernel launch cost (see SwapCost)."""
+    return gpus.get(DEVICE).launch_s

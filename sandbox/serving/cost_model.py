@@ -23,7 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from sandbox.serving.cost import AnalyticCost, ModelShape, StepBatch
+from sandbox.analysis import gpus, model
+from sandbox.analysis.traffic import metrics as M
+from sandbox.analysis.traffic.variant import traffic
+from sandbox.memory.budget import ModelShape
+from sandbox.problem import DecodeProblem
+from sandbox.serving.cost import AnalyticCost, StepBatch
+from sandbox.variant import registry
 
 # The CUDA C single-query decode variants; cupy.multi and cupy.cascade (several query tokens, shared prefixes)
 # are taken when named (model:cupy.multi,...). Numba variants count under the simulator, which pays per
@@ -50,8 +56,6 @@ class _Counted:
 
 
 def _parse_variants(argument: str) -> tuple[str, ...]:
-    from sandbox.variant import registry
-
     names = tuple(n.strip() for n in argument.split(",") if n.strip()) if argument else DEFAULT_VARIANTS
     if not names:
         raise ValueError(f"--step-cost model:{argument}: name at least one variant (e.g. model:cupy.rows,cupy.v1)")
@@ -70,10 +74,9 @@ def _parse_variants(argument: str) -> tuple[str, ...]:
 class ModelCost(AnalyticCost):
     """Decode attention from the performance model's time of the fastest variant; the rest analytic."""
 
-    def __init__(self, argument: str, shape: ModelShape, fixed_ms: float | None = None, device: str = "h200"):
-        super().__init__(shape, fixed_ms)
-        from sandbox.analysis import gpus
-
+    def __init__(self, argument: str, shape: ModelShape, fixed_ms: float | None = None, device: str = "h200",
+                 overhead_ms: float = 0.0):
+        super().__init__(shape, fixed_ms, overhead_ms)
         self.variants = _parse_variants(argument)
         if shape.kv_dtype_bytes not in _DTYPES:
             raise ValueError(f"--step-cost model: a KV element of {shape.kv_dtype_bytes} bytes has no kernel dtype; "
@@ -92,8 +95,6 @@ class ModelCost(AnalyticCost):
     # ---------------------------------------------------------------- the unit problems
 
     def _unit(self, block_size: int, context: int):
-        from sandbox.problem import DecodeProblem
-
         return DecodeProblem.random(seed=0, num_seqs=UNIT_SEQS, num_heads=UNIT_HEADS, num_kv_heads=UNIT_HEADS,
                                     head_dim=self.shape.head_dim, block_size=block_size,
                                     context_lens=[context] * UNIT_SEQS, dtype=self.dtype, kv_dtype=self.kv_dtype,
@@ -101,8 +102,6 @@ class ModelCost(AnalyticCost):
 
     def _check_unit(self, block_size: int) -> None:
         """Refuse, before anything runs, a block size, head dim or dtype that one of the variants does not take."""
-        from sandbox.variant import registry
-
         problem = self._unit(block_size, FIRST_POINT)
         for name in self.variants:
             try:
@@ -120,10 +119,6 @@ class ModelCost(AnalyticCost):
     def _count(self, block_size: int, name: str, point: int) -> list[_Counted]:
         key = (block_size, name, point)
         if key not in self._counts:
-            from sandbox.analysis.traffic import metrics as M
-            from sandbox.analysis.traffic.variant import traffic
-            from sandbox.analysis import model
-
             problem = self._unit(block_size, FIRST_POINT << point)
             result = traffic(name, problem, self.gpu, sample_seqs=None)
             # The attention FLOPs, shared among the kernels by their global loads (as traffic() does).
@@ -145,8 +140,6 @@ class ModelCost(AnalyticCost):
         model's KV heads, every sequence of context 16 x 2^point."""
         key = (block_size, num_seqs, point)
         if key not in self._times:
-            from sandbox.analysis import model
-
             scale = num_seqs * self.shape.num_kv_heads / (UNIT_SEQS * UNIT_HEADS)
             times = []
             for name in self.variants:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sandbox.serving.cost import AnalyticCost, ModelShape, StepBatch
+from sandbox.memory.budget import ModelShape
+from sandbox.serving.cost import AnalyticCost, StepBatch
 
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
@@ -68,8 +69,8 @@ def load_fits(run_dir: Path, kv_dtype_bytes: int) -> tuple[dict[int, tuple[float
 class SweepCost(AnalyticCost):
     """Decode attention from a GPU sweep's fits; linear and prefill parts analytic."""
 
-    def __init__(self, run_dir, shape: ModelShape, fixed_ms: float | None = None):
-        super().__init__(shape, fixed_ms)
+    def __init__(self, run_dir, shape: ModelShape, fixed_ms: float | None = None, overhead_ms: float = 0.0):
+        super().__init__(shape, fixed_ms, overhead_ms)
         self.run_dir = Path(run_dir)
         self.fits, counts = load_fits(self.run_dir, shape.kv_dtype_bytes)
         fits = "; ".join(f"bs {bs}: {a:.1f} us + bytes / {1e-3 / b:,.0f} GB/s ({counts[bs]} shapes)"

@@ -10,8 +10,10 @@ One ``step()``:
    first: chunked prefill);
 3. if nobody was preempted this step, swapped groups come back first come first served, and only
    once none waits, waiting requests are admitted in arrival order while they fit (blocks beyond the
-   watermark), ``max_num_seqs`` sequences are not exceeded and budget is left for a first chunk;
-4. the step's time is the cost model's for its batch plus swap traffic / ``swap_gbps``; the clock
+   watermark), ``max_num_seqs`` sequences are not exceeded and budget is left for a first chunk (an
+   allocator with ``static`` set admits only when nothing runs: static batching, FasterTransformer's);
+4. the step's time is the cost model's for its batch plus the swap traffic's (``cost.SwapCost``: a latency
+   per copy and the bytes at the host link's bandwidth, per block moved); the clock
    advances, each decode sequence and each finished prefill emits a token, beams re-parent, finished
    groups free their memory, a chat turn schedules its follow-up.
 Memory (``breakdown``) is sampled every ``sample_every`` steps, after growth and admission: what the
@@ -26,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from sandbox.memory import beam
-from sandbox.serving.cost import StepBatch
+from sandbox.serving.cost import StepBatch, SwapCost
 from sandbox.serving.group import DECODE, DONE, PREFILL, SWAPPED, WAITING, Group
 from sandbox.serving.metrics import Tally
 
@@ -37,7 +39,7 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_batched_tokens: int = 2048
     preemption: str = "recompute"       # or "swap"
-    swap_gbps: float = 32.0
+    swap: SwapCost | None = None        # None: 32 GB/s, no per-copy latency
     beam_survival: float = beam.SURVIVAL
     sample_every: int = 16
     max_steps: int = 10**7
@@ -47,6 +49,7 @@ class EngineConfig:
 class Engine:
     def __init__(self, kv, cost, config: EngineConfig, requests):
         self.kv, self.cost, self.config = kv, cost, config
+        self.swap = config.swap or SwapCost(config.kv_bytes_per_token, 32e9, 0.0, 1)
         self.rng = random.Random(config.seed)
         self.pending = [(r.arrival, r.rid, r) for r in requests]
         heapq.heapify(self.pending)
@@ -112,7 +115,7 @@ class Engine:
             attended += c * g.computed + c * (c + 1) // 2
         batch = StepBatch(decode_tokens, decode_context, prefill, attended, self.kv.block_size)
         swap_bytes = self.step_blocks_moved * max(self.kv.block_size, 1) * self.config.kv_bytes_per_token
-        swap_s = swap_bytes / (self.config.swap_gbps * 1e9)
+        swap_s = self.swap.seconds(self.step_blocks_moved, max(self.kv.block_size, 1)) if swap_bytes else 0.0
         if not (decode_tokens or prefill or swap_bytes or preempted):
             raise RuntimeError("the engine is stuck: nothing can run (a request larger than the budget?)")
         if (t.steps + 1) % self.config.sample_every == 0:    # the memory this step computes with
@@ -132,6 +135,8 @@ class Engine:
         bisect.insort(queue, g, key=lambda x: (x.arrival, x.req.rid))
 
     def _admit(self, budget: int, chunks: list) -> int:
+        if self.kv.static and self.running:      # static batching: the next batch once the last one has finished
+            return budget
         while self.waiting and budget > 0 and self.seqs_running + self.waiting[0].width <= self.config.max_num_seqs:
             g = self.waiting[0]
             if not self.kv.admit(g, busy=bool(self.running)):

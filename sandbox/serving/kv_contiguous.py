@@ -4,7 +4,9 @@ A request reserves ``width * reservation`` slots at admission (``sandbox.memory.
 next power of two of its true length, or exactly it), one copy per sample or beam: without block
 tables nothing can be shared, and a beam that takes over another's continuation copies its KV into
 the other's range. The reservation covers every future token, so growth never fails and nothing is
-ever preempted.
+ever preempted. ``static=True`` is the static-batching baseline (FasterTransformer, the paper's Sec. 2.3):
+max-length reservations, and the engine forms the next batch only once every request of the last one has
+finished.
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from sandbox.serving.group import PREFILL, Group
 
 
 class ContiguousKV:
-    def __init__(self, budget_tokens: int, max_len: int, policy: str):
-        self.name = f"contiguous-{policy}"
+    def __init__(self, budget_tokens: int, max_len: int, policy: str, static: bool = False):
+        self.static = static
+        self.name = "static-max" if static else f"contiguous-{policy}"
         self.block_size = 0
         self.budget_tokens = budget_tokens
         self.policy = policy

@@ -20,6 +20,7 @@ class PagedKV:
     def __init__(self, budget_tokens: int, block_size: int, watermark: float = 0.01, prefix_cache: bool = True,
                  swap_blocks: int = 0):
         self.name = f"paged-{block_size}"
+        self.static = False
         self.block_size = block_size
         self.budget_tokens = budget_tokens
         self.bm = BlockManager(budget_tokens // block_size, block_size)

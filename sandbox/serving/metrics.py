@@ -1,9 +1,9 @@
-"""One simulated point's figures (``Tally`` while it runs, ``summarize`` after), and the highest
-rate an allocator sustains under a latency bound.
+"""One simulated point's figures (``Tally`` while it runs, ``summarize`` after).
 
-Latency figures are per request: normalized latency = (finish - arrival) / output tokens (the
-paper's Fig. 12 metric, seconds per token); time to first token = first emission - arrival.
-Throughput = finished requests / (last finish - first arrival). Memory shares as
+Latency figures are per request, over the requests that arrive after the warm-up (the first ``WARMUP``
+fraction of arrivals, which meet an empty system, are dropped from them): normalized latency =
+(finish - arrival) / output tokens (the paper's Fig. 12 metric, seconds per token); time to first
+token = first emission - arrival. Throughput = finished requests / (last finish - first arrival). Memory shares as
 ``sandbox.memory.waste``, averaged over the sampled steps; ``sharing_saved`` = 1 - blocks in use /
 blocks the same sequences would hold unshared (the paper's Fig. 15 metric, here inside the budget
 and over time); ``prefix_hit_rate`` = prompt tokens found in the cache / prompt tokens admitted
@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from sandbox.memory.waste import CATEGORIES, WasteAccumulator
+
+WARMUP = 0.1
 
 
 class Tally:
@@ -62,17 +64,28 @@ def _pct(values, q) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-def summarize(engine, rate: float, wall_s: float) -> dict:
+def measured(done: list, warmup: float) -> list:
+    """The groups that arrived after the first `warmup` fraction of arrivals (all of them when that is none)."""
+    arrivals = sorted(g.arrival for g in done)
+    skip = int(warmup * len(arrivals))
+    if skip >= len(arrivals):
+        return list(done)
+    cut = arrivals[skip]
+    return [g for g in done if g.arrival >= cut]
+
+
+def summarize(engine, rate: float, wall_s: float, warmup: float = WARMUP) -> dict:
     """The point's figures as a flat dict (the CSV row and the JSON point)."""
     t, done = engine.tally, engine.done
-    norm = [(g.finish - g.arrival) / g.req.output_len for g in done]
-    ttft = [g.first_token - g.arrival for g in done]
+    kept = measured(done, warmup)
+    norm = [(g.finish - g.arrival) / g.req.output_len for g in kept]
+    ttft = [g.first_token - g.arrival for g in kept]
     start = min((g.arrival for g in done), default=0.0)
     span = max((g.finish for g in done), default=0.0) - start
     shares = t.waste.shares()
     out_tokens = sum(g.width * g.req.output_len for g in done)
     return dict(
-        allocator=engine.kv.name, rate=rate, requests=len(done),
+        allocator=engine.kv.name, rate=rate, requests=len(done), measured_requests=len(kept),
         throughput=len(done) / span if span > 0 else 0.0, output_tokens_per_s=out_tokens / span if span > 0 else 0.0,
         normalized_latency=float(np.mean(norm)) if norm else float("nan"),
         normalized_latency_p50=_pct(norm, 50), normalized_latency_p99=_pct(norm, 99),
@@ -86,19 +99,3 @@ def summarize(engine, rate: float, wall_s: float) -> dict:
         prefix_hit_rate=t.hit_tokens / t.prompt_tokens if t.prompt_tokens else 0.0,
         sharing_saved=1.0 - t.blocks_with / t.blocks_without if t.blocks_without else 0.0,
         steps=t.steps, simulated_s=engine.clock, wall_s=wall_s)
-
-
-def max_rate(points: list[dict], bound: float) -> tuple[float | None, float | None]:
-    """(highest tested rate whose point and every slower one meet the bound, that rate linearly
-    interpolated towards the first failing one); (None, None) when even the slowest fails."""
-    points = sorted(points, key=lambda p: p["rate"])
-    best = None
-    for i, p in enumerate(points):
-        if not p["normalized_latency"] <= bound:
-            if best is None:
-                return None, None
-            lo = points[i - 1]
-            frac = (bound - lo["normalized_latency"]) / (p["normalized_latency"] - lo["normalized_latency"])
-            return best, lo["rate"] + max(0.0, min(1.0, frac)) * (p["rate"] - lo["rate"])
-        best = p["rate"]
-    return best, best

@@ -1,6 +1,6 @@
 """Requests for the serving simulator: lengths, token ids, sharing structure and arrival times.
 
-Workloads (``WORKLOADS``):
+Workloads (``WORKLOADS``: name -> ``Workload``, the one table the command and the run read):
 - ``sharegpt`` / ``alpaca``: one sample per request, lengths as ``sandbox.memory.distributions``;
 - ``parallel``: n samples per request, each running to the request's output length (Alpaca-like
   lengths by default, as the paper's Fig. 14/15);
@@ -26,10 +26,29 @@ import numpy as np
 
 from sandbox.memory import distributions
 
-WORKLOADS = ("sharegpt", "alpaca", "parallel", "beam", "shared-prompt", "chat")
 VOCAB = 32_000
-DEFAULT_LENGTHS = {"sharegpt": "sharegpt", "alpaca": "alpaca", "parallel": "alpaca", "beam": "alpaca",
-                   "shared-prompt": "alpaca", "chat": "sharegpt"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload's defaults: its length distribution, how its requests decode, the rates the knee search
+    starts from (req/s, bracketing the contiguous baselines' and paged's limits on the default cost model)
+    and the requests per point of the quick run (about the same decode tokens for every workload)."""
+    name: str
+    lengths: str
+    mode: str                     # "single", "parallel" or "beam"
+    rates: tuple[float, ...]
+    requests: int
+
+
+WORKLOADS = {w.name: w for w in (
+    Workload("sharegpt", "sharegpt", "single", (2, 3, 4, 6, 8), 1000),
+    Workload("alpaca", "alpaca", "single", (10, 20, 40, 80, 160, 320), 4000),
+    Workload("parallel", "alpaca", "parallel", (4, 8, 16, 32, 64), 1500),
+    Workload("beam", "alpaca", "beam", (4, 8, 16, 32, 64), 1500),
+    Workload("shared-prompt", "alpaca", "single", (10, 20, 40, 80, 160, 320), 4000),
+    Workload("chat", "sharegpt", "single", (2, 3, 4, 6, 8), 1000),
+)}
 
 
 @dataclass
@@ -54,9 +73,9 @@ class WorkloadSpec:
     name: str = "sharegpt"
     num_requests: int = 400
     max_len: int = 2048
-    lengths: str | None = None     # length distribution; None: DEFAULT_LENGTHS[name]
+    lengths: str | None = None     # length distribution; None: WORKLOADS[name].lengths
     width: int = 1                 # parallel n / beam k
-    prefix_len: int = 256          # shared-prompt: tokens of the system prompt
+    prefix_len: int = 341          # shared-prompt: tokens of the shared prefix (the paper's five-shot prompt)
     turns: int = 4                 # chat: turns per conversation
     think_time: float = 5.0        # chat: mean seconds between a response and the next user message
     trace: tuple | None = field(default=None, repr=False)   # (prompts, outputs, arrivals or None)
@@ -69,7 +88,7 @@ def _ids(rng: np.random.Generator, n: int) -> list[int]:
 def _lengths(spec: WorkloadSpec, rng, n: int, max_len: int):
     if spec.trace is not None:
         return spec.trace[0][:n], spec.trace[1][:n]
-    return distributions.sample_lengths(spec.lengths or DEFAULT_LENGTHS[spec.name], n, max_len, rng)
+    return distributions.sample_lengths(spec.lengths or WORKLOADS[spec.name].lengths, n, max_len, rng)
 
 
 def build_requests(spec: WorkloadSpec, seed: int) -> list[Request]:
@@ -81,7 +100,7 @@ def build_requests(spec: WorkloadSpec, seed: int) -> list[Request]:
     prefix_len = spec.prefix_len if spec.name == "shared-prompt" else 0
     prompts, outputs = _lengths(spec, rng, n, spec.max_len - prefix_len)
     system = _ids(rng, prefix_len)
-    mode = {"parallel": "parallel", "beam": "beam"}.get(spec.name, "single")
+    mode = WORKLOADS[spec.name].mode
     width = spec.width if mode != "single" else 1
     gaps = rng.exponential(1.0, size=n)
     arrivals = np.cumsum(gaps) - gaps[0]

@@ -26,6 +26,7 @@ from ..checking.mla_check import attend, compare_mla
 from ..problem import dtypes
 from ..problem import mla_record as rec
 from ..problem.decode import shuffled_blocks
+from ..problem.kinds import MLA
 from ..problem.mla import MLAProblem
 from ..errors import RefusedRequest
 
@@ -49,7 +50,7 @@ class MLAShape:
     topk: int = 0                  # > 0: sparse, each query row reads min(topk, p + 1) of its tokens
     query_len: int = 1
 
-    kind: ClassVar[str] = "mla"    # what the sweep matches against a variant's problem kind
+    kind: ClassVar[str] = MLA.name  # what the sweep matches against a variant's problem kind
 
     def __post_init__(self):
         for field in ("num_seqs", "context_len", "num_heads", "query_len"):
@@ -87,6 +88,16 @@ class MLAShape:
         return f"MLA {self.num_seqs} seqs x {self.context_len} tokens, {self.num_heads} heads, {cache}, {mode}{q}"
 
     plain = False  # not a decode goal shape
+
+    def expanded(self, query_lens=(), shared_prefix=None, group_size=None, options=None) -> list["MLAShape"]:
+        """The command line's additions are decode's (options, query lengths, shared prompts): none applies."""
+        return [self]
+
+    def multiply_adds_bound(self) -> int:
+        """Multiply-adds before the problem is built: 576 + 512 dims per query row, head and token read (topk
+        tokens when sparse, the whole context otherwise: an upper bound)."""
+        tokens = min(self.topk, self.context_len) if self.topk else self.context_len
+        return self.num_seqs * self.query_len * self.num_heads * (576 + 512) * tokens
 
     def columns(self) -> dict:
         """The shape columns of a sweep.csv row (one latent "KV head" of 576 dims)."""

@@ -137,6 +137,24 @@ class Shape:
     def replace(self, **changes) -> "Shape":
         return dataclasses.replace(self, **changes)
 
+    def expanded(self, query_lens=(), shared_prefix: int | None = None, group_size: int | None = None,
+                 options: OptionTokens | None = None) -> list["Shape"]:
+        """This shape with the command line's additions (expand() has the rules), in order, duplicates kept."""
+        shape = self if options is None else self.replace(options=options)
+        out = [shape]
+        out += [shape.replace(query_len=q) for q in query_lens if shape.group_size or q <= shape.context_len]
+        if shared_prefix is not None and not shape.group_size:
+            g = 8 if group_size is None else group_size
+            groups = max(1, shape.num_seqs // g)
+            out += [shape.replace(num_seqs=groups * g, context_len=shared_prefix, group_size=g, query_len=q)
+                    for q in dict.fromkeys((1, *query_lens))]
+        return out
+
+    def multiply_adds_bound(self) -> int:
+        """Multiply-adds before the problem is built (an upper bound: every query token reads the whole context,
+        a shared prompt's suffix tokens counted): 2 x heads x head_dim per query token and token read."""
+        return 2 * self.num_seqs * self.query_len * self.num_heads * self.head_dim * self.longest_context
+
     def option_context(self, kv_dtype: str | None = None) -> Context:
         return Context(num_heads=self.num_heads, head_dim=self.head_dim, kv_format=kv_dtype or self.kv_dtype)
 
@@ -286,21 +304,9 @@ def expand(shapes: list[Shape], query_lens=(), shared_prefix: int | None = None,
     if too_long:  # a point no shape can hold would be dropped silently
         raise RefusedRequest(f"--query-lens {too_long[0]}: more query tokens than any shape's context (the longest "
                              f"has {longest} tokens); each must be in 1..{longest}")
-    for shape in shapes:
-        if getattr(shape, "kind", "decode") == "mla":  # the decode additions do not apply to MLA shapes
-            add(shape)
-            continue
-        if options is not None:
-            shape = shape.replace(options=options)
-        add(shape)
-        for q in query_lens:
-            if shape.group_size or q <= shape.context_len:
-                add(shape.replace(query_len=q))
-        if shared_prefix is not None and not shape.group_size:
-            g = 8 if group_size is None else group_size
-            groups = max(1, shape.num_seqs // g)
-            for q in dict.fromkeys((1, *query_lens)):
-                add(shape.replace(num_seqs=groups * g, context_len=shared_prefix, group_size=g, query_len=q))
+    for shape in shapes:  # each shape applies what its kind's grammar has (an MLA shape: none of them)
+        for expanded in shape.expanded(query_lens, shared_prefix, group_size, options):
+            add(expanded)
     return out
 
 

@@ -2,6 +2,7 @@
 
     get_function(backend, path, expression, batch) -> kernel   cupy.RawKernel on a GPU, the CPU executor's elsewhere
     cpu_options(**options)       context manager: CpuRawModule options for kernels fetched inside (asan, thread_order)
+    current_cpu_options() -> tuple   the options in force here (a launcher with its own module cache keys on them)
     to_device(array, backend)    C-contiguous upload; bfloat16 and fp8 as raw bits on a GPU (CuPy lacks them)
     Prepared, SplitKVPrepared    launches run in order by launch(); result() downloads (out, lse with return_lse)
     check_shared(name, dynamic, static, what)   Unsupported past the no-opt-in shared-memory limit (48 KiB)
@@ -50,6 +51,12 @@ def cpu_options(**options):
         yield
     finally:
         _cpu_options.reset(token)
+
+
+def current_cpu_options() -> tuple:
+    """The executor options the enclosing cpu_options() blocks set, as sorted (name, value) pairs: a launcher that
+    builds its own modules (kernels/flashinfer, whose compile needs the wheel's include folders) passes them on."""
+    return _cpu_options.get()
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,7 +116,8 @@ def compile_report(path, expression: str, arch: str, threads_per_block: int, dyn
 
 class Prepared:
     """Launches (kernel, grid, block, args, shared_mem) run in order by launch(); result() downloads `out`
-    (in `out_dtype`: a GPU holds bfloat16 as raw uint16), and with `lse` (return_lse) returns (out, lse)."""
+    (in `out_dtype`: a GPU holds bfloat16 as raw uint16), lse() the log-sum-exp `lse` the launches write (the
+    problem's return_lse, or every MLA problem; None: not computed, lse() refuses)."""
 
     def __init__(self, launches, out, keep=(), out_dtype=None, lse=None):
         self.launches = launches
@@ -122,12 +130,14 @@ class Prepared:
         for kernel, grid, block, args, shared_mem in self.launches:
             kernel(grid, block, args, shared_mem=shared_mem)
 
-    def result(self):
+    def result(self) -> np.ndarray:
         out = np.asarray(backends.to_host(self.out))
-        out = out if self.out_dtype is None else out.view(self.out_dtype)
+        return out if self.out_dtype is None else out.view(self.out_dtype)
+
+    def lse(self) -> np.ndarray:
         if self.lse_device is None:
-            return out
-        return out, np.asarray(backends.to_host(self.lse_device))
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        return np.asarray(backends.to_host(self.lse_device))
 
 
 class SplitKVPrepared(Prepared):

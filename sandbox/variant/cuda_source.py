@@ -16,13 +16,13 @@ import re
 
 import numpy as np
 
-from ..problem.options import KERNEL_ARGS, KERNEL_FLAGS
+from ..problem.options import KERNEL_ARGS, KERNEL_FLAGS, SCORE_HOOKS
 from .limits import Unsupported
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]  # #line names files relative to it
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16",
           "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2",
-          "uint8": "pa::Nvfp4"}  # uint8: an NVFP4 cache's packed e2m1 pairs (kernels/cupy_raw/common.cuh)
+          "uint8": "pa::Nvfp4"}  # uint8: an NVFP4 cache's packed e2m1 pairs (kernels/cupy_raw/codecs.cuh)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 
@@ -33,18 +33,29 @@ def option_prelude() -> str:
         namespace pa { enum : int { OPT_WINDOW = 1, ... };  struct OptionArgs { int window_left; ... }; }
         #define PA_OPTION_PARAMS int window_left, ...        (a kernel's option parameters, in table order)
         #define PA_OPTION_ARGS pa::OptionArgs{window_left, ...}  (those parameters gathered)
+        namespace pa { struct HeadParams { float alibi_slope; ... }; }  (the score modifiers' per-head values)
+        #define PA_HEAD_PARAMS(q_head) pa::HeadParams{...}  (those of query head q_head, 0 outside FLAGS)
+        #define PA_SCORE_HOOKS if constexpr ((FLAGS & OPT_SOFTCAP) != 0) { s = ...; } ...
+                                 (the score modifiers' ScoreHook.cuda in table order, for pa::Options::logit)
     """
     def param(arg):
         restrict = " __restrict__" if arg.ctype.endswith("*") else ""
         return f"{arg.ctype}{restrict} {arg.name}"
 
     bits = ", ".join(f"{name} = {bit}" for name, bit in KERNEL_FLAGS)
+    per_head = [(flag, name, expression) for (flag, _), hook in SCORE_HOOKS for name, expression in hook.cuda_head]
+    head_members = " ".join(f"float {name};" for _, name, _ in per_head) or "char none;"
+    head_values = [f"(FLAGS & pa::{flag}) != 0 ? ({expression}) : 0.f" for flag, _, expression in per_head] or ["0"]
     members = " ".join(f"{arg.ctype} {arg.name};" for arg in KERNEL_ARGS)
     return "\n".join([
         "// Generated from the option table (sandbox/problem/option_table.py) by sandbox/variant/cuda_source.py.",
         f"namespace pa {{ enum : int {{ {bits} }}; struct OptionArgs {{ {members} }}; }}",
         f"#define PA_OPTION_PARAMS {', '.join(param(a) for a in KERNEL_ARGS)}",
         f"#define PA_OPTION_ARGS pa::OptionArgs{{{', '.join(a.name for a in KERNEL_ARGS)}}}",
+        f"namespace pa {{ struct HeadParams {{ {head_members} }}; }}",
+        "#define PA_HEAD_PARAMS(q_head) pa::HeadParams{" + ", ".join(head_values) + "}",
+        "#define PA_SCORE_HOOKS " + " ".join(f"if constexpr ((FLAGS & pa::{flag}) != 0) {{ {hook.cuda} }}"
+                                             for (flag, _), hook in SCORE_HOOKS),
         ""])
 
 
@@ -73,7 +84,9 @@ def load_source(path) -> str:
         for number, line in enumerate(file.read_text().splitlines(), start=1):
             m = _INCLUDE.match(line)
             if m:
-                lines.append(expand(file.parent / m.group(1)))
+                inlined = expand(file.parent / m.group(1))  # "" when already inlined (#pragma once)
+                if inlined:
+                    lines.append(inlined)
                 lines.append(f'#line {number + 1} "{shown(file)}"')
             else:  # `#pragma once` becomes a blank line, so every later line keeps its number
                 lines.append("" if line.strip() == "#pragma once" else line)

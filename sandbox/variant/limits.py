@@ -5,8 +5,9 @@ A variant is one module with:
     prepare(problem, backend) -> Prepared           untimed: layout conversion, upload, compile
 and Prepared has:
     launch() -> None                                the only timed part (asynchronous on a GPU)
-    result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes); with
-                problem.options.return_lse (feature "lse"): (out, lse float32 [num_query_tokens, num_heads])
+    result() -> np.ndarray [num_seqs, num_heads, head_dim], dtype of the query (synchronizes)
+    lse() -> np.ndarray float32 [num_query_tokens, num_heads], with problem.options.return_lse (feature "lse")
+                (MLA variants the same, always: one protocol, see Prepared below)
 Optional:
     compile_report(block_size, head_dim, dtype, arch) -> dict   static resources (see sandbox.analysis.resources)
     Prepared.launch_parts() -> [(name, callable), ...]          each kernel launch of launch(), alone
@@ -24,27 +25,24 @@ parts_us "partition=... reduce=..."). Without launch_parts those columns stay em
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from ..errors import Unsupported  # noqa: F401  (sandbox.Unsupported; variants import it from here)
-from ..problem.dtypes import FP8_DTYPES, QUERY_DTYPES
-from ..problem.options import FEATURES
+from ..problem.dtypes import BASE_DTYPES, FP8_DTYPES, QUERY_DTYPES
+from ..problem.kinds import DECODE
+from ..problem.options import FEATURES, OPTIONS
+from ..problem.validate import ANY_BLOCK_SIZES, OTHER_BLOCK_SIZES, POW2_BLOCK_SIZES  # noqa: F401 (re-exported)
 
-POW2_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-# What the strategy and check draw for a variant that takes any block size (Limits.block_sizes None): the
-# powers of two and as many sizes that are not (FlashAttention 3 takes 1, 2, 3 or 19; FlashMLA's tests use
-# 2, 61, 69; hybrid models in vLLM use blocks of 528 and 2112 tokens). Any size in 1..4096 is valid.
-OTHER_BLOCK_SIZES = (3, 5, 19, 61, 69, 100, 528, 2112)
-ANY_BLOCK_SIZES = POW2_BLOCK_SIZES + OTHER_BLOCK_SIZES
-
-
-DTYPES = ("float32", "float16")
+DTYPES = BASE_DTYPES
 # What the Numba and CUDA C kernels implement (Limits(**KERNEL_SUPPORT)): every query dtype, both fp8 caches
-# with per-tensor scales, and the options that change the logits or scale K/V. A kernel that implements more
-# of the option table (sinks, lse, kv_scales, the nvfp4 cache) names it in its own Limits.
-KERNEL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES, options=("window", "softcap", "alibi", "kv_scale"))
+# with per-tensor scales, the window, the per-tensor scales and every score modifier of the table (a row with a
+# ScoreHook: softcap, alibi, ...; each family's score hook runs them all). A kernel that implements more of the
+# option table (sinks, lse, kv_scales, the nvfp4 cache) names it in its own Limits.
+KERNEL_SUPPORT = dict(dtypes=QUERY_DTYPES, kv_dtypes=FP8_DTYPES,
+                      options=tuple(row.feature for row in OPTIONS
+                                    if row.feature in ("window", "kv_scale") or row.score is not None))
 assert set(KERNEL_SUPPORT["options"]) <= set(FEATURES), "KERNEL_SUPPORT names a feature the option table lacks"
 
 
@@ -59,6 +57,9 @@ class Limits:
         "alibi", "kv_scale", "sinks", "lse", ...).
     max_query_len: query tokens per sequence (1: decode only; None: any, with query_start).
     """
+
+    kind: ClassVar = DECODE  # the kind of problem (sandbox.problem.kinds) a variant with these limits solves
+    problem: ClassVar[str] = DECODE.name
 
     block_sizes: tuple[int, ...] | None = POW2_BLOCK_SIZES  # None: any block size in 1..4096
     head_dims: tuple[int, ...] | None = None
@@ -108,6 +109,12 @@ class Limits:
 
 
 class Prepared(Protocol):
+    """What prepare returns, for every kind of problem: launch() (timed), result() -> out, and lse() -> float32
+    [num_query_tokens, num_heads], the natural log-sum-exp of each row's logits (decode: only when the problem's
+    options ask for it, return_lse; MLA: always). One protocol: result() is never a tuple."""
+
     def launch(self) -> None: ...
 
     def result(self) -> np.ndarray: ...
+
+    def lse(self) -> np.ndarray: ...

@@ -9,8 +9,8 @@ Optional, as for decode: compile_report(block_size, head_dim, dtype, arch, kv_dt
 ignored: MLA's is 576; kv_dtype "float8_e4m3fn" names the fp8 record, whose codes are e4m3),
 Prepared.launch_parts(), Prepared.bytes_moved().
 
-The registry reads the kind of problem a variant solves from its LIMITS: `LIMITS.problem`, "decode"
-for Limits and "mla" here (registry.variants(problem=...)).
+The registry reads the kind of problem a variant solves from its LIMITS: `LIMITS.kind`
+(sandbox.problem.kinds: DECODE for Limits, MLA here; registry.variants(problem=...) takes its name).
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..problem import mla_record as rec
+from ..problem.kinds import MLA
 from ..problem.mla_validate import MLA_QUERY_DTYPES
 from .limits import Unsupported
 
@@ -35,7 +36,8 @@ class MLALimits:
     and/or "sparse" (indices); max_query_len: query rows per sequence (None: any, with query_start).
     """
 
-    problem: ClassVar[str] = "mla"
+    kind: ClassVar = MLA
+    problem: ClassVar[str] = MLA.name
     head_dims: ClassVar[tuple] = (rec.LATENT_DIMS,)   # fixed by the problem: what `list` and `resources` show
 
     block_sizes: tuple[int, ...] | None = None
@@ -60,8 +62,9 @@ class MLALimits:
         def refuse(what, value, allowed):
             raise Unsupported(f"{name} does not support {what}={value} (supported: {', '.join(map(str, allowed)) or 'none'})")
 
-        if getattr(problem, "kind", None) != "mla":
-            raise Unsupported(f"{name} solves MLA problems (sandbox.run_mla, MLAProblem), not {type(problem).__name__}")
+        if not isinstance(problem, self.kind.problem):
+            raise Unsupported(f"{name} solves MLA problems ({self.kind.entry}, {self.kind.problem.__name__}), not "
+                              f"{type(problem).__name__}")
         if self.block_sizes is not None and problem.block_size not in self.block_sizes:
             refuse("block_size", problem.block_size, self.block_sizes)
         if np.dtype(problem.dtype).name not in self.dtypes:

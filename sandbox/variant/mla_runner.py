@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..problem.kinds import MLA
 from ..problem.mla import MLAProblem
 from . import registry
 from ..devices.other_mode import call_in_numba_mode
@@ -61,3 +62,6 @@ def run_mla(name, query, latent_cache, block_tables, context_lens, scale=None, *
     problem = MLAProblem(*(contiguous(x) for x in (query, latent_cache, block_tables, context_lens)), scale,
                          query_start=contiguous(query_start), indices=contiguous(indices))
     return run_mla_problem(name, problem, backend, return_lse, config)
+
+
+MLA.attach(prepare=prepare_mla)  # the variant layer's part of the MLA kind (sandbox/problem/kinds.py)

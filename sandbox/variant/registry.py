@@ -4,7 +4,7 @@ and the sweep walk it.
 Adding a variant is one module plus one line here; adding a kernel family is one package under kernels/ (its
 FAMILY, sandbox/variant/family.py) plus one line in FAMILIES. Modules load lazily, so importing the
 sandbox never imports numba.cuda or CuPy. Each variant solves one kind of problem (PROBLEMS), read
-from its LIMITS (`LIMITS.problem`: "decode" for Limits, "mla" for MLALimits); variants(problem=...)
+from its LIMITS (`LIMITS.kind`: sandbox.problem.kinds.DECODE for Limits, MLA for MLALimits); variants(problem=...)
 walks one kind, so the decode suites never meet an MLA variant and the other way round.
 """
 from __future__ import annotations
@@ -14,19 +14,23 @@ import importlib
 import re
 import types
 
+from ..problem import kinds
+from ..problem.kinds import ProblemKind
 from . import tunables
 from .family import Family
 from .limits import Limits
 from ..errors import RefusedRequest
 
-PROBLEMS = ("decode", "mla")
+PROBLEMS = tuple(kind.name for kind in kinds.CHECKED)
 
 # Kernel families: the variants' name prefix -> the module whose FAMILY declares how they run (family.py).
 FAMILIES = {
     "numpy": "kernels.numpy_family",
     "numba": "kernels.numba_cuda",
     "cupy": "kernels.cupy_raw",
+    "triton": "kernels.triton",
     "micro": "kernels.micro",
+    "flashinfer": "kernels.flashinfer",
 }
 
 VARIANTS = {
@@ -44,6 +48,11 @@ VARIANTS = {
     "cupy.multi": "kernels.cupy_raw.multi",
     "cupy.cascade": "kernels.cupy_raw.cascade",
     "cupy.tc": "kernels.cupy_raw.tc",
+    "triton.naive": "kernels.triton.naive",
+    "triton.split": "kernels.triton.split",
+    "triton.unified": "kernels.triton.unified",
+    # peers: other projects' kernels from their wheels' headers (unavailable, with the reason, without the wheel)
+    "flashinfer.decode": "kernels.flashinfer.decode",
     # MLA (LIMITS is an MLALimits: they solve MLAProblem, sandbox.run_mla)
     "numpy.mla": "kernels.numpy_mla",
     "numba.mla": "kernels.numba_cuda.mla",
@@ -52,24 +61,26 @@ VARIANTS = {
 }
 
 # Deliberately broken variants (negative controls): the checker must reject every one.
-# Named wrong.<family>.<flaw> so the family (and so the backend) is the broken kernel's own.
+# Named wrong.<family>.<flaw> so the family (and so the backend) is the broken kernel's own. "module:name" is a
+# row of a table of controls (kernels/wrong/cupy_controls.py), a module-like object.
 WRONG_VARIANTS = {
     "wrong.numba.ignores_table": "kernels.wrong.numba_ignores_table",
     "wrong.numba.off_by_one": "kernels.wrong.numba_off_by_one",
     "wrong.numba.causal_off_by_one": "kernels.wrong.numba_causal_off_by_one",
     "wrong.numba.split_sink_per_partition": "kernels.wrong.numba_split_sink_per_partition",
-    "wrong.cupy.ignores_table": "kernels.wrong.cupy_ignores_table",
-    "wrong.cupy.off_by_one": "kernels.wrong.cupy_off_by_one",
-    "wrong.cupy.causal_off_by_one": "kernels.wrong.cupy_causal_off_by_one",
+    "wrong.cupy.ignores_table": "kernels.wrong.cupy_controls:ignores_table",
+    "wrong.cupy.off_by_one": "kernels.wrong.cupy_controls:off_by_one",
+    "wrong.cupy.causal_off_by_one": "kernels.wrong.cupy_controls:causal_off_by_one",
     "wrong.cupy.cascade_partial_block": "kernels.wrong.cupy_cascade_partial_block",
-    "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_window_off_by_one",
-    "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_softcap_before_scale",
-    "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_alibi_flipped",
-    "wrong.cupy.uncoalesced_k": "kernels.wrong.cupy_uncoalesced_k",
-    "wrong.cupy.lse_base2": "kernels.wrong.cupy_lse_base2",
-    "wrong.cupy.neighbour_head_scale": "kernels.wrong.cupy_neighbour_head_scale",
-    "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_mla_v_from_rope",
-    "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_mla_invalid_as_slot0",
+    "wrong.cupy.window_off_by_one": "kernels.wrong.cupy_controls:window_off_by_one",
+    "wrong.cupy.softcap_before_scale": "kernels.wrong.cupy_controls:softcap_before_scale",
+    "wrong.cupy.alibi_flipped": "kernels.wrong.cupy_controls:alibi_flipped",
+    "wrong.cupy.uncoalesced_k": "kernels.wrong.cupy_controls:uncoalesced_k",
+    "wrong.cupy.lse_base2": "kernels.wrong.cupy_controls:lse_base2",
+    "wrong.cupy.neighbour_head_scale": "kernels.wrong.cupy_controls:neighbour_head_scale",
+    "wrong.cupy.mla_v_from_rope": "kernels.wrong.cupy_controls:mla_v_from_rope",
+    "wrong.cupy.mla_invalid_as_slot0": "kernels.wrong.cupy_controls:mla_invalid_as_slot0",
+    "wrong.triton.skips_first_token": "kernels.wrong.triton_skips_first_token",
 }
 
 # Micro-benchmark kernels (the "micro" problem kind, sandbox.problem.micro): counted and modelled like a variant,
@@ -95,7 +106,7 @@ class Variant:
 
     @property
     def family(self) -> str:
-        """numpy | numba | cupy | micro: decides the backend (for wrong.* the family of the broken kernel)."""
+        """numpy | numba | cupy | triton | micro: decides the backend (for wrong.* the family of the broken kernel)."""
         return self.name.split(".")[1] if self.name.startswith("wrong.") else self.name.split(".")[0]
 
     @property
@@ -108,9 +119,15 @@ class Variant:
         return getattr(self.module, "LIMITS", Limits())
 
     @property
+    def kind(self) -> ProblemKind:
+        """The kind of problem it solves (sandbox.problem.kinds), as its LIMITS name it: Limits "decode", MLALimits
+        "mla", MicroLimits "micro"."""
+        return kinds.named(self.limits.problem)
+
+    @property
     def problem(self) -> str:
-        """The kind of problem it solves: "decode" (DecodeProblem, sandbox.run) or "mla" (MLAProblem, sandbox.run_mla)."""
-        return getattr(self.limits, "problem", "decode")
+        """The name of its kind: "decode" (DecodeProblem, sandbox.run) or "mla" (MLAProblem, sandbox.run_mla)."""
+        return self.kind.name
 
     @property
     def summary(self) -> str:
@@ -141,6 +158,17 @@ def family(name: str) -> Family:
     return declared
 
 
+def labelled(name: str) -> str:
+    """`name`, with "(peer: <project> <version>)" for a variant of a peer family (Family.peer: the version its
+    wheel has, or why it is unavailable), as the sweep's tables and plots show it; a name outside the registry
+    (the sweep's own torch.sdpa) as it is."""
+    prefix = name.split(".")[1] if name.startswith("wrong.") else name.split(".")[0]
+    if name not in VARIANTS and name not in WRONG_VARIANTS or prefix not in FAMILIES:
+        return name
+    peer = family(prefix).peer_label()
+    return f"{name} ({peer})" if peer else name
+
+
 def first_sentence(doc: str) -> str:
     """The first paragraph's text up to its first sentence end (". " before a capital, or the paragraph's end)."""
     paragraph = " ".join(doc.strip().split("\n\n", 1)[0].split())
@@ -151,7 +179,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"])")
 
 
 def variants(family: str | None = None, problem: str | None = "decode") -> list[str]:
-    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", or "wrong"), solving one
+    """Registered variant names, optionally of one family ("numpy", "numba", "cupy", "triton", or "wrong"), solving one
     kind of problem (PROBLEMS: "decode" by default, "mla"; None: every kind)."""
     if problem is not None and problem not in PROBLEMS:
         raise RefusedRequest(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")
@@ -180,10 +208,10 @@ def get(name: str, problem: str | None = None) -> Variant:
     if path is None:
         valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS) + list(MICRO_VARIANTS))
         raise RefusedRequest(f"unknown variant {name!r}; valid names: {valid}")
-    variant = Variant(name, importlib.import_module(path))
+    module, _, row = path.partition(":")
+    variant = Variant(name, getattr(importlib.import_module(module), row) if row else importlib.import_module(module))
     if problem is not None and variant.problem != problem:
-        entry = {"decode": "sandbox.run", "mla": "sandbox.run_mla"}.get(variant.problem, "sandbox.traffic")
-        raise RefusedRequest(f"{name} solves {variant.problem} problems ({entry}), not {problem}; "
+        raise RefusedRequest(f"{name} solves {variant.problem} problems ({variant.kind.entry}), not {problem}; "
                              f"{problem} variants: {', '.join(variants(problem=problem))}")
     return variant
 

@@ -6,6 +6,7 @@ import numpy as np
 from . import registry
 from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem
+from ..problem.kinds import DECODE
 from ..devices.other_mode import call_in_numba_mode
 from ..errors import RefusedRequest
 
@@ -56,8 +57,14 @@ def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config
                                   config)
     prepared = variant.prepare(problem, resolved, config)
     prepared.launch()
-    result = prepared.result()
-    return tuple(np.asarray(x) for x in result) if isinstance(result, tuple) else np.asarray(result)
+    return outputs(prepared, problem)
+
+
+def outputs(prepared, problem: DecodeProblem):
+    """What sandbox.run returns from a launched prepared variant (the one LSE protocol, limits.Prepared): out,
+    or with problem.options.return_lse, (out, prepared.lse())."""
+    out = np.asarray(prepared.result())
+    return (out, np.asarray(prepared.lse())) if problem.options.return_lse else out
 
 
 def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=None, *, query_start=None,
@@ -80,3 +87,6 @@ def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=N
     problem = DecodeProblem(*(contiguous(x) for x in (query, key_cache, value_cache, block_tables, context_lens)),
                             scale, options=attention, query_start=contiguous(query_start))
     return run_problem(name, problem, backend, config)
+
+
+DECODE.attach(prepare=prepare)  # the variant layer's part of the decode kind (sandbox/problem/kinds.py)

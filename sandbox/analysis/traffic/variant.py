@@ -13,7 +13,9 @@
     columns(name, problem, device="h200", config=None) -> dict   the per-point columns a sweep records (COLUMNS)
 
 Each family's capture counts its launches (sandbox/variant/family.py): cupy.* run on the CPU executor in traffic
-mode; numba.* under the Numba simulator's capture (sandbox.analysis.traffic.numba_sim); numpy.gather has no kernel.
+mode; numba.* under the Numba simulator's capture (sandbox.analysis.traffic.numba_sim); a family's own capture
+function (triton.*: Triton's interpreter) hands its launches and each one's census, with the cubin whose SASS
+gives the loads in flight; numpy.gather has no kernel.
 A micro-benchmark (the micro problem kind, micro.*) is counted one block for the grid (micro.py). One L2 model
 spans the call's kernels; each launch's census and the scaling of its counts are census.py's.
 
@@ -38,9 +40,9 @@ from .count import count
 from sandbox.cpucuda import modes as cpucuda_modes, traffic_capture
 from sandbox.errors import RefusedRequest
 from sandbox.devices.backends import numba_simulated
-from sandbox.problem import mla_record
+from sandbox.problem import kinds, mla_record
 from sandbox.problem.micro import MICRO
-from sandbox.variant import mla_runner, registry, runner, tunables
+from sandbox.variant import registry, tunables
 
 SAMPLE_SEQS = 8
 COLUMNS = ("dram_bytes", "ideal_bytes", "bytes_over_ideal", "load_sectors_per_request", "kv_sectors_per_request",
@@ -147,14 +149,22 @@ def mla_sample(problem, sample_seqs: int | None):
 # ---------------------------------------------------------------- captures per family
 
 def _capture_cupy(name, problem, counted, census: bool, config, device, kind: str = "decode"):
-    prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
+    prepare = kinds.named(kind).part("prepare")
     with cpucuda_modes(traffic=True):  # the executor's one switch: every kernel launched inside is counted
         whole, _ = prepare(name, problem, "cpu", config)
-        part = whole if counted is problem else prepare(name, counted, "cpu", config)[0]
+        if counted is problem:
+            part = whole
+        elif hasattr(whole, "subset"):  # a plan that depends on the batch (FlashInfer's split): the whole's
+            part = whole.subset(counted)
+        else:
+            part = prepare(name, counted, "cpu", config)[0]
         with traffic_capture() as launches:
             part.launch()
     grids = [_dims(g) for _, g, _, _, _ in whole.launches]
-    resources = [_cupy_census(kernel, block, shared, device.arch) if census else _no_census(block, shared)
+    # a family whose headers NVRTC cannot compile (FlashInfer's) names its own compile (Family.census)
+    compiler = registry.get(name).family_plugin.census
+    compiler = compiler if callable(compiler) else None
+    resources = [_cupy_census(kernel, block, shared, device.arch, compiler) if census else _no_census(block, shared)
                  for kernel, _, block, _, shared in whole.launches]
     return launches, grids, resources
 
@@ -174,10 +184,10 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
     # The capture's own helpers where it has them: blocks of a GPU's size (the simulator's launchers cap
     # them otherwise), and one block counted per class of identical-work blocks (numba_sample).
     sizes = getattr(numba_sim, "gpu_thread_counts", contextlib.nullcontext)
-    prepare = mla_runner.prepare_mla if kind == "mla" else runner.prepare
+    prepare = kinds.named(kind).part("prepare")
     with sizes():
         prepared, _ = prepare(name, problem, "cpu", config)
-    represent = _numba_representatives(problem, gpus.get(device).l2_bytes) if kind == "decode" else None
+    represent = kinds.named(kind).part("numba_representatives")(problem, gpus.get(device).l2_bytes)
     with (numba_sim.capture(represent=represent) if represent else numba_sim.capture()) as launches:
         prepared.launch()
     arch = gpus.get(device).arch
@@ -188,6 +198,20 @@ def _capture_numba(name, problem, counted, census: bool, config, device, kind: s
 
 # The harness's captures by the name a family declares (sandbox/variant/family.py, CAPTURES).
 CAPTURES = {"executor": _capture_cupy, "numba_simulator": _capture_numba}
+
+
+def _read_image(census: dict, arch: str) -> dict:
+    """A capture's census with its loads in flight: a family's own capture may hand each launch's cubin as
+    `image` (cubin bytes, function name; sandbox/variant/family.py), whose SASS is read here as the CUDA C
+    census reads its own; a census with neither loads nor an image assumes them and says why."""
+    if "image" in census:
+        cubin, function = census["image"]
+        rest = {k: v for k, v in census.items() if k != "image"}
+        return dict(rest, **loads_fields(read_loads(cubin, function), arch))
+    if "loads_in_flight_source" in census:
+        return census
+    return dict(census, **assumed_loads("no compile census" if "census_error" in census
+                                        else "the family's capture gave no cubin to read"))
 
 
 def _launched(census: dict, block, arch: str, kernel: str = "") -> dict:
@@ -230,12 +254,17 @@ def _no_census(block, dynamic_shared: int) -> dict:
                 dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census (census=False)"))
 
 
-def _cupy_census(kernel, block, dynamic_shared: int, arch: str) -> dict:
-    """Registers and shared memory of this exact instantiation (NVRTC -> cubin for the device's arch), its occupancy
-    and the loads its warps keep in flight (read from the same cubin's SASS)."""
+def _cupy_census(kernel, block, dynamic_shared: int, arch: str, compiler=None) -> dict:
+    """Registers and shared memory of this exact instantiation (NVRTC -> cubin for the device's arch, or the
+    family's own `compiler(kernel, arch) -> (Resources, cubin, function)`), its occupancy and the loads its warps
+    keep in flight (read from the same cubin's SASS)."""
     threads = int(np.prod(_dims(block)))
     try:
-        res, reading = nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
+        if compiler is None:
+            res, reading = nvrtc_census(kernel.code, kernel.name, tuple(kernel.options), arch)
+        else:
+            res, cubin, function = compiler(kernel, arch)
+            reading = read_loads(cubin, function)
     except Exception as exc:  # no CUDA wheels: the model says occupancy is unknown
         return dict(census_error=f"{type(exc).__name__}: {exc}"[:300], threads_per_block=threads,
                     dynamic_shared_bytes=int(dynamic_shared), **assumed_loads("no compile census"))
@@ -247,12 +276,17 @@ def _cupy_census(kernel, block, dynamic_shared: int, arch: str) -> dict:
                 **loads_fields(reading, arch))
 
 
+def _decode_census_shape(problem) -> dict:
+    return dict(head_dim=problem.head_dim, kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
+
+
+def _mla_census_shape(problem) -> dict:
+    """resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype."""
+    return dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
+
+
 def _numba_census(name, problem, kind: str, config, arch: str) -> dict:
-    if kind == "mla":  # resources takes MLA's one head dim itself; the fp8 record goes by its codes' dtype
-        shape = dict(kv_dtype=mla_record.CODE_DTYPE if problem.fp8 else None)
-    else:
-        shape = dict(head_dim=problem.head_dim,
-                     kv_dtype=None if problem.kv_dtype == problem.dtype else problem.kv_dtype.name)
+    shape = kinds.named(kind).part("census_shape")(problem)
     try:
         (row,) = resources.collect([name], [problem.block_size], dtype=problem.dtype.name, config=config, arch=arch,
                                    images=True, **shape)
@@ -292,12 +326,13 @@ def traffic(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = S
         return micro.traffic(variant, problem, gpu, census, config)
     problem.validate()
     variant.limits.check(name, problem, "cpu")
-    sampler = mla_sample if kind == "mla" else sample
+    sampler = variant.kind.part("traffic_sample")
     # the simulator's capture counts every block itself (numba_sample); the others count a sample of a large
     # problem's sequences
     counted, scale, note = sampler(problem, None if plugin.capture == "numba_simulator" else sample_seqs)
     capture = plugin.capture if callable(plugin.capture) else CAPTURES[plugin.capture]
     launches, grids, resources = capture(name, problem, counted, census, config, gpu, kind)
+    resources = [_read_image(res, gpu.arch) for res in resources]
     if len(grids) != len(launches):
         raise RuntimeError(f"{name}: {len(launches)} launches counted but {len(grids)} prepared")
     call = count(launches, gpu)
@@ -364,3 +399,18 @@ def columns(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = S
             config: dict | None = None) -> dict:
     """What a sweep point records: summary(traffic(name, problem, device, config=config)) (keys: COLUMNS)."""
     return summary(traffic(name, problem, device, sample_seqs, config=config))
+
+
+def _decode_numba_multiply_adds(problem, name: str) -> int:
+    """The multiply-adds the Numba capture simulates: its represented blocks (numba_sample.estimate_seconds)."""
+    return int(numba_sample.estimate_seconds(problem, name) / numba_sample.SECONDS_PER_MULTIPLY_ADD)
+
+
+# The traffic counter's part of each problem kind (sandbox/problem/kinds.py): how a count samples sequences,
+# which blocks the Numba capture simulates (None: every one) and the multiply-adds that costs, the census's
+# shape keywords.
+kinds.DECODE.attach(traffic_sample=sample, numba_representatives=_numba_representatives,
+                    numba_counted_multiply_adds=_decode_numba_multiply_adds, census_shape=_decode_census_shape)
+kinds.MLA.attach(traffic_sample=mla_sample, numba_representatives=lambda problem, l2_bytes: None,
+                 numba_counted_multiply_adds=lambda problem, name: problem.multiply_adds(),
+                 census_shape=_mla_census_shape)

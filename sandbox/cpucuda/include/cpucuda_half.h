@@ -64,6 +64,7 @@ struct __attribute__((aligned(2))) __half {
     __half& operator=(const __half_raw& r) { __x = r.x; return *this; }
 };
 typedef __half half;
+typedef __half nv_half;  // CUDA 12.2+ spells both
 
 struct __attribute__((aligned(4))) __half2 {
     __half x, y;
@@ -73,6 +74,7 @@ struct __attribute__((aligned(4))) __half2 {
     operator __half2_raw() const { return __half2_raw{x.__x, y.__x}; }
 };
 typedef __half2 half2;
+typedef __half2 nv_half2;
 
 // Conversions.
 static inline float __half2float(__half h) { return cpucuda::half_bits_to_float(h.__x); }

@@ -94,6 +94,13 @@ static inline long long __double_as_longlong(double x) { long long i; memcpy(&i,
 
 // Integer intrinsics.
 static inline int __popc(unsigned int x) { return __builtin_popcount(x); }
+// __byte_perm(x, y, s): byte i of the result is byte (s >> 4i) & 7 of the 8 bytes {y, x} (x: bytes 0-3).
+static inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+    const uint64_t bytes = ((uint64_t)y << 32) | x;
+    unsigned int r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned int)((bytes >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+}
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned int)x); }
 static inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }

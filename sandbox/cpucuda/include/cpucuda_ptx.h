@@ -313,3 +313,6 @@ static inline uint32_t shfl(ShflMode mode, uint32_t a, uint32_t b, uint32_t c, u
 
 }  // namespace ptx
 }  // namespace cpucuda
+
+#include "cpucuda_ptx_approx.h"
+#include "cpucuda_ptx_async.h"

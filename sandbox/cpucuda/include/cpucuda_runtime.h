@@ -46,6 +46,12 @@
 #define __builtin_align__(n) __attribute__((aligned(n)))
 #define __cudart_builtin__
 #define __grid_constant__
+// The runtime's version, as nvcc's pre-included cuda_runtime.h defines it (the compiler's, compiler.py).
+#ifndef CUDART_VERSION
+#define CUDART_VERSION (__CUDACC_VER_MAJOR__ * 1000 + __CUDACC_VER_MINOR__ * 10)
+#endif
+// nvcc's (and clang's) optimiser hint; g++ has none, and the hint must not evaluate its argument twice.
+#define __builtin_assume(e) ((void)sizeof(e))
 // `__shared__` declarations are rewritten by sandbox.cpucuda before g++ sees
 // them; one that escaped the rewrite (for example from a macro) fails here
 // with this name in the error instead of silently becoming a per-thread local.

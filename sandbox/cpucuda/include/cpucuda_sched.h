@@ -728,11 +728,16 @@ CPUCUDA_RUNTIME static void poison_fill(void* p, size_t n) {
     }
 }
 
+}  // namespace cpucuda
+#include "cpucuda_shared_window.h"
+namespace cpucuda {
+
 // Static __shared__ storage is poisoned by the first thread of each block
-// that reaches its declaration.
+// that reaches its declaration (and given its slot of the shared window).
 CPUCUDA_RUNTIME static inline void shared_enter(void* p, size_t n, unsigned long* gen) {
     if (*gen != g.block_gen) {
         *gen = g.block_gen;
+        window_note(p, n);
 #if CPUCUDA_HOOKS
         cpucuda_hook_shared(p, n, 0);
 #endif

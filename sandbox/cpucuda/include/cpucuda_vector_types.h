@@ -29,6 +29,21 @@ CPUCUDA_VECTOR_FAMILY(float, float, 4, 8, 4, 16)
 CPUCUDA_VECTOR_FAMILY(double, double, 8, 16, 8, 16)
 #undef CPUCUDA_VECTOR_FAMILY
 
+// CUDA 13's explicitly aligned 4-vectors of 8-byte elements (the executor reports CUDA 13, compiler.py).
+#define CPUCUDA_VECTOR4_ALIGNED(NAME, T, A) \
+    struct alignas(A) NAME { T x, y, z, w; };
+CPUCUDA_VECTOR4_ALIGNED(double4_16a, double, 16)
+CPUCUDA_VECTOR4_ALIGNED(double4_32a, double, 32)
+CPUCUDA_VECTOR4_ALIGNED(longlong4_16a, long long, 16)
+CPUCUDA_VECTOR4_ALIGNED(longlong4_32a, long long, 32)
+CPUCUDA_VECTOR4_ALIGNED(ulonglong4_16a, unsigned long long, 16)
+CPUCUDA_VECTOR4_ALIGNED(ulonglong4_32a, unsigned long long, 32)
+CPUCUDA_VECTOR4_ALIGNED(long4_16a, long, 16)
+CPUCUDA_VECTOR4_ALIGNED(long4_32a, long, 32)
+CPUCUDA_VECTOR4_ALIGNED(ulong4_16a, unsigned long, 16)
+CPUCUDA_VECTOR4_ALIGNED(ulong4_32a, unsigned long, 32)
+#undef CPUCUDA_VECTOR4_ALIGNED
+
 // dim3 is uint3 with constructors defaulting to 1 (blockDim, gridDim).
 struct dim3 {
     unsigned int x, y, z;

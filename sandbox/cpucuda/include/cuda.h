@@ -1,3 +1,4 @@
-// Intercepts <cuda.h>: the runtime header already defines what kernels use from it.
+// Intercepts <cuda.h>: the runtime header defines what kernels use from it, cpucuda_host_api.h the host API headers use.
 #pragma once
 #include "cpucuda_runtime.h"
+#include "cpucuda_host_api.h"

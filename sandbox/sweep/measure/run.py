@@ -33,9 +33,10 @@ from ...analysis import gpus
 from ...checking.check import expected_output
 from ...checking.compare import compare
 from ...devices import backends, cost
+from ...problem import kinds
 from ...problem.validate import MAX_BLOCK_SIZE
 from ...results import CsvAppender, new_run_dir
-from ...variant import mla_runner, registry, runner
+from ...variant import registry
 from ...variant.limits import Unsupported
 from .. import mla_shapes, shapes as shapes_mod
 from ..report import goals as goals_mod, plots, summary as summary_mod
@@ -57,13 +58,14 @@ COLUMNS = [
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
 FAILED = ("wrong", "error")
 # Outside implementations raced for reference (sweep/measure/peers.py): a wrong torch.sdpa point is recorded
-# and shown like any other, but only the sandbox's own variants decide the exit status.
+# and shown like any other, but only the sandbox's own variants decide the exit status; so do the registry's
+# peer families (Family.peer: flashinfer.*), is_peer().
 PEER_FAMILIES = ("torch",)
 
 
 def shape_kind(shape) -> str:
     """"decode" (sandbox/sweep/shapes.py) or "mla" (sandbox/sweep/mla_shapes.py): the variants it races."""
-    return getattr(shape, "kind", "decode")
+    return getattr(shape, "kind", kinds.DECODE.name)
 
 
 def backend_label(family: str, resolved: str) -> str:
@@ -71,6 +73,12 @@ def backend_label(family: str, resolved: str) -> str:
     if family in registry.FAMILIES:
         return registry.family(family).label(resolved)
     return "gpu" if resolved == "gpu" else "cpu"  # a peer (torch)
+
+
+def is_peer(family: str) -> bool:
+    """Another project's implementation: a sweep-internal peer (PEER_FAMILIES) or a registry family declared a
+    peer (Family.peer). Its wrong or failed points are recorded and shown, never the sweep's exit status."""
+    return family in PEER_FAMILIES or (family in registry.FAMILIES and registry.family(family).peer is not None)
 
 
 @dataclasses.dataclass
@@ -90,7 +98,7 @@ class Candidate:
     @classmethod
     def from_registry(cls, name: str) -> "Candidate":
         v = registry.get(name)
-        prepare = mla_runner.prepare_mla if v.problem == "mla" else runner.prepare
+        prepare = v.kind.part("prepare")
 
         def prepare_with(problem, backend, config=None):
             return prepare(name, problem, backend, config)[0]
@@ -100,7 +108,8 @@ class Candidate:
 
     @classmethod
     def from_peer(cls, peer) -> "Candidate":
-        return cls(peer.name, peer.family, peer.limits, peer.prepare, per_shape=True, note=lambda: peer.note)
+        return cls(peer.name, peer.family, peer.limits, peer.prepare, per_shape=getattr(peer, "per_shape", True),
+                   note=lambda: peer.note)
 
 
 @dataclasses.dataclass
@@ -209,6 +218,9 @@ class _ShapeData:
         return self._problem[1]
 
     def verdict(self, prepared, got, block_size: int):
+        """out (and with return_lse, prepared.lse()) against the truth."""
+        if self.problem(block_size).options.return_lse:
+            got = (got, prepared.lse())
         return compare(got, self.expected(block_size), self.shape.dtype)
 
     def expected(self, block_size: int):
@@ -220,6 +232,11 @@ class _ShapeData:
                 truth = shapes_mod.expected_output(self.tokens)
             self._expected = (key, truth)
         return self._expected[1]
+
+
+# The sweep's part of each problem kind (sandbox/problem/kinds.py): the arrays it builds once per shape.
+kinds.DECODE.attach(shape_data=_ShapeData)
+kinds.MLA.attach(shape_data=mla_shapes.MLAShapeData)
 
 
 def _blank_row(candidate: Candidate, shape, block_size, label: str, on_gpu: bool) -> dict:
@@ -303,9 +320,10 @@ def run_point(candidate: Candidate, resolved: str, data: _ShapeData, block_size:
 
 def first_launch_is_a_sample(family: str, resolved: str) -> bool:
     """Whether a point's correctness launch is also its first timed call: on the CPU where nothing compiles in
-    a launch (the Numba simulator, NumPy; the executor builds a CUDA C kernel at its first launch, and a GPU
-    compiles and warms up), so a simulated point that takes longer than the budget runs once, not twice."""
-    return family not in PEER_FAMILIES and not registry.family(family).first_launch_compiles(resolved)
+    a launch (the Numba simulator, NumPy, Triton's interpreter; the executor builds a CUDA C kernel at its first
+    launch, and a GPU compiles and warms up), so a simulated point that takes longer than the budget runs once,
+    not twice."""
+    return not is_peer(family) and not registry.family(family).first_launch_compiles(resolved)
 
 
 def point_bytes(prepared, problem) -> int:
@@ -367,7 +385,7 @@ class SweepOutcome:
 
     @property
     def failed(self) -> list[dict]:
-        return [r for r in self.rows if r["status"] in FAILED and r["family"] not in PEER_FAMILIES]
+        return [r for r in self.rows if r["status"] in FAILED and not is_peer(r["family"])]
 
     @property
     def exit_code(self) -> int:
@@ -384,6 +402,8 @@ def variants_without_ok(rows: list[dict], variants: list[str], not_raced: set = 
     for name in variants:
         mine = [r for r in rows if r["variant"] == name]
         if name in not_raced or any(r["status"] in ("ok", "skipped") for r in mine):
+            continue
+        if mine and all(is_peer(r["family"]) for r in mine):  # a peer without its wheel: said, not failed
             continue
         out.append(name)
     return out
@@ -417,7 +437,7 @@ def estimate_points(config: "SweepConfig") -> None:
             if kind != shape_kind(shape):
                 continue
             try:
-                backend = backends.resolve(config.backend, family)
+                backend = registry.family(family).resolve(config.backend)
             except ValueError:
                 continue  # not runnable here: the point says so
             cost.guard(f"sweep shape {shape.name} ({family} variants, per block size)", cost.shape_multiply_adds(shape),
@@ -467,6 +487,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     log = _log_via(bar)
     log(f"sweep: {len(candidates)} variants x {len(config.block_sizes)} block sizes x {len(config.shapes)} shapes "
         f"on {'the GPU' if on_gpu else 'the CPU (emulation: times are not GPU performance)'} -> {run_dir}")
+    for line in peers.unavailable(on_gpu, config.torch):
+        log(line)
     env = Environment.create(on_gpu, config.quick, log)
     if config.tune:
         tuning = tune_mod.Tuning.explore(run_dir, on_gpu)
@@ -479,7 +501,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     not_raced = set()
     for c in candidates:
         try:
-            resolved[c.name] = (backends.resolve(config.backend, c.family) if c.family != "torch" else "gpu", None)
+            resolved[c.name] = (registry.family(c.family).resolve(config.backend) if c.family != "torch" else "gpu", None)
         except ValueError as exc:
             resolved[c.name] = (None, str(exc))
         if on_gpu and resolved[c.name][0] == "cpu":
@@ -494,7 +516,7 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
     try:
         for shape in config.shapes:
             kind = shape_kind(shape)
-            data = (mla_shapes.MLAShapeData if kind == "mla" else _ShapeData)(shape, config.seed)
+            data = kinds.named(kind).part("shape_data")(shape, config.seed)
             for index, block_size in enumerate(config.block_sizes):
                 for c in candidates:
                     if (c.per_shape and index > 0) or c.problem != kind:  # a decode variant at an MLA shape: no row
@@ -566,8 +588,8 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
     except KeyboardInterrupt:
         interrupted = True
         log(f"interrupted during clean-up: resources and plots skipped; writing {run_dir / 'summary.txt'}")
-    kinds = {shape_kind(shape) for shape in config.shapes}  # a variant whose kind has no shape here: not raced
-    raced = [n for n in config.variants if registry.get(n).problem in kinds]
+    shape_kinds = {shape_kind(shape) for shape in config.shapes}  # a variant whose kind has no shape here: not raced
+    raced = [n for n in config.variants if registry.get(n).problem in shape_kinds]
     without_ok = [] if interrupted else variants_without_ok(rows, raced, not_raced)
     text = summary_mod.render(rows, env.copy, on_gpu, meta.get("gpu"), goal_report, config.dense_baseline,
                               resource_rows, read=env.read, interrupted=interrupted, without_ok=without_ok,

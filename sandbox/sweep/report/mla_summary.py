@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sandbox.analysis import gpus
 
+from sandbox.problem import kinds
 from .text_table import table
 
 _H200 = gpus.get("h200")
@@ -27,7 +28,7 @@ def bound(nbytes: float, flops: float, peak: float) -> tuple[float, str]:
 def mla_table(rows) -> list[str]:
     """One line per correct MLA point: time, MB read, GFLOP, FLOP/byte, achieved GB/s and GFLOP/s, and the
     modelled H200 bound on CUDA cores and on tensor cores."""
-    points = [r for r in rows if r.get("problem") == "mla" and r["status"] == "ok" and r.get("flops")]
+    points = [r for r in rows if r.get("problem") == kinds.MLA.name and r["status"] == "ok" and r.get("flops")]
     if not points:
         return []
     body = []

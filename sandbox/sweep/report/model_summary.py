@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 
 from sandbox.analysis import gpus
+from sandbox.variant.registry import labelled
 
 from .text_table import table
 
@@ -62,10 +63,10 @@ def model_tables(rows, device: str = gpus.DEFAULT) -> list[str]:
             for b in sizes:
                 r = by.get((v, b))
                 cells.append("-" if r is None else _us(r["model_time_us"]) + ("*" if best[(shape, b)] is r else ""))
-            body.append([v, *cells])
+            body.append([labelled(v), *cells])
         lines.append(f" shape {shape}")
         lines += table(["variant", *[f"bs{b}" for b in sizes]], body)
-    body = [[shape, b, r["variant"], _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}",
+    body = [[shape, b, labelled(r["variant"]), _us(r["model_time_us"]), f"{r['model_fraction_of_bw']:.1%}",
              _fraction(r.get("model_fraction_of_achievable")), r["model_bound"], _loads(r),
              f"{r['bytes_over_ideal']:.3f}", f"{r['kv_sectors_per_request']:.2f}", f"{int(r['bank_conflicts']):,}"]
             for (shape, b), r in best.items()]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ...variant.registry import labelled
+
 from .model_summary import model_header, modelled
 from .mpl import pyplot as _mpl
 from .roofline import roofline_figure
@@ -116,7 +118,7 @@ def _panels(rows, ylabel, title, value, ceiling=None, ceiling_label="", logy=Fal
         for variant in variants:
             mine = sorted((r for r in here if r["variant"] == variant), key=lambda r: r["block_size"] or 0)
             ok = [r for r in mine if r["status"] == "ok" and value(r) is not None]
-            label = f"{variant} [{mine[0]['backend']}]" if mine else variant
+            label = f"{labelled(variant)} [{mine[0]['backend']}]" if mine else variant
             if ok and ok[0]["block_size"] is None:  # per-shape peer: a horizontal reference line
                 handles[label] = ax.axhline(value(ok[0]), color=colors[variant], ls=":", lw=1.6, label=label)
             elif ok:

@@ -6,6 +6,7 @@ time beside the modelled one per point, then the model's ranking."""
 from __future__ import annotations
 
 from ...problem import dtypes
+from ...variant.registry import labelled
 from . import goals as goals_mod
 from .mla_summary import mla_table
 from .model_summary import measured_vs_model, model_tables
@@ -66,7 +67,7 @@ def time_tables(rows) -> list[str]:
                 body.append([variant, mine[0]["backend"], *[_cell(mine[0], False)] * len(sizes)])
                 continue
             by_bs = {r["block_size"]: r for r in mine}
-            body.append([variant, mine[0]["backend"],
+            body.append([labelled(variant), mine[0]["backend"],
                          *[_cell(by_bs.get(b), by_bs.get(b) is not None and fastest.get(b) is by_bs.get(b)) for b in sizes]])
         lines.append(f" shape {shape}")
         lines += table(["variant", "backend", *[f"bs{b}" for b in sizes]], body)
