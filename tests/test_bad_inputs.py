@@ -21,9 +21,6 @@ from sandbox.problem import DecodeProblem
 
 FUZZ_SEED = 20261205
 FUZZ_CASES_PER_COMMAND = 150
-# The numeric flags of these commands are converted on engineer "serving"'s branch (its scope); until that merges
-# they may still take bare int/float.
-CONVERTED_ELSEWHERE = ("memory", "serving")
 
 
 @pytest.fixture
@@ -62,6 +59,12 @@ def sweep_csv(folder, name: str, content: bytes) -> str:
 
 def model_table(folder, content: bytes) -> str:
     path = folder / "table.csv"
+    path.write_bytes(content)
+    return str(path)
+
+
+def trace_file(folder, content: bytes) -> str:
+    path = folder / "trace.csv"
     path.write_bytes(content)
     return str(path)
 
@@ -124,6 +127,32 @@ REFUSED = [
     (["sass", "cupy.v1", "--head-dim", "0"], "argument --head-dim: must be an integer in [1, 1024], got '0'"),
     (["check", "numpy.gather", "--random", "-1"], "argument --random: must be an integer in [0, 1e+06]"),
     (["check", "numpy.gather", "--seed", "1e3"], "argument --seed: must be an integer, got '1e3'"),
+    (["memory", "--seed", "-1"], "argument --seed: must be an integer in [0, "),
+    (["memory", "--model-gb", "nan"], "argument --model-gb: must be a finite number, got 'nan'"),
+    (["memory", "--model", "nosuch"], "argument --model: invalid choice: 'nosuch'"),
+    (["memory", "--trace", "no/such.csv"], "trace 'no/such.csv' is not a readable file"),
+    (lambda w: ["memory", "--trace", trace_file(w, b"prompt_len,output_len\n1,x\n")],
+     "trace.csv' line 2: prompt_len and output_len must be integers"),
+    (lambda w: ["memory", "--trace", trace_file(w, b"prompt_len,output_len\n\xff\xfe,1\n")], "is not UTF-8 text"),
+    (["memory", "--max-len", "2"], "--max-len must be >= 3 for sharegpt-like lengths"),
+    (["memory", "--budget-tokens", "100"], "the KV budget (100 tokens) must hold at least one request"),
+    (["memory", "--example", "seed", "--num-requests", "3"], "--example seed prints a fixed worked example; it takes no"),
+    (["memory", "--calibrate-beam", "--distribution", "uniform"], "--calibrate-beam needs --distribution alpaca"),
+    (["serving", "--seeds", "0"], "argument --seeds: must be an integer in [1, 100], got '0'"),
+    (["serving", "--warmup", "nan"], "argument --warmup: must be a finite number, got 'nan'"),
+    (["serving", "--swap-gbps", "0"], "argument --swap-gbps: must be a number in (0, 10000], got '0'"),
+    (["serving", "--rates", "nan"], "argument --rates: must be a finite number, got 'nan'"),
+    (["serving", "--model", "nosuch"], "argument --model: invalid choice: 'nosuch'"),
+    (["serving", "--kernel", "nosuch"], "--kernel nosuch at block size 16: unknown variant 'nosuch'"),
+    (["serving", "--kernel", "cupy.v1", "--step-cost", "model"], "--kernel must be used with --step-cost analytic"),
+    (["serving", "--step-cost", "model:numba.gqa"], "numba.gqa is not a CUDA C (cupy.*) variant"),
+    (["serving", "--budget-tokens", "100"], "must be a KV budget of at least --max-len (2048) tokens, got 100"),
+    (["serving", "--trace", "no/such.csv"], "trace 'no/such.csv' is not a readable file"),
+    (lambda w: ["serving", "--trace", trace_file(w, b"prompt_len,output_len,arrival\n1,2,nan\n")],
+     "trace.csv' line 2: arrival must be a finite number of seconds >= 0"),
+    (["serving", "--json", "."], "--json must be a file in an existing folder, got ."),
+    (["check", "triton.naive", "--seed", "1e3"], "argument --seed: must be an integer, got '1e3'"),
+    (["traffic", "flashinfer.decode", "--exact", "--sample-seqs", "2"], "--exact counts every block; --sample-seqs 2"),
     (["list", "--nosuch"], "unrecognized arguments: --nosuch"),
     (["nosuch"], "invalid choice: 'nosuch'"),
 ]
@@ -204,14 +233,13 @@ def numeric_flags(parser) -> list:
 def test_the_table_and_the_fuzz_cover_every_registered_command():
     assert set(command_parsers()) == set(cli.COMMANDS)
     tabled = {argv[0] for argv, _ in REFUSED if isinstance(argv, list)} | {"compare", "sweep"}
-    missing = set(cli.COMMANDS) - tabled - set(CONVERTED_ELSEWHERE)
+    missing = set(cli.COMMANDS) - tabled
     assert not missing, f"commands without a refusal case in REFUSED: {sorted(missing)}"
 
 
 @pytest.mark.parametrize("command", list(cli.COMMANDS))
 def test_every_numeric_flag_is_checked_by_the_parser(command, capsys):
     """Each numeric flag takes numbers.real/integer: nan, inf, 1e308 and garbage never reach the command."""
-    xfail_until_converted(command)
     parser = command_parsers()[command]
     for action in numeric_flags(parser):
         assert action.type not in (int, float), f"{command} {action.option_strings[0]}: use sandbox.commands.numbers"
@@ -220,11 +248,6 @@ def test_every_numeric_flag_is_checked_by_the_parser(command, capsys):
                 parser.parse_args([action.option_strings[0], bad])
             err = capsys.readouterr().err
             assert refused.value.code == 2 and f"argument {action.option_strings[0]}" in err and err.count("\n") == 1
-
-
-def xfail_until_converted(command: str) -> None:
-    if command in CONVERTED_ELSEWHERE and any(a.type in (int, float) for a in numeric_flags(command_parsers()[command])):
-        pytest.xfail(f"{command}'s numeric flags are converted to sandbox.commands.numbers on the serving branch")
 
 
 def fuzz_tokens(parser, rng: random.Random) -> list[str]:
@@ -245,7 +268,6 @@ def fuzz_tokens(parser, rng: random.Random) -> list[str]:
 def test_fuzzed_command_lines_parse_or_are_refused_in_one_line(command, capsys):
     """Random argument strings (seeded: rerun with FUZZ_SEED) either parse or are refused in one line with
     SystemExit(2) (before any work: cli.main never reaches the command); never another exception or a traceback."""
-    xfail_until_converted(command)
     parser = command_parsers()[command]
     rng = random.Random(f"{FUZZ_SEED}:{command}")
     refused = 0
