@@ -118,7 +118,7 @@ def test_variant_matches_reference_on_edge_cases(name):
 
 
 # Examples of the NaN property per family under the "ci" profile (scaled like FAMILY_EXAMPLES).
-NAN_EXAMPLES = {"numpy": 3, "numba": 1, "cupy": 1}
+NAN_EXAMPLES = {"numpy": 3, "numba": 1, "cupy": 1, "triton": 1, "flashinfer": 1}
 
 
 def draw_planted_nan(draw, problem: DecodeProblem) -> DecodeProblem:
