@@ -102,12 +102,12 @@ def get_function(backend: str, expression: str, together=()):
 
 
 class Prepared:
-    """FlashInfer's launches: the decode kernel, then (split-KV) its merge; result() returns out (and the
-    natural-log lse with return_lse)."""
+    """FlashInfer's launches: the decode kernel, then (split-KV) its merge; result() returns out, lse() the
+    natural-log log-sum-exp (problems with return_lse; FlashInfer writes it in base 2)."""
 
     def __init__(self, launches, out, lse, out_dtype, return_lse, backend="cpu", chunk_pages=0):
         self.launches = launches   # [(kernel, grid, block, args, shared_mem)], as kernels/cupy_raw's Prepared
-        self.out, self.lse, self.out_dtype, self.return_lse = out, lse, out_dtype, return_lse
+        self.out, self.lse_device, self.out_dtype, self.return_lse = out, lse, out_dtype, return_lse
         self.backend, self.chunk_pages = backend, chunk_pages
 
     def subset(self, problem) -> "Prepared":
@@ -128,12 +128,16 @@ class Prepared:
             return lambda: kernel(grid, block, args, shared_mem=shared)
         return [("partition", one(0)), ("reduce", one(1))]
 
-    def result(self):
-        out = np.asarray(backends.to_host(self.out)).view(self.out_dtype)
+    def result(self) -> np.ndarray:
+        """[num_seqs, num_heads, head_dim] in the query's dtype."""
+        return np.asarray(backends.to_host(self.out)).view(self.out_dtype)
+
+    def lse(self) -> np.ndarray:
+        """float32 [num_seqs, num_heads], natural log (FlashInfer's base-2 lse times ln 2)."""
         if not self.return_lse:
-            return out
-        lse2 = np.asarray(backends.to_host(self.lse))
-        return out, (lse2 * np.float32(math.log(2))).astype(np.float32)
+            raise ValueError("this launch computes no log-sum-exp: prepare it for a problem with return_lse=True")
+        lse2 = np.asarray(backends.to_host(self.lse_device))
+        return (lse2 * np.float32(math.log(2))).astype(np.float32)
 
 
 def prepare(problem, backend: str, *, split: str = "planner", chunk_pages: int | None = None) -> Prepared:
