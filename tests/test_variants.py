@@ -73,9 +73,9 @@ def strategy_for(variant):
 def assert_matches_reference(name: str, problem: DecodeProblem, backend: str = "auto") -> None:
     result = check_problem(name, problem, backend)
     assert result.error is None, f"{name} raised on {result.problem}: {result.error}"
-    peer = getattr(registry.get(name).module, "peer_label", None)
+    peer = registry.get(name).family_plugin.peer_label()  # Family.peer: "peer: <project> <version>", else None
     if peer and not result.comparison.ok:  # another project's kernel: a wrong answer is a finding about it
-        warnings.warn(f"{name} ({peer()}) is wrong on {result.problem}:\n{result.comparison.report}")
+        warnings.warn(f"{name} ({peer}) is wrong on {result.problem}:\n{result.comparison.report}")
         return
     assert result.comparison.ok, f"{name} is wrong on {result.problem}:\n{result.comparison.report}"
 
