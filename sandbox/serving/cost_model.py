@@ -63,8 +63,8 @@ def _parse_variants(argument: str) -> tuple[str, ...]:
     for name in names:
         if name in registry.VARIANTS and not name.startswith("cupy."):  # refused before importing its family
             raise RefusedRequest(f"--step-cost model:{argument}: {name} is not a CUDA C (cupy.*) variant; the model's "
-                                 "counts come from the CPU executor (Numba variants count under the simulator, too slow "
-                                 "for a step-cost source)")
+                                 "counts come from the CPU executor (Numba variants count under the simulator, "
+                                 "too slow for a step-cost source)")
         try:
             registry.get(name, problem="decode")
         except ValueError as exc:
@@ -80,8 +80,9 @@ class ModelCost(AnalyticCost):
         super().__init__(shape, fixed_ms, overhead_ms)
         self.variants = _parse_variants(argument)
         if shape.kv_dtype_bytes not in _DTYPES:
-            raise RefusedRequest(f"--step-cost model: a KV element of {shape.kv_dtype_bytes} bytes has no kernel dtype; "
-                                 f"supported: {', '.join(map(str, sorted(_DTYPES)))} bytes (--dtype-bytes / --kv-dtype)")
+            raise RefusedRequest(f"--step-cost model: a KV element of {shape.kv_dtype_bytes} bytes has no kernel "
+                                 f"dtype; supported: {', '.join(map(str, sorted(_DTYPES)))} bytes "
+                                 "(--dtype-bytes / --kv-dtype)")
         self.dtype, self.kv_dtype = _DTYPES[shape.kv_dtype_bytes]
         self.gpu = gpus.get(device)
         self.block_sizes: tuple[int, ...] = ()

@@ -38,15 +38,17 @@ def load_fits(run_dir: Path, kv_dtype_bytes: int) -> tuple[dict[int, tuple[float
     """{block_size: (a_us, b_us_per_byte)} and {block_size: shapes fitted}; ValueError when unusable."""
     path = Path(run_dir) / "sweep.csv"
     if not path.is_file():
-        raise RefusedRequest(f"--step-cost sweep:{run_dir}: no sweep.csv there (a run folder of python -m sandbox sweep)")
+        raise RefusedRequest(f"--step-cost sweep:{run_dir}: no sweep.csv there (a run folder of "
+                             "python -m sandbox sweep)")
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     backends = sorted({r.get("backend") or "?" for r in rows})
     gpu = [r for r in rows if r.get("backend") == "gpu" and r.get("status") == "ok"]
     if not gpu:
-        raise RefusedRequest(f"--step-cost sweep:{run_dir}: no correct GPU rows (backends here: {', '.join(backends)}); "
-                             "cpu-sim / cpu-executor / cpu-numpy rows are CPU emulation, whose times are a simulator's "
-                             "wall clock, not GPU times: run python -m sandbox sweep on a GPU or use --step-cost analytic")
+        raise RefusedRequest(f"--step-cost sweep:{run_dir}: no correct GPU rows (backends here: "
+                             f"{', '.join(backends)}); cpu-sim / cpu-executor / cpu-numpy rows are CPU emulation, "
+                             "whose times are a simulator's wall clock, not GPU times: run python -m sandbox sweep on "
+                             "a GPU or use --step-cost analytic")
     best: dict[tuple[int, str], tuple[float, float]] = {}
     for r in gpu:
         plain = (r.get("query_len") in ("", "1") and not r.get("options") and r.get("group_size") in ("", "0")
@@ -82,7 +84,8 @@ class SweepCost(AnalyticCost):
         missing = [bs for bs in block_sizes if bs not in self.fits]
         if missing:
             raise RefusedRequest(f"--step-cost sweep:{self.run_dir} has GPU fits for block sizes "
-                                 f"{', '.join(map(str, self.fits))} only; --block-sizes asks for {', '.join(map(str, missing))}")
+                                 f"{', '.join(map(str, self.fits))} only; --block-sizes asks for "
+                                 f"{', '.join(map(str, missing))}")
 
     def decode_time(self, b: StepBatch) -> float:
         if not b.decode_tokens:
