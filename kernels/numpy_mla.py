@@ -36,9 +36,10 @@ def softmax_attend(query: np.ndarray, keys: np.ndarray, visible: np.ndarray, sca
     m = np.where(np.isfinite(m), m, 0.0).astype(np.float32)
     weights = np.exp(logits - m)
     total = weights.sum(axis=2, keepdims=True)
+    seen = ~(total <= 0)  # a NaN total (a NaN query, key or scale) is seen: NaN is data, not an empty row
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(total > 0, (weights @ keys[:, :rec.VALUE_DIMS]) / total, 0.0)
-        lse = np.where(total > 0, m + np.log(total), -np.inf)[..., 0]
+        out = np.where(seen, (weights @ keys[:, :rec.VALUE_DIMS]) / total, 0.0)
+        lse = np.where(seen, m + np.log(total), -np.inf)[..., 0]
     return out.astype(np.float32), lse.astype(np.float32)
 
 

@@ -100,7 +100,9 @@ def test_csv_path_accepted_and_bad_paths_fail_clearly(tmp_path, capsys):
     bad.mkdir()
     (bad / "sweep.csv").write_text("a,b\n1,2\n")
     assert cli.main(["compare", str(a), str(bad)]) == 2
-    assert cli.main(["compare", str(a), str(a), "--threshold", "-1"]) == 2
+    with pytest.raises(SystemExit) as refused:  # the parser's refusal: one line, exit 2
+        cli.main(["compare", str(a), str(a), "--threshold", "-1"])
+    assert refused.value.code == 2
 
 
 def test_static_code_changes_are_listed_but_do_not_decide_the_exit(tmp_path, capsys):

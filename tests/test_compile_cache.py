@@ -36,13 +36,13 @@ def test_an_nvrtc_compile_is_built_once_per_content(cache, monkeypatch):
     nvrtc.compile_cubin(CODE.replace("2.0f", "3.0f"), (), "sm_90")  # an edited kernel
     nvrtc.compile_cubin(CODE, (), "sm_90", options=("-DNDEBUG",))  # another option list
     assert len(calls) == 4
-    assert len(list((cache / "nvrtc").glob("*.pickle"))) == 4
+    assert len(list((cache / "nvrtc").glob("*.json"))) == 4
 
 
 def test_a_damaged_entry_is_rebuilt_and_off_compiles_every_time(cache, monkeypatch):
     calls = count_builds(monkeypatch)
     nvrtc.compile_cubin(CODE, (), "sm_90")
-    (entry,) = (cache / "nvrtc").glob("*.pickle")
+    (entry,) = (cache / "nvrtc").glob("*.json")
     entry.write_bytes(b"half a file")
     assert nvrtc.compile_cubin(CODE, (), "sm_90").resources["twice"].registers > 0
     assert len(calls) == 2
@@ -56,7 +56,7 @@ def test_failures_are_not_cached(cache):
     for _ in range(2):
         with pytest.raises(nvrtc.NvrtcError, match="failed"):
             nvrtc.compile_cubin("this is not CUDA", (), "sm_90")
-    assert not list(cache.rglob("*.pickle"))
+    assert not list(cache.rglob("*.json"))
 
 
 def test_the_default_folder_follows_xdg_cache_home(monkeypatch, tmp_path):

@@ -112,6 +112,37 @@ def test_dynamic_shared_memory_race_is_named(racy):
         racy.get_function("dynamic_neighbour")(1, 32, (np.zeros(32, np.float32),), shared_mem=128)
 
 
+TWO_KERNELS = r"""
+__global__ void reduce_kernel(float* out) {
+    extern __shared__ float weights[];
+    weights[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = weights[(threadIdx.x + 1) % blockDim.x];
+}
+template <int N, typename T>
+__device__ void stage(T* out) {
+    extern __shared__ char smem[];
+    T* buf = reinterpret_cast<T*>(smem);
+    buf[threadIdx.x] = (T)1;
+    out[threadIdx.x] = buf[(threadIdx.x + 1) % blockDim.x];
+}
+template <int N, typename T>
+__global__ void main_kernel(T* out) { if (N > 0) { stage<N, T>(out); } }
+"""
+
+
+def test_a_race_names_the_launched_kernels_array_and_demangled_functions():
+    """The main kernel's race in its dynamic shared memory names its own `smem`, not the reduce kernel's
+    `weights`; template functions read whole (`stage<16, float>`, not `float>`)."""
+    module = CpuRawModule(code=TWO_KERNELS, racecheck=True, name_expressions=["main_kernel<16, float>", "reduce_kernel"])
+    with pytest.raises(CpuKernelRaceError) as info:
+        module.get_function("main_kernel<16, float>")(1, 32, (np.zeros(32, np.float32),), shared_mem=128)
+    msg = str(info.value).splitlines()[0]
+    write, read = _line(TWO_KERNELS, "buf[threadIdx.x] = "), _line(TWO_KERNELS, "out[threadIdx.x] = buf[")
+    assert "on dynamic shared memory (smem; byte offset 4)" in msg, msg
+    assert f"<code>:{write} in stage<16, float>;" in msg and f"<code>:{read} in stage<16, float>," in msg, msg
+
+
 def test_atomics_and_consecutive_blocks_are_not_races(racy):
     x = np.random.default_rng(0).random(64).astype(np.float32)
     count, total, peak = np.zeros(2, np.int32), np.zeros(1, np.float32), np.zeros(1, np.float32)

@@ -10,10 +10,12 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, assume, given, settings
+from hypothesis import strategies as st
 
 import sandbox
-from sandbox.checking.mla_check import check_mla_problem, mla_edge_cases
+from sandbox.checking import nan_inputs
+from sandbox.checking.mla_check import check_mla_problem, expected_mla, mla_edge_cases
 from sandbox.problem import DecodeProblem, MLAProblem
 import sandbox.problem.mla.strategies  # noqa: F401  (attaches kinds.MLA.strategies)
 from sandbox.variant import Unsupported, registry
@@ -75,6 +77,43 @@ def test_mla_variant_matches_reference_on_edge_cases(name):
     variant = registry.get(name)
     for label, problem in mla_edge_cases(variant.limits, **EDGE_CASES[variant.family]):
         assert_matches_reference(name, problem)
+
+
+NAN_EXAMPLES = {"numpy": 3, "numba": 1, "cupy": 1}   # the NaN property's examples under the "ci" profile
+
+
+def draw_planted_nan(draw, problem: MLAProblem) -> MLAProblem:
+    """`problem` with one NaN in its data: a query element of a row that reads a token, or a latent element some
+    row reads (float caches; fp8 records are bytes)."""
+    rows = np.flatnonzero(problem.tokens_per_row() > 0)
+    slots = nan_inputs.read_slots(problem) if nan_inputs.cache_holds_nan(problem) else np.array([], np.int64)
+    assume(len(rows) > 0)  # a sparse draw where every index is invalid reads nothing: no row can turn NaN
+    places = ["query"] + (["latent"] if len(slots) else [])
+    if draw(st.sampled_from(places)) == "query":
+        return nan_inputs.plant_in_query(problem, int(draw(st.sampled_from(list(rows)))),
+                                         draw(st.integers(0, problem.num_heads - 1)),
+                                         draw(st.integers(0, problem.query.shape[2] - 1)))
+    return nan_inputs.plant_in_cache(problem, "latent", draw(st.sampled_from(list(slots))), 0,
+                                     draw(st.integers(0, problem.latent_cache.shape[2] - 1)))
+
+
+@pytest.mark.parametrize("name", MLA)
+def test_mla_variant_propagates_nan_to_exactly_the_rows_that_read_it(name):
+    """NaN is data: a NaN query or read latent element makes exactly the reference's NaN rows NaN (out and lse);
+    every other row stays clean."""
+    variant = registry.get(name)
+    n = NAN_EXAMPLES[variant.family]
+
+    @settings(max_examples=max(1, round(n * settings.default.max_examples / settings.get_profile("ci").max_examples)))
+    @given(problem=mla_problems_for(variant.limits, **FAMILY_SHAPES[variant.family]), data=st.data())
+    def nan_is_data(problem, data):
+        planted = draw_planted_nan(data.draw, problem)
+        assert np.isnan(expected_mla(planted)[0]).any(), "the planted NaN reaches no row: the case tests nothing"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            assert_matches_reference(name, planted)
+
+    nan_is_data()
 
 
 @pytest.mark.parametrize("name", WRONG_MLA)

@@ -6,6 +6,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sandbox.paging import BlockManager, OutOfBlocks
+from sandbox.paging.swap import SwappedSequences
 
 
 # ---- exact examples ---------------------------------------------------------------------------
@@ -332,8 +333,52 @@ def test_out_of_blocks_changes_nothing():
     assert "d" not in m
 
 
+def hand_made_swap(draw, seq_id) -> SwappedSequences:
+    """A SwappedSequences with one position that cannot be: below -1 or past its blocks (must be refused)."""
+    blocks = tuple(draw(st.lists(st.integers(0, 20), max_size=3, unique=True)))
+    table = draw(st.lists(st.integers(-1, len(blocks) - 1), max_size=3))
+    bad = draw(st.sampled_from([-3, -2, len(blocks), len(blocks) + 1]))
+    return SwappedSequences({seq_id: (draw(st.integers(0, 8)), table + [bad])}, blocks)
+
+
+def test_swapped_sequences_are_checked_on_construction():
+    with pytest.raises(ValueError, match=r"table\[0\] = -2 must be -1 or a position in 0..0"):
+        SwappedSequences({"a": (3, [-2])}, (5,))
+    with pytest.raises(ValueError, match="blocks position 1 is used by no table"):
+        SwappedSequences({"a": (3, [0])}, (5, 6))
+    with pytest.raises(ValueError, match="blocks must be distinct"):
+        SwappedSequences({"a": (3, [0, 1])}, (5, 5))
+    with pytest.raises(ValueError, match="num_tokens must be an integer >= 0"):
+        SwappedSequences({"a": (-1, [0])}, (5,))
+    m = BlockManager(4, 2)
+    before = m._state()
+    with pytest.raises(ValueError, match="sequence 'a' has 5 tokens but a table of 1 blocks"):
+        m.swap_in(SwappedSequences({"a": (5, [0])}, (5,)))
+    assert m._state() == before
+
+
+def test_an_impossible_pool_is_refused_before_it_is_built():
+    from sandbox.paging.block_manager import MAX_BLOCKS
+    with pytest.raises(ValueError, match=rf"num_blocks must be at most {MAX_BLOCKS:,} .* got 1,000,000,000,000"):
+        BlockManager(10**12, 16)
+
+
+def test_a_bad_token_changes_nothing():
+    m = BlockManager(4, 4)
+    m.allocate("a", [1, 2])
+    before = m._state()
+    for token, error in (("x", TypeError), (-2, ValueError), (True, TypeError), (1.0, TypeError)):
+        with pytest.raises(error, match="token"):
+            m.append_slot("a", token)
+        assert m._state() == before and m.num_tokens("a") == 2
+    with pytest.raises(ValueError, match=r"tokens\[1\] must be an integer >= 0, got -2"):
+        m.allocate("b", [1, -2])
+    assert m._state() == before
+
+
 # ---- stateful model -----------------------------------------------------------------------------
 ALPHABET = st.integers(0, 2)
+BAD_TOKENS = st.one_of(st.integers(max_value=-1), st.floats(allow_nan=True), st.text(max_size=2), st.just(True))
 
 
 class BlockManagerMachine(RuleBasedStateMachine):
@@ -503,6 +548,50 @@ class BlockManagerMachine(RuleBasedStateMachine):
             with pytest.raises(ValueError):
                 self.m.fork(sid, sid)
         assert self.m._state() == before
+
+    @rule(data=st.data())
+    def refused_request(self, data):
+        """A bad request of any kind at any step: refused with its error type, the whole state unchanged."""
+        m, known = self.m, sorted(self.tokens)
+        sid = data.draw(st.sampled_from(known)) if known else None
+        new = self._new_id()
+        bad_count = st.one_of(st.integers(max_value=-1), st.floats(allow_nan=True), st.sampled_from(["3", True, None]))
+        bad_ids = st.lists(ALPHABET, max_size=4).flatmap(
+            lambda ids: st.tuples(st.integers(0, len(ids)), BAD_TOKENS).map(lambda c: ids[:c[0]] + [c[1]] + ids[c[0]:]))
+        calls = {
+            "allocate a bad count": lambda: m.allocate(new, data.draw(bad_count)),
+            "allocate bad token ids": lambda: m.allocate(new, data.draw(bad_ids)),
+            "allocate an unhashable id": lambda: m.allocate([new], 1),
+            "append to an unknown sequence": lambda: m.append_slot(new, 1),
+            "fork an unknown sequence": lambda: m.fork(new, new + 1),
+            "free an unknown sequence": lambda: m.free(new),
+            "slide an unknown window": lambda: m.free_outside_window(new, 0),
+            "swap out an unknown sequence": lambda: m.swap_out([new]),
+            "ref_count out of range": lambda: m.ref_count(data.draw(st.sampled_from([-1, m.num_blocks, "0", 1.0]))),
+            "swap in a hand-made table": lambda: m.swap_in(hand_made_swap(data.draw, new)),
+        }
+        if sid is not None:
+            calls.update({
+                "append a bad token": lambda: m.append_slot(sid, data.draw(BAD_TOKENS)),
+                "allocate a live id": lambda: m.allocate(sid, 1),
+                "fork onto a live id": lambda: m.fork(sid, sid),
+                "fork onto an unhashable id": lambda: m.fork(sid, [new]),
+                "slide a bad window": lambda: m.free_outside_window(sid, data.draw(
+                    st.one_of(st.integers(max_value=-1), st.sampled_from(["1", 1.5, True])))),
+                "swap out a sequence twice": lambda: m.swap_out([sid, sid]),
+                "swap out one known, one unknown": lambda: m.swap_out([sid, new]),
+                "swap in a live id": lambda: m.swap_in(SwappedSequences({sid: (1, [0])}, (0,))),
+                "swap in a table too short": lambda: m.swap_in(SwappedSequences({new: (self.bs + 1, [0])}, (0,))),
+            })
+        what = data.draw(st.sampled_from(sorted(calls)))
+        before = m._state()
+        try:
+            calls[what]()
+        except (OutOfBlocks, KeyError, ValueError, TypeError):
+            pass
+        else:
+            raise AssertionError(f"{what}: accepted")
+        assert m._state() == before, f"{what}: refused but the state changed"
 
     @invariant()
     def every_sequence_reads_back_its_tokens(self):

@@ -374,6 +374,20 @@ def test_interrupted_sweep_keeps_its_rows(tmp_path):
     assert text.count("INTERRUPTED: the run was stopped") == 2  # at the top and at the bottom
 
 
+def test_a_second_ctrl_c_during_clean_up_still_writes_the_summary(tmp_path, monkeypatch):
+    def hook(row):
+        raise KeyboardInterrupt  # the first Ctrl-C, after the first point
+
+    def slow_plots(*args, **kwargs):
+        raise KeyboardInterrupt  # the second, while the plots are drawn
+
+    monkeypatch.setattr(plots, "write_all", slow_plots)
+    outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "1,2", "--variants", "numpy.gather", hook=hook)
+    assert outcome.interrupted and outcome.exit_code == 130 and len(rows) == 1
+    assert "INTERRUPTED: the run was stopped" in (outcome.run_dir / "summary.txt").read_text()
+    assert json.loads((outcome.run_dir / "meta.json").read_text())["interrupted"] is True
+
+
 def test_time_budget_records_the_rest_as_skipped(tmp_path):
     outcome, rows = sweep(tmp_path, "--shapes", TINY, "--block-sizes", "1,2", "--variants", "numpy.gather",
                           "--max-seconds", "1e-9", "--no-plots")

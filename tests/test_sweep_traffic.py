@@ -222,3 +222,11 @@ def test_resource_panel_titles_name_a_column_once_and_equal_lines_stay_apart():
     assert all(xa != xb for xa, xb in zip(a.get_xdata(), b.get_xdata()))  # drawn side by side
     assert a.get_linestyle() != b.get_linestyle() or a.get_marker() != b.get_marker()
     assert "none" in (a.get_markerfacecolor(), b.get_markerfacecolor())   # one hollow: the other shows through
+
+
+def test_traffic_columns_count_the_configuration_the_point_ran(tmp_path):
+    """--config reaches the traffic count as a configuration (it once arrived as its label string)."""
+    outcome, rows = sweep(tmp_path, "--shapes", "1x8x2/1x32xfp16", "--block-sizes", "16", "--no-plots",
+                          "--no-resources", "--variants", "cupy.gqa", "--config", "threads=64")
+    assert outcome.exit_code == 0 and rows[0]["config"] == "threads=64"
+    assert float(rows[0]["model_time_us"]) > 0, rows[0]["traffic_note"]

@@ -5,14 +5,17 @@ Nothing here names a variant: a new one is picked up from the registry.
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
 import pytest
 from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from sandbox.variant import registry
-from sandbox.checking.check import check_problem, edge_block_sizes, edge_case_problems, option_edge_cases
+from sandbox.checking import nan_inputs
+from sandbox.checking.check import check_problem, edge_block_sizes, edge_case_problems, expected_output, option_edge_cases
 from sandbox.problem.dtypes import FP8_DTYPES, QUERY_DTYPES
 from sandbox.problem import options
 from sandbox.problem.options import FEATURES
@@ -70,9 +73,9 @@ def strategy_for(variant):
 def assert_matches_reference(name: str, problem: DecodeProblem, backend: str = "auto") -> None:
     result = check_problem(name, problem, backend)
     assert result.error is None, f"{name} raised on {result.problem}: {result.error}"
-    peer = getattr(registry.get(name).module, "peer_label", None)
+    peer = registry.get(name).family_plugin.peer_label()  # Family.peer: "peer: <project> <version>", else None
     if peer and not result.comparison.ok:  # another project's kernel: a wrong answer is a finding about it
-        warnings.warn(f"{name} ({peer()}) is wrong on {result.problem}:\n{result.comparison.report}")
+        warnings.warn(f"{name} ({peer}) is wrong on {result.problem}:\n{result.comparison.report}")
         return
     assert result.comparison.ok, f"{name} is wrong on {result.problem}:\n{result.comparison.report}"
 
@@ -112,6 +115,68 @@ def test_variant_matches_reference_on_edge_cases(name):
                 assert_matches_reference(name, problem)
     for label, problem in option_edge_cases(limits, head_dim, brief=variant.family in BRIEF_OPTION_FAMILIES):
         assert_matches_reference(name, problem)
+
+
+# Examples of the NaN property per family under the "ci" profile (scaled like FAMILY_EXAMPLES).
+NAN_EXAMPLES = {"numpy": 3, "numba": 1, "cupy": 1, "triton": 1, "flashinfer": 1}
+
+
+def draw_planted_nan(draw, problem: DecodeProblem) -> DecodeProblem:
+    """`problem` with one NaN in its data: a query element, or a key or value element some row reads."""
+    places = ["query"] + (["key", "value"] if nan_inputs.cache_holds_nan(problem) else [])
+    place = draw(st.sampled_from(places))
+    if place == "query":
+        return nan_inputs.plant_in_query(problem, draw(st.integers(0, problem.query.shape[0] - 1)),
+                                         draw(st.integers(0, problem.num_heads - 1)),
+                                         draw(st.integers(0, problem.head_dim - 1)))
+    return nan_inputs.plant_in_cache(problem, place, draw(st.sampled_from(list(nan_inputs.read_slots(problem)))),
+                                     draw(st.integers(0, problem.num_kv_heads - 1)),
+                                     draw(st.integers(0, problem.key_cache.shape[3] - 1)))
+
+
+@pytest.mark.parametrize("name", registry.variants())
+def test_variant_propagates_nan_to_exactly_the_rows_that_read_it(name):
+    """NaN is data: a NaN query or read cache element makes exactly the reference's NaN rows NaN (out and lse),
+    every other row clean (compare counts a number where NaN is due as wrong)."""
+    variant = registry.get(name)
+    scale = settings.default.max_examples / settings.get_profile("ci").max_examples
+
+    @settings(max_examples=max(1, round(NAN_EXAMPLES[variant.family] * scale)))
+    @given(problem=strategy_for(variant), data=st.data())
+    def nan_is_data(problem, data):
+        planted = draw_planted_nan(data.draw, problem)
+        expected = expected_output(planted)
+        out = expected[0] if isinstance(expected, tuple) else expected
+        assert np.isnan(out).any(), "the planted NaN reaches no row of the reference: the case tests nothing"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the simulator computes with the NaN as the GPU does
+            assert_matches_reference(name, planted)
+
+    nan_is_data()
+    # and always one whole query row NaN (every logit of a head: what a NaN-skipping max turns into zeros) and one
+    # read key, on the first fixed edge case (the instantiation the edge-case test compiles anyway)
+    limits = variant.limits
+    wanted = EDGE_HEAD_DIMS.get(variant.family, 64)
+    head_dim = wanted if limits.head_dims is None or wanted in limits.head_dims else limits.head_dims[0]
+    block_sizes = edge_block_sizes(limits)[:1] if variant.family not in BLOCK_SIZES_WALKED_ELSEWHERE else ()
+    fixed = [p for _, p in edge_case_problems(head_dim, limits.dtypes[0], block_sizes) if limits.supports(p)][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert_matches_reference(name, nan_inputs.plant_in_query(fixed, 0, 0, 0))
+        assert_matches_reference(name, nan_inputs.plant_in_cache(fixed, "key", int(nan_inputs.read_slots(fixed)[-1]),
+                                                                 0, 0))
+
+
+def test_scale_and_sinks_are_parameters_refused_when_not_finite():
+    """Non-finite softmax scale or sinks are refused before launch, naming the argument (they are not data)."""
+    from sandbox import run_problem
+    problem = DecodeProblem.random(4, num_seqs=1, num_heads=2, num_kv_heads=1, head_dim=32, block_size=16,
+                                   max_context_len=20)
+    with pytest.raises(ValueError, match="scale must be a finite"):
+        run_problem("numpy.gather", dataclasses.replace(problem, scale=float("nan")))
+    with pytest.raises(ValueError, match=r"sinks\[1\] = nan is not finite"):
+        run_problem("numpy.gather", dataclasses.replace(problem, options=dataclasses.replace(
+            problem.options, sinks=np.array([0.5, np.nan], np.float32))))
 
 
 @pytest.mark.parametrize("name", registry.variants())

@@ -206,12 +206,16 @@ __global__ void __launch_bounds__(mla::THREADS)
         }
       }
       m = m_new;
+    } else {  // a NaN logit is skipped by fmaxf: it makes the row's sum NaN (NaN is data)
+#pragma unroll 1
+      for (int tt = 0; tt < CHUNK; ++tt)
+        if (logits[tt] != logits[tt]) l = logits[tt];
     }
     __syncthreads();  // the next chunk overwrites k_s and valid_s
   }
 
   if (!active) return;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const float inv = !(l <= 0.f) ? 1.f / l : 0.f;  // NaN stays NaN
   const long long rh = (long long)row * num_heads + head;
   if (row_parts[row] == 1) {
     T* o = out + rh * VALUE_DIMS;
@@ -223,7 +227,7 @@ __global__ void __launch_bounds__(mla::THREADS)
       pa::store(e + 2, acc[j].z * inv);
       pa::store(e + 3, acc[j].w * inv);
     }
-    if (g == 0) lse[rh] = l > 0.f ? m + logf(l) : pa::neg_inf();
+    if (g == 0) lse[rh] = !(l <= 0.f) ? m + logf(l) : pa::neg_inf();
   } else {
     const long long slot = rh * max_parts + part;
     float4* o = reinterpret_cast<float4*>(tmp_out + slot * VALUE_DIMS);
@@ -251,15 +255,15 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
   float big = pa::neg_inf();
   for (int z = 0; z < n; ++z)
     if (tmp_sum[base + z] > 0.f) big = fmaxf(big, tmp_max[base + z]);
-  float total = 0.f;
+  float total = 0.f;  // a partition with a NaN sum joins (`!(sum <= 0)`): NaN is data
   for (int z = 0; z < n; ++z)
-    if (tmp_sum[base + z] > 0.f) total += tmp_sum[base + z] * __expf(tmp_max[base + z] - big);
+    if (!(tmp_sum[base + z] <= 0.f)) total += tmp_sum[base + z] * __expf(tmp_max[base + z] - big);
   for (int d = threadIdx.x; d < mla::VALUE_DIMS; d += blockDim.x) {
     float a = 0.f;
     for (int z = 0; z < n; ++z)
-      if (tmp_sum[base + z] > 0.f)
+      if (!(tmp_sum[base + z] <= 0.f))
         a += tmp_sum[base + z] * __expf(tmp_max[base + z] - big) * tmp_out[(base + z) * mla::VALUE_DIMS + d];
-    pa::store(out + rh * mla::VALUE_DIMS + d, total > 0.f ? a / total : 0.f);
+    pa::store(out + rh * mla::VALUE_DIMS + d, !(total <= 0.f) ? a / total : 0.f);
   }
-  if (threadIdx.x == 0) lse[rh] = total > 0.f ? big + logf(total) : pa::neg_inf();
+  if (threadIdx.x == 0) lse[rh] = !(total <= 0.f) ? big + logf(total) : pa::neg_inf();
 }

@@ -268,7 +268,8 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int tt = 2 * g + e;
-        const float p = m_new == pa::neg_inf() ? 0.f : __expf(x[e] - m_new);  // -inf: 0
+        // -inf: 0; nothing seen yet (m_new = -inf): a NaN logit (fmaxf skips it) stays NaN
+        const float p = m_new == pa::neg_inf() ? (x[e] == pa::neg_inf() ? 0.f : x[e]) : __expf(x[e] - m_new);
         sum += p;
 #pragma unroll
         for (int w = 0; w < WARPS; ++w) {
@@ -327,7 +328,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
     for (int e = lane; e < HEADS * 16; e += pa::WARP) {
       const int h = e / 16, d = 128 * warp + 16 * j + e % 16;
       if (h < heads_here) {
-        const float l = l_s[h], inv = l > 0.f ? 1.f / l : 0.f;
+        const float l = l_s[h], inv = !(l <= 0.f) ? 1.f / l : 0.f;  // NaN stays NaN
         const long long rh = (long long)row * num_heads + head0 + h;
         if (direct)
           pa::store(out + rh * VALUE_DIMS + d, my_scratch[e] * inv);
@@ -341,7 +342,7 @@ __global__ void __launch_bounds__(pa::NUM_THREADS)
     const float m = m_s[tid], l = l_s[tid];
     const long long rh = (long long)row * num_heads + head0 + tid;
     if (direct) {
-      lse[rh] = l > 0.f ? m + logf(l) : pa::neg_inf();
+      lse[rh] = !(l <= 0.f) ? m + logf(l) : pa::neg_inf();
     } else {
       tmp_max[rh * max_parts + part] = m;
       tmp_sum[rh * max_parts + part] = l;

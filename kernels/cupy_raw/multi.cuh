@@ -106,7 +106,7 @@ struct Causal {
 // row_factor: what the row's accumulated P.V is multiplied by (times v_scale with OPT_VSCALE).
 template <int OPTS>
 __device__ __forceinline__ float row_factor(const pa::Options<OPTS>& opt, bool direct, float m, float l, int head) {
-  float inv = direct ? opt.inv_denominator(m, l, head) : (l > 0.f ? 1.f / l : 0.f);
+  float inv = direct ? opt.inv_denominator(m, l, head) : (!(l <= 0.f) ? 1.f / l : 0.f);
   if constexpr ((OPTS & pa::OPT_VSCALE) != 0) inv *= opt.v_scale;
   return inv;
 }
@@ -306,8 +306,9 @@ __device__ __forceinline__ void tile_attention(
       const float m_old = m_s[r];
       const float m_new = fmaxf(m_old, pa::warp_max(fmaxf(x0, x1)));
       float alpha = 1.f;
-      if (m_new == pa::neg_inf()) {  // nothing seen yet: all weights 0
-        x0 = x1 = 0.f;
+      if (m_new == pa::neg_inf()) {  // nothing seen yet: exp(-inf) = 0 for masked tokens; a NaN logit (fmaxf
+        x0 = __expf(x0);             // skipped it) stays NaN
+        x1 = __expf(x1);
       } else {
         alpha = __expf(m_old - m_new);  // m_old = -inf: 0 (acc and l are 0 anyway)
         x0 = __expf(x0 - m_new);
@@ -400,19 +401,22 @@ __device__ __forceinline__ void merge_slots(T* __restrict__ out, const float* __
   float m = pa::neg_inf();
   for (int s = 0; s < n; ++s)
     if (sum_in[base + s] > 0.f) m = fmaxf(m, max_in[base + s]);
+  // An empty slot (sum 0: never written) is marked -1 and skipped; every other slot joins, a NaN sum too
+  // (NaN is data), and so does a weight that underflowed to 0 (its NaN output, if any, stays NaN).
   float total = 0.f;
   for (int s = 0; s < n; ++s) {
     const float l = sum_in[base + s];
-    const float w = l > 0.f ? l * __expf(max_in[base + s] - m) : 0.f;
+    const bool empty = l <= 0.f;
+    const float w = empty ? 0.f : l * __expf(max_in[base + s] - m);
     total += w;
-    if (s % NUM_THREADS == tid) weights[s] = w;
+    if (s % NUM_THREADS == tid) weights[s] = empty ? -1.f : w;
   }
   __syncthreads();
   const pa::Options<pa::MERGE_FLAGS<FLAGS>> opt(options, 0, 1);
   for (int d = tid; d < HEAD_DIM; d += NUM_THREADS) {
     float a = 0.f;
     for (int s = 0; s < n; ++s)
-      if (weights[s] > 0.f) a += weights[s] * tmp_out[(base + s) * HEAD_DIM + d];
+      if (!(weights[s] < 0.f)) a += weights[s] * tmp_out[(base + s) * HEAD_DIM + d];
     if constexpr ((FLAGS & (pa::OPT_SINKS | pa::OPT_LSE)) != 0)
       pa::store(out + qh * HEAD_DIM + d, a * opt.inv_denominator(m, total, head));
     else

@@ -76,20 +76,20 @@ struct Options : OptionArgs {
   // 1 / the softmax denominator of served head g, from the range's max logit and its sum of
   // exp(logit - max) over the tokens (`total`): with OPT_SINKS, the sink joins the denominator only,
   //   out = acc * e^(max - m) / (total * e^(max - m) + e^(sink - m)),  m = max(max, sink);
-  // without, 1 / total. No token (total 0, max -inf): 0 (the output is 0, never NaN).
+  // without, 1 / total. No token (total 0, max -inf): 0 (the output is 0); a NaN total stays NaN (`!(total <= 0)`).
   __device__ __forceinline__ float inv_denominator(float max, float total, int g) const {
     if constexpr ((FLAGS & OPT_SINKS) != 0) {
       const float s = sink[g], m = fmaxf(max, s);
-      const float f = total > 0.f ? __expf(max - m) : 0.f;
+      const float f = !(total <= 0.f) ? __expf(max - m) : 0.f;
       return f / (total * f + __expf(s - m));
     }
-    return total > 0.f ? 1.f / total : 0.f;
+    return !(total <= 0.f) ? 1.f / total : 0.f;
   }
 
   // The log-sum-exp (natural log) of the tokens' logits from their max and sum of exp(logit - max):
-  // the sink is not part of it; no token: -inf.
+  // the sink is not part of it; no token: -inf; a NaN total: NaN.
   __device__ __forceinline__ float lse(float max, float total) const {
-    return total > 0.f ? max + logf(total) : neg_inf();
+    return !(total <= 0.f) ? max + logf(total) : neg_inf();
   }
 };
 

@@ -276,7 +276,8 @@ __device__ __forceinline__ void tile_attention(
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lt = lane + h * WARP;
-        const float p = m_new == pa::neg_inf() ? 0.f : __expf(x[h] - m_new);
+        // nothing seen yet (m_new = -inf): masked weights 0, a NaN logit (fmaxf skips it) stays NaN
+        const float p = m_new == pa::neg_inf() ? (x[h] == pa::neg_inf() ? 0.f : x[h]) : __expf(x[h] - m_new);
         if (lt < CHUNK) {
           float pv = p;  // the weight of V's staged row
           if constexpr (KV_SCALED) pv *= tok_v[lt];

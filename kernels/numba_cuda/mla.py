@@ -164,9 +164,15 @@ def make_body(dtype: str = "bfloat16", record: bool = False, sparse: bool = Fals
                 new_max = old_max
                 for tt in range(n):
                     new_max = max(new_max, sh[row_at + tt])
-                if new_max == NEG_INF:  # nothing seen yet: weights 0, state kept
+                if new_max == NEG_INF:  # nothing seen yet: weights 0; a NaN logit (max skips it) stays NaN
+                    total = ZERO
                     for tt in range(CHUNK):
-                        sh[row_at + tt] = ZERO
+                        weight = ZERO
+                        if tt < n and sh[row_at + tt] != NEG_INF:
+                            weight = sh[row_at + tt]
+                        sh[row_at + tt] = weight
+                        total += weight
+                    sh[sum_at + h] += total
                     sh[corr_at + h] = float32(1.0)
                 else:
                     total = ZERO
@@ -195,11 +201,11 @@ def make_body(dtype: str = "bfloat16", record: bool = False, sparse: bool = Fals
         for i in range(tid, heads * VALUE_DIMS, threads):
             h = i // VALUE_DIMS
             total = sh[sum_at + h]
-            value = sh[acc_at + i] / total if total > ZERO else ZERO
+            value = sh[acc_at + i] / total if not total <= ZERO else ZERO  # a NaN total stays NaN
             out[row, head0 + h, i % VALUE_DIMS] = value if native else store(value)
         for h in range(tid, heads, threads):
             total = sh[sum_at + h]
-            lse[row, head0 + h] = sh[max_at + h] + math.log(total) if total > ZERO else NEG_INF
+            lse[row, head0 + h] = sh[max_at + h] + math.log(total) if not total <= ZERO else NEG_INF
 
     return mla_body
 

@@ -241,9 +241,13 @@ def make_body(tile: int, dtype: str = "float32", kv_dtype: str = "float32", flag
                 new_max = old_max
                 for i in range(n):
                     new_max = max(new_max, sh[row + i])
-                if new_max == NEG_INF:
+                if new_max == NEG_INF:  # nothing seen yet: masked weights 0; a NaN logit (max skips it) stays NaN
+                    chunk_sum = ZERO
                     for i in range(n):
-                        sh[row + i] = ZERO
+                        weight = ZERO if sh[row + i] == NEG_INF else sh[row + i]
+                        sh[row + i] = weight
+                        chunk_sum += weight
+                    sh[sum_at + r] += chunk_sum
                     sh[corr_at + r] = float32(1.0)
                 else:
                     chunk_sum = ZERO

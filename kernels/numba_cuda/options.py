@@ -91,8 +91,9 @@ def finish(top, total, sink, use_sink):
 
 @cuda.jit(device=True, inline="always")
 def log_sum_exp(top, total):
-    """log sum_t exp(s_t) = top + log(total), natural log over the tokens only; -inf without a token."""
-    if total > ZERO:
+    """log sum_t exp(s_t) = top + log(total), natural log over the tokens only; -inf without a token, NaN
+    for a NaN total."""
+    if not total <= ZERO:
         return top + math.log(total)
     return NEG_INF
 

@@ -50,5 +50,6 @@ def finish_factor(top, total, sink, SINKS: tl.constexpr):
 
 @triton.jit
 def log_sum_exp(top, total):
-    """log sum_t exp(s_t) = top + log(total) over the tokens only; -inf without a token."""
-    return tl.where(total > 0.0, top + tl.log(tl.maximum(total, 1e-38)), float("-inf"))
+    """log sum_t exp(s_t) = top + log(total) over the tokens only; -inf without a token; a NaN total stays NaN
+    (`total <= 0` is false for NaN: NaN is data, as in the CUDA C variants' options.cuh)."""
+    return tl.where(total <= 0.0, float("-inf"), top + tl.log(tl.where(total <= 0.0, 1.0, total)))

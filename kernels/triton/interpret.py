@@ -115,11 +115,40 @@ def _memory_ops(memory: Memory):
     interpreter._interpreter = Backend()
     interpreter_builder.set_grid_idx = set_grid_idx
     interpreter_builder.create_dot = _dot
+    interpreter._convert_float = _convert_float_keeping_specials
     try:
         yield
     finally:
         interpreter._interpreter = backend
+        interpreter._convert_float = _PLAIN_CONVERT
         del interpreter_builder.set_grid_idx, interpreter_builder.create_dot
+
+
+def _convert_float_keeping_specials(input, input_dtype, output_dtype, rounding_mode):
+    """3.9's interpreter widens fp8 by its bit fields alone: e4m3fn's NaN (S.1111.111) and e5m2's NaN and
+    infinities (S.11111.xx) come out as finite numbers. A GPU's conversion keeps them (NaN is data: a NaN cache
+    element reaches exactly the rows that read it), so here too."""
+    output = _PLAIN_CONVERT(input, input_dtype, output_dtype, rounding_mode)
+    if input_dtype not in (tl.float8e4nv, tl.float8e5) or output_dtype not in _SPECIAL_BITS:
+        return output
+    bits = np.frombuffer(np.ascontiguousarray(input).tobytes(), dtype=np.uint8).reshape(input.shape)
+    nan_bits, inf_bits, sign_bit = _SPECIAL_BITS[output_dtype]
+    output = output.astype(output.dtype, copy=True)
+    sign = np.where(bits & 0x80, sign_bit, 0).astype(output.dtype)
+    if input_dtype == tl.float8e4nv:
+        output[(bits & 0x7F) == 0x7F] = nan_bits
+    else:
+        special = (bits & 0x7C) == 0x7C
+        output[special & ((bits & 0x03) != 0)] = nan_bits
+        infinite = special & ((bits & 0x03) == 0)
+        output[infinite] = inf_bits | sign[infinite]
+    return output
+
+
+_PLAIN_CONVERT = interpreter._convert_float
+# output dtype -> (a quiet NaN, +inf, the sign bit) as its bits
+_SPECIAL_BITS = {tl.float32: (0x7FC00000, 0x7F800000, 0x80000000), tl.float16: (0x7E00, 0x7C00, 0x8000),
+                 tl.bfloat16: (0x7FC0, 0x7F80, 0x8000)}
 
 
 def _dot(a, b, d, input_precision, max_num_imprecise_acc):

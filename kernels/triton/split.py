@@ -101,7 +101,8 @@ def merge_kernel(part_out, part_top, part_total, context_lens, out, lse, v_scale
     cell = (seq * num_heads + head) * max_parts + index
     tops = tl.load(part_top + cell, mask=used, other=float("-inf"))
     top = tl.max(tops, axis=0)
-    shrink = tl.where(used & (tops > float("-inf")), tl.exp(tops - top), 0.0)
+    # skip only partitions that saw no token (top -inf); a NaN top is data and reaches the row
+    shrink = tl.where(used & (tops != float("-inf")), tl.exp(tops - top), 0.0)
     total = tl.sum(shrink * tl.load(part_total + cell, mask=used, other=0.0), axis=0)
     dims = tl.arange(0, HEAD)
     dim_ok = dims < head_dim

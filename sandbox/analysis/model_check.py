@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import statistics
 from pathlib import Path
 
@@ -59,14 +60,20 @@ def read_table(path=DEFAULT_TABLE) -> list[Row]:
     path = Path(path)
     if not path.is_file():
         raise RefusedRequest(f"--table {path}: no such file")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise RefusedRequest(f"--table {path}: the header must be {','.join(COLUMNS)}, got "
-                                 f"{','.join(reader.fieldnames or ())}")
-        rows = []
-        for number, cells in enumerate(reader, start=2):
-            rows.append(_row(cells, f"--table {path} line {number}"))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RefusedRequest(f"--table {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if tuple(reader.fieldnames or ()) != COLUMNS:
+        raise RefusedRequest(f"--table {path}: the header must be {','.join(COLUMNS)}, got "
+                             f"{','.join(reader.fieldnames or ())}")
+    rows = []
+    for number, cells in enumerate(reader, start=2):
+        if None in cells or None in cells.values():
+            raise RefusedRequest(f"--table {path} line {number}: {len(COLUMNS)} cells expected "
+                                 f"({','.join(COLUMNS)})")
+        rows.append(_row(cells, f"--table {path} line {number}"))
     if not rows:
         raise RefusedRequest(f"--table {path}: no rows")
     return rows

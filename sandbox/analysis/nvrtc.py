@@ -163,7 +163,8 @@ def compile_cubin(code: str, name_expressions=(), arch: str = DEFAULT_ARCH, opti
     opts = (list(cupy_options(options)) + [f"-arch={arch}"] + [f"-I{d}" for d in include_dirs()]
             + ["--ptxas-options=-v"])
     parts = ["nvrtc", nvrtc_version(), _headers_fingerprint(), code, list(name_expressions), opts, name]
-    return compile_cache.cached("nvrtc", parts, lambda: _compile_cubin(code, tuple(name_expressions), arch, opts, name))
+    return compile_cache.cached("nvrtc", parts, lambda: _compile_cubin(code, tuple(name_expressions), arch, opts, name),
+                                types=(Compiled, Resources))
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ..errors import RefusedRequest
 from .occupancy import ARCHS as _SMS
 
 ARCHS = tuple(_SMS)  # the architectures are listed once, in sandbox.analysis.occupancy
@@ -23,7 +24,7 @@ LINKER_EXTRA_SMEM = {arch: sm.linker_extra_shared for arch, sm in _SMS.items()}
 def parse_arch(arch: str) -> tuple[int, int]:
     """"sm_90" -> (9, 0); refuses anything but ARCHS."""
     if arch not in ARCHS:
-        raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+        raise RefusedRequest(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
     digits = arch[3:]
     return int(digits[:-1]), int(digits[-1])
 

@@ -35,6 +35,7 @@ from .occupancy import occupancy
 from .ptx_link import ARCHS, LINKER_EXTRA_SMEM, link_ptx, parse_arch, parse_link_log  # noqa: F401  (re-exported)
 from ..variant.limits import POW2_BLOCK_SIZES, Unsupported
 from ..devices.other_mode import call_in_numba_mode
+from ..errors import RefusedRequest
 
 DTYPES = dtypes_mod.QUERY_DTYPES  # float32, float16, bfloat16
 KV_DTYPES = dtypes_mod.FP8_DTYPES  # besides the query's own
@@ -56,7 +57,7 @@ def _modules(names):
                 entry = registry.get(name)
             except ValueError:
                 valid = ", ".join(registry.variants(problem=None) + registry.cache_writers())
-                raise ValueError(f"unknown variant {name!r}; valid names: {valid}") from None
+                raise RefusedRequest(f"unknown variant {name!r}; valid names: {valid}") from None
         out.append((name, entry.family, entry.module))
     return out
 
@@ -207,15 +208,15 @@ def precision(dtype, kv_dtype=None) -> tuple[str, str | None]:
     """(query dtype, fp8 cache dtype or None) by canonical name; ValueError for anything else."""
     dtype = dtypes_mod.canonical(dtype)
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (fp32, fp16, bf16), got {dtype!r}")
+        raise RefusedRequest(f"dtype must be one of {', '.join(DTYPES)} (fp32, fp16, bf16), got {dtype!r}")
     if kv_dtype is None:
         return dtype, None
     kv = dtypes_mod.canonical(kv_dtype)
     if kv == dtype:
         return dtype, None
     if kv not in KV_DTYPES:
-        raise ValueError(f"kv_dtype must be the query's dtype or one of {', '.join(KV_DTYPES)} (e4m3, e5m2), "
-                         f"got {kv_dtype!r}")
+        raise RefusedRequest(f"kv_dtype must be the query's dtype or one of {', '.join(KV_DTYPES)} (e4m3, e5m2), "
+                             f"got {kv_dtype!r}")
     return dtype, kv
 
 

@@ -64,7 +64,8 @@ def compare(got, expected, dtype, max_shown: int = 5) -> Comparison:
     """Compare a kernel's output with the reference; the report says how many are off and where.
 
     got, expected: same shape (typically [num_seqs, num_heads, head_dim]); dtype: the input dtype.
-    NaN or inf anywhere in `got` where expected is finite counts as a mismatch; the same infinity in both matches.
+    NaN or inf anywhere in `got` where expected is finite counts as a mismatch, and so does a number where the
+    reference has NaN (a NaN input propagates: NaN is data); NaN in both, or the same infinity in both, matches.
     """
     tol = tolerance_for(dtype)
     got = np.asarray(got)
@@ -73,11 +74,13 @@ def compare(got, expected, dtype, max_shown: int = 5) -> Comparison:
         return Comparison(False, float("inf"), got.size, expected.size,
                           f"shape mismatch: got {got.shape}, expected {expected.shape}")
     got64 = got.astype(np.float64)
-    same = got64 == expected  # the same infinity counts as equal (an empty token set's lse is -inf)
+    # the same infinity counts as equal (an empty token set's lse is -inf), and so does NaN where NaN is due
+    same = (got64 == expected) | (np.isnan(got64) & np.isnan(expected))
     finite = np.isfinite(got64) | same
     with np.errstate(invalid="ignore"):
         diff = np.where(same, 0.0, np.abs(got64 - expected))
-    bad = ~finite | (diff > tol.atol + tol.rtol * np.abs(np.where(same, 0.0, expected)))
+    nan_lost = np.isnan(expected) & ~same
+    bad = ~finite | nan_lost | (diff > tol.atol + tol.rtol * np.abs(np.where(same, 0.0, expected)))
     max_abs_err = float(np.max(np.where(finite, diff, np.inf))) if got.size else 0.0
     num_bad = int(bad.sum())
     if not num_bad:
@@ -88,6 +91,8 @@ def compare(got, expected, dtype, max_shown: int = 5) -> Comparison:
     nonfinite = int((~finite).sum())
     if nonfinite:
         lines.append(f"{nonfinite} elements are NaN/inf in the output where the reference is not")
+    if nan_lost.any():
+        lines.append(f"{int(nan_lost.sum())} elements are numbers where the reference is NaN (a NaN input was dropped)")
     lines.append(f"max abs err {max_abs_err:.3g}")
     for index in np.argwhere(bad)[:max_shown]:
         idx = tuple(int(i) for i in index)

@@ -68,17 +68,18 @@ def expected_mla(problem: MLAProblem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def compare_lse(got, expected) -> Comparison:
-    """lse within LSE_TOLERANCE where the truth is finite; exactly -inf where it is -inf."""
+    """lse within LSE_TOLERANCE where the truth is finite; exactly -inf where it is -inf, NaN where it is NaN
+    (a NaN input propagates)."""
     got = np.asarray(got, np.float64)
     expected = np.asarray(expected, np.float64)
     if got.shape != expected.shape:
         return Comparison(False, float("inf"), got.size, expected.size,
                           f"lse shape mismatch: got {got.shape}, expected {expected.shape}")
-    empty = np.isneginf(expected)
-    finite = np.where(empty, 0.0, expected)
-    diff = np.abs(np.where(empty, 0.0, got) - finite)
-    bad = np.where(empty, ~np.isneginf(got),
-                   ~np.isfinite(got) | (diff > LSE_TOLERANCE.atol + LSE_TOLERANCE.rtol * np.abs(finite)))
+    empty, nan = np.isneginf(expected), np.isnan(expected)
+    finite = np.where(empty | nan, 0.0, expected)
+    diff = np.abs(np.where(empty | nan, 0.0, got) - finite)
+    bad = np.where(empty, ~np.isneginf(got), np.where(
+        nan, ~np.isnan(got), ~np.isfinite(got) | (diff > LSE_TOLERANCE.atol + LSE_TOLERANCE.rtol * np.abs(finite))))
     worst = float(np.max(np.where(bad & empty, np.inf, np.where(np.isfinite(got), diff, np.inf)))) if got.size else 0.0
     if not bad.any():
         return Comparison(True, worst, 0, got.size, f"lse: all {got.size} within atol={LSE_TOLERANCE.atol:g} "

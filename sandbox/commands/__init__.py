@@ -5,6 +5,7 @@ import fnmatch
 
 from ..problem.validate import MAX_BLOCK_SIZE
 from ..variant import registry, tunables
+from ..errors import RefusedRequest
 
 FAMILIES = (*registry.FAMILIES, "wrong")  # what --variants accepts as a family name (the negative controls too)
 
@@ -95,10 +96,10 @@ def select_names(text, known: list, by_family) -> list:
         elif item in known:
             matches = [item]
         else:
-            raise ValueError(f"unknown variant {item!r}; valid names: {', '.join(known)}")
+            raise RefusedRequest(f"unknown variant {item!r}; valid names: {', '.join(known)}")
         if not matches:
-            raise ValueError(f"--variants {item!r} matches no registered variant; valid names: {', '.join(known)}")
+            raise RefusedRequest(f"--variants {item!r} matches no registered variant; valid names: {', '.join(known)}")
         chosen += [m for m in matches if m not in chosen]
     if not chosen:
-        raise ValueError(f"--variants {text!r} names no variant")
+        raise RefusedRequest(f"--variants {text!r} names no variant")
     return chosen

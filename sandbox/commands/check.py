@@ -20,7 +20,6 @@ unless --force (sandbox/devices/cost.py).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -36,7 +35,8 @@ from ..problem.option_schema import Context
 from ..problem.options import OPTIONS
 from ..problem import kinds
 from ..problem.decode import DecodeProblem
-from . import add_config_argument, resolve_configs
+from . import add_config_argument, numbers, resolve_configs
+from ..errors import RefusedRequest
 
 # flag -> (environment variable, value, what the output calls it)
 MODES = {
@@ -47,22 +47,13 @@ MODES = {
 }
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def add_arguments(parser) -> None:
     parser.add_argument("names", nargs="*", metavar="NAME", help="variants to check (default: all registered)")
     parser.add_argument("--backend", default="auto", choices=("auto", "gpu", "cpu"))
-    parser.add_argument("--random", type=non_negative_int, default=4, metavar="N",
+    parser.add_argument("--random", type=numbers.integer(0, 10**6), default=4, metavar="N",
                         help="random problems per variant (default 4)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random problems (default 0)")
+    parser.add_argument("--seed", type=numbers.integer(0, 10**9), default=0,
+                        help="seed of the random problems (default 0)")
     add_config_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--force", action="store_true",
@@ -139,7 +130,7 @@ def backend_for(name: str, family: str, backend: str, modes: list[str]) -> str:
     """The backend a variant is checked on; ValueError (one line) when it cannot run here."""
     if modes and registry.family(family).executor_modes:
         if backend == "gpu":
-            raise ValueError(f"{', '.join(modes)}: CPU-executor modes run CUDA C on the CPU; drop --backend gpu")
+            raise RefusedRequest(f"{', '.join(modes)}: CPU-executor modes run CUDA C on the CPU; drop --backend gpu")
         return "cpu"
     return registry.family(family).resolve(backend)
 
@@ -157,7 +148,7 @@ def main(args) -> int:
             plan[name] = backend_for(name, variant.family, args.backend, modes)
         except ValueError as exc:
             if explicit:
-                raise ValueError(f"{name}: {exc}") from None
+                raise RefusedRequest(f"{name}: {exc}") from None
             plan[name] = exc  # e.g. numpy.* with --backend gpu: said below, not a failure
     labels = apply_modes(args)
     if labels:

@@ -12,10 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..sweep.report import diff
+from . import numbers
+from ..errors import RefusedRequest
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline: a sweep run folder or its sweep.csv")
     parser.add_argument("run_b", type=Path, metavar="RUN_B", help="the new run: a sweep run folder or its sweep.csv")
-    parser.add_argument("--threshold", type=float, default=0.10,
+    parser.add_argument("--threshold", type=numbers.real(0, 100), default=0.10,
                         help="relative slow-down that counts as a regression (default 0.10 = 10%%)")
     parser.add_argument("--cpu-times", action="store_true",
                         help="count CPU emulation times as regressions too (by default they are noise: only "
@@ -23,8 +27,6 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    if args.threshold < 0:
-        raise ValueError(f"--threshold must be >= 0, got {args.threshold}")
     report = diff.compare_runs(args.run_a, args.run_b, args.threshold, args.cpu_times)
     print(report.render())
     return report.exit_code

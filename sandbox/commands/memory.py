@@ -128,7 +128,7 @@ def calibration(args: argparse.Namespace, config: StudyConfig) -> str:
     validate(config)
     target = paper.FIG15.get(config.distribution) if not config.trace else None
     if target is None:
-        raise ValueError("--calibrate-beam needs --distribution alpaca or sharegpt (the paper's Fig. 15 datasets)")
+        raise RefusedRequest("--calibrate-beam needs --distribution alpaca or sharegpt (the paper's Fig. 15 datasets)")
     prompts, outputs, _ = request_lengths(config)
     n = config.sharing_requests
     best, rows = sharing.calibrate_survival(prompts[:n], outputs[:n], config.sharing_block_size, CALIBRATION_GRID,
@@ -166,8 +166,8 @@ def main(args: argparse.Namespace) -> int:
         if args.calibrate_beam:
             print(calibration(args, config))
             return 0
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except RefusedRequest as e:            # one line (python -m sandbox prints the same); any other error is an
+        print(f"error: {e}", file=sys.stderr)  # internal one (exit 1, docs/exit-codes.md)
         return 2
     result = run_study(config, results_root=args.results_dir, show_progress=not args.no_progress)
     if args.json:

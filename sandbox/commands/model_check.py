@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 from ..analysis import model_check as MC
 from ..analysis.traffic import variant as V
@@ -18,7 +17,7 @@ from ..errors import RefusedRequest
 from ..problem.micro import MicroReadProblem
 from ..results import CsvAppender, new_run_dir
 from ..sweep import shapes as shapes_mod
-from . import align
+from . import align, outputs
 from .traffic import problem_for
 
 
@@ -45,8 +44,7 @@ def main(args) -> int:
                 MicroReadProblem(int(row.shape)).validate()
             except ValueError as exc:
                 raise RefusedRequest(f"--table {args.table}: {row.variant} shape {row.shape!r}: {exc}") from None
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise RefusedRequest(f"--json {args.json}: the folder {Path(args.json).resolve().parent} does not exist")
+    outputs.check_output_path("--json", args.json)
     run_dir = new_run_dir("model-check")
     points, failed = [], 0
     with CsvAppender(run_dir / "points.csv", list(MC.POINT_KEYS)) as out:
@@ -77,6 +75,7 @@ def main(args) -> int:
     print(f"median |error|: micro rows {fmt(micro)}, every row {fmt(every)} (error = model / measured - 1)")
     print(f"wrote {run_dir / 'points.csv'}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(points=points, median_abs_error=every), indent=1) + "\n")
+        outputs.write_output("--json", args.json,
+                             json.dumps(dict(points=points, median_abs_error=every), indent=1) + "\n")
         print(f"wrote {args.json}")
     return 1 if failed else 0

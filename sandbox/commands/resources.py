@@ -10,8 +10,12 @@ import sys
 from ..variant import registry
 from ..analysis import resources
 from . import (add_block_sizes_argument, add_config_argument, add_names_argument, align, block_sizes_given,
-               names_given, select_names)
+               names_given, numbers, select_names)
 from ..variant.limits import POW2_BLOCK_SIZES
+from ..errors import RefusedRequest
+
+
+MAX_HEAD_DIM = 1024  # the largest head dim a compile report takes (MLA's 576 and the 512 of the family tests within)
 
 
 def select(values) -> list[str] | None:
@@ -36,7 +40,8 @@ def without_report_line(names) -> str:
 def add_arguments(parser) -> None:
     add_names_argument(parser, "variants or cache writers (default: every registered one with compile_report)")
     add_block_sizes_argument(parser, POW2_BLOCK_SIZES, ": 1..256, powers of two")
-    parser.add_argument("--head-dim", type=int, default=128, help="decode variants' head dim (MLA variants: 576)")
+    parser.add_argument("--head-dim", type=numbers.integer(1, MAX_HEAD_DIM), default=128,
+                        help="decode variants' head dim (MLA variants: 576)")
     add_precision_arguments(parser)
     add_config_argument(parser)
     parser.add_argument("--arch", default=resources.DEFAULT_ARCH, choices=resources.ARCHS)
@@ -55,11 +60,11 @@ def precision(args) -> tuple[str, str | None]:
     try:
         dtype, _ = resources.precision(args.dtype)
     except ValueError as exc:
-        raise ValueError(f"--dtype {args.dtype}: {exc}") from None
+        raise RefusedRequest(f"--dtype {args.dtype}: {exc}") from None
     try:
         return resources.precision(dtype, args.kv_dtype)
     except ValueError as exc:
-        raise ValueError(f"--kv-dtype {args.kv_dtype}: {exc}") from None
+        raise RefusedRequest(f"--kv-dtype {args.kv_dtype}: {exc}") from None
 
 
 def precision_label(dtype: str, kv_dtype: str | None) -> str:
@@ -104,8 +109,8 @@ def main(args) -> int:
     dtype, kv_dtype = precision(args)
     variants = select(names_given(args))
     if args.config and variants is None:
-        raise ValueError("--config: name the variants it is for (tunables differ per variant; "
-                         "python -m sandbox list shows them)")
+        raise RefusedRequest("--config: name the variants it is for (tunables differ per variant; "
+                             "python -m sandbox list shows them)")
     label = precision_label(dtype, kv_dtype)
     print(f"compiling for {args.arch} ({label}, head_dim {args.head_dim}, block sizes "
           f"{','.join(map(str, block_sizes))}); numba kernels compile in a real-mode child process ...",

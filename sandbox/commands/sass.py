@@ -7,8 +7,9 @@ import json
 import sys
 
 from ..analysis import resources, sass
-from . import add_block_sizes_argument, add_names_argument, align, block_sizes_given, names_given
-from .resources import add_precision_arguments, not_supported_line, precision, precision_label, select, without_report_line
+from . import add_block_sizes_argument, add_names_argument, align, block_sizes_given, names_given, numbers
+from .resources import (MAX_HEAD_DIM, add_precision_arguments, not_supported_line, precision, precision_label, select,
+                        without_report_line)
 
 HEADER = ("variant", "bs", "instrs", "global loads (width:count)", "16B loads", "global stores", "local", "generic",
           "shared ld/st", "bar", "shfl", "call", "fp64")
@@ -17,7 +18,7 @@ HEADER = ("variant", "bs", "instrs", "global loads (width:count)", "16B loads", 
 def add_arguments(parser) -> None:
     add_names_argument(parser, "variants or cache writers (default: every registered one with compile_report)")
     add_block_sizes_argument(parser, (16,))
-    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--head-dim", type=numbers.integer(1, MAX_HEAD_DIM), default=128)
     add_precision_arguments(parser)
     parser.add_argument("--arch", default=resources.DEFAULT_ARCH, choices=resources.ARCHS)
     output = parser.add_mutually_exclusive_group()

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from sandbox.commands import block_size_list, numbers
+from sandbox.commands import block_size_list, numbers, outputs
 from sandbox.commands.kv_budget import add_budget_arguments, budget_from_args
 from sandbox.commands.study_args import check_results_dir, check_token_memory
 from sandbox.errors import RefusedRequest
@@ -237,7 +237,7 @@ def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)        # a RefusedRequest here: python -m sandbox prints it, exit 2
     result = run_serving(config, results_root=args.results_dir, show_progress=not args.no_progress)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        outputs.write_output("--json", args.json, json.dumps(result, indent=2) + "\n")
     print(summary(result))
     ok = all(p["ok"] for e in result["allocators"].values() for p in e["points"])
     return 0 if ok else 1

@@ -14,7 +14,17 @@ from ..variant import registry
 from ..sweep import shapes as shapes_mod
 from ..sweep.measure import timing, traffic_columns
 from ..sweep.measure.run import DENSE_BASELINE, SweepConfig, run_sweep
-from . import add_config_argument, block_size_list, select_names
+from . import add_config_argument, block_size_list, numbers, select_names
+from ..errors import RefusedRequest
+
+
+# Bounds of the numeric flags (checked by the parser, before anything is written): generous, but finite.
+MAX_SEED = 10**9
+MAX_TOKENS = 10**7              # a shared prompt longer than any model's context is a typo
+MAX_GROUP = 4096
+MAX_SECONDS = 7 * 24 * 3600.0   # a week
+MAX_MS = 3600 * 1e3             # an hour per point
+MAX_REPEATS = 10**6
 
 
 def _ms(seconds: float) -> str:
@@ -43,31 +53,32 @@ def add_arguments(parser) -> None:
     parser.add_argument("--query-lens", metavar="LIST",
                         help="also run each shape with these query tokens per sequence (e.g. 1,4,16; the last positions, "
                              "causal); decode-only variants record them unsupported")
-    parser.add_argument("--shared-prefix", type=int, metavar="N",
+    parser.add_argument("--shared-prefix", type=numbers.integer(1, MAX_TOKENS), metavar="N",
                         help="also run each shape as groups of --group-size sequences forked from one N-token prompt "
                              f"(each then with 1..{shapes_mod.SUFFIX_MAX} tokens of its own); decode, and each "
                              "--query-lens")
-    parser.add_argument("--group-size", type=int, metavar="G",
+    parser.add_argument("--group-size", type=numbers.integer(2, MAX_GROUP), metavar="G",
                         help="sequences per shared prompt with --shared-prefix (default 8: parallel sampling n = 8)")
     parser.add_argument("--quick", action="store_true",
                         help="small shapes and short timing (CPU: under a minute; GPU: a few seconds per shape)")
     parser.add_argument("--backend", default="auto", choices=backends.BACKENDS,
                         help="auto: the GPU when present, else the CPU; cpu forces emulation (default auto)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated K/V and paging (default 0)")
-    parser.add_argument("--max-seconds", type=float, metavar="S",
+    parser.add_argument("--seed", type=numbers.integer(0, MAX_SEED), default=0,
+                        help="seed of the generated K/V and paging (default 0)")
+    parser.add_argument("--max-seconds", type=numbers.real(0, MAX_SECONDS, low_open=True), metavar="S",
                         help="time budget: points not started after S seconds are recorded as skipped")
     parser.add_argument("--results-dir", type=Path, metavar="DIR",
                         help="root of the run folders (default: $SANDBOX_RESULTS or results/)")
     parser.add_argument("--dense", default=DENSE_BASELINE, metavar="NAME",
                         help=f"no-paging baseline for paging_overhead (default {DENSE_BASELINE}; empty if not registered)")
-    parser.add_argument("--warmup-ms", type=float, metavar="MS",
+    parser.add_argument("--warmup-ms", type=numbers.real(0, MAX_MS), metavar="MS",
                         help=f"GPU warm-up per point, by time (default {_ms(timing.GPU_TIMING.warmup_s)}; "
                              f"--quick {_ms(timing.GPU_QUICK_TIMING.warmup_s)})")
-    parser.add_argument("--budget-ms", type=float, metavar="MS",
+    parser.add_argument("--budget-ms", type=numbers.real(0, MAX_MS, low_open=True), metavar="MS",
                         help=f"repeat timed calls until they add up to MS (default GPU {_ms(timing.GPU_TIMING.budget_s)}, "
                              f"CPU {_ms(timing.CPU_TIMING.budget_s)}; --quick {_ms(timing.GPU_QUICK_TIMING.budget_s)} / "
                              f"{_ms(timing.CPU_QUICK_TIMING.budget_s)})")
-    parser.add_argument("--max-repeats", type=int, metavar="N",
+    parser.add_argument("--max-repeats", type=numbers.integer(1, MAX_REPEATS), metavar="N",
                         help=f"most timed calls per point (default GPU {timing.GPU_TIMING.max_repeats}, CPU "
                              f"{timing.CPU_TIMING.max_repeats}; --quick {timing.GPU_QUICK_TIMING.max_repeats} / "
                              f"{timing.CPU_QUICK_TIMING.max_repeats})")
@@ -123,14 +134,16 @@ def build_config(args) -> SweepConfig:
     if args.budget_ms is not None:
         overrides["budget_s"] = args.budget_ms / 1e3
     if args.max_repeats is not None:
-        if args.max_repeats < 1:
-            raise ValueError(f"--max-repeats must be >= 1, got {args.max_repeats}")
         overrides["max_repeats"] = args.max_repeats
     gpu = _replace(gpu, **overrides)
     cpu = _replace(cpu, **{k: v for k, v in overrides.items() if k != "warmup_s"})
-    if args.max_seconds is not None and args.max_seconds <= 0:
-        raise ValueError(f"--max-seconds must be > 0, got {args.max_seconds}")
-    named = ",".join(list(args.names or []) + ([args.variants] if args.variants else []))
+    given = list(args.names or []) + ([args.variants] if args.variants is not None else [])
+    named = ",".join(given)
+    if given and not named.replace(",", "").strip():
+        raise RefusedRequest(f"--variants {named!r} names no variant (leave it out to race every registered one)")
+    if args.dense and args.dense not in registry.variants(problem=None):
+        raise RefusedRequest(f"--dense {args.dense!r}: not a registered variant; valid names: "
+                             f"{', '.join(registry.variants(problem=None))} (or '' for no baseline)")
     return SweepConfig(variants=select_variants(named or None), block_sizes=tuple(block_sizes), shapes=shapes,
                        backend=args.backend, seed=args.seed, quick=args.quick, max_seconds=args.max_seconds,
                        gpu_timing=gpu, cpu_timing=cpu, dense_baseline=args.dense, torch=not args.no_torch,
@@ -145,14 +158,14 @@ def query_len_list(text: str | None) -> tuple[int, ...]:
         return ()
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items or not all(t.isdigit() and int(t) >= 1 for t in items):
-        raise ValueError(f"--query-lens {text!r}: query tokens per sequence must be whole numbers >= 1, e.g. 1,4,16")
+        raise RefusedRequest(f"--query-lens {text!r}: query tokens per sequence must be whole numbers >= 1, e.g. 1,4,16")
     return tuple(dict.fromkeys(int(t) for t in items))
 
 
 def _at_least(flag: str, value: int | None, least: int) -> int | None:
     if value is not None and value < least:
         what = "a group must have >= 2 sequences to share a prompt" if flag == "--group-size" else "tokens"
-        raise ValueError(f"{flag} must be >= {least} ({what}), got {value}")
+        raise RefusedRequest(f"{flag} must be >= {least} ({what}), got {value}")
     return value
 
 

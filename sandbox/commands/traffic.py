@@ -14,10 +14,11 @@ limits). A count estimated to take long is announced before it starts, and refus
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -32,7 +33,8 @@ from ..sweep.report.roofline import roofline_figure
 from ..variant import registry
 from ..variant import tunables
 from ..variant.limits import Unsupported
-from . import add_config_argument, align, block_size_list, resolve_configs, select_names
+from . import add_config_argument, align, block_size_list, numbers, outputs, resolve_configs, select_names
+from ..errors import RefusedRequest
 
 DEFAULT_SHAPE = shapes_mod.GOAL_SHAPE
 DEFAULT_BLOCK_SIZES = (16,)
@@ -48,13 +50,13 @@ def add_arguments(parser) -> None:
                         help="comma-separated block sizes (default 16)")
     parser.add_argument("--device", default=gpus.DEFAULT,
                         help=f"the GPU modelled: {', '.join(gpus.NAMES)} (default {gpus.DEFAULT})")
-    parser.add_argument("--sample-seqs", type=int, default=V.SAMPLE_SEQS, metavar="N",
+    parser.add_argument("--sample-seqs", type=numbers.integer(1, 10**6), metavar="N",
                         help=f"count the blocks of N sequences when all do the same work, and scale (default "
                              f"{V.SAMPLE_SEQS})")
     parser.add_argument("--exact", action="store_true", help="count every block (no sampling: slower)")
-    parser.add_argument("--sites", type=int, default=12, metavar="N",
+    parser.add_argument("--sites", type=numbers.integer(0, 10**6), default=12, metavar="N",
                         help="site rows shown per kernel, the costliest first (0: none; default 12)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=numbers.integer(0, 10**9), default=0)
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON")
     parser.add_argument("--csv", metavar="FILE", help="write one row per kernel, metric names as columns")
     parser.add_argument("--sensitivity", action="store_true",
@@ -75,14 +77,33 @@ def _names(values, kind: str = "decode") -> list[str]:
         if family.capture is None:
             counted = [f"{f}.*" for f in registry.FAMILIES
                        if registry.family(f).capture and registry.variants(f, problem=None)]
-            raise ValueError(f"{name} has no GPU kernel ({family.summary}): traffic counts a kernel's memory "
-                             f"accesses; choose {' or '.join(counted)} variants")
+            raise RefusedRequest(f"{name} has no GPU kernel ({family.summary}): traffic counts a kernel's memory "
+                                 f"accesses; choose {' or '.join(counted)} variants")
     return names
 
 
-def _writable(path: str | None, flag: str) -> None:
-    if path and not Path(path).resolve().parent.is_dir():
-        raise ValueError(f"{flag} {path}: the folder {Path(path).resolve().parent} does not exist")
+def shape_bytes(shape) -> int:
+    """Host memory problem_for(shape) takes, about: the K/V elements staged in float32, then in the cache's
+    dtype, then paged (K and V); MLA: the latent rows likewise. An estimate to refuse the impossible up front."""
+    if isinstance(shape, mla_shapes.MLAShape):
+        return shape.num_seqs * shape.context_len * 576 * (4 + 2 * 2)
+    itemsize = 4 if shape.kv_dtype is None and shape.dtype == "float32" else 2
+    return shape.num_seqs * shape.context_len * shape.num_kv_heads * shape.head_dim * (4 + 3 * itemsize)
+
+
+def memory_bound() -> int:
+    """This machine's memory (16 GiB where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
+
+
+def check_shape_fits(text: str, shape) -> None:
+    needed, bound = shape_bytes(shape), memory_bound()
+    if needed > bound:
+        raise RefusedRequest(f"--shape {text}: counting it would take about {needed / 2**30:,.1f} GiB of memory; the "
+                             f"bound is {bound / 2**30:,.1f} GiB (this machine's): fewer sequences or tokens")
 
 
 def problem_for(shape, block_size: int, seed: int):
@@ -203,18 +224,20 @@ def summary_table(points: list) -> str:
 
 def main(args) -> int:
     shape = shapes_mod.parse_any(args.shape)
+    check_shape_fits(args.shape, shape)
+    if args.exact and args.sample_seqs is not None:
+        raise RefusedRequest(f"--exact counts every block; --sample-seqs {args.sample_seqs} samples: give one")
+    outputs.check_output_path("--json", args.json)
+    outputs.check_output_path("--csv", args.csv)
+    outputs.check_output_path("--plot", args.plot)
+    outputs.check_distinct(json=args.json, csv=args.csv, plot=args.plot)
     names = _names(args.variants, shape.kind)
     configs = resolve_configs(names, args.config)  # a bad --config: ValueError before anything runs
     try:
         gpus.get(args.device)
     except ValueError as exc:
-        raise ValueError(f"--device {args.device}: {exc}") from None
-    if args.sample_seqs < 1:
-        raise ValueError(f"--sample-seqs must be >= 1, got {args.sample_seqs}")
-    _writable(args.json, "--json")
-    _writable(args.csv, "--csv")
-    _writable(args.plot, "--plot")
-    sample = None if args.exact else args.sample_seqs
+        raise RefusedRequest(f"--device {args.device}: {exc}") from None
+    sample = None if args.exact else (V.SAMPLE_SEQS if args.sample_seqs is None else args.sample_seqs)
     points, failed, rows = [], 0, []
     for block_size in args.block_sizes:
         problem = None
@@ -250,16 +273,20 @@ def main(args) -> int:
         fig = roofline_figure([dict(label=f"{n} bs{bs}", flops=V.flops(r), time_us=r["model"]["time_us"],
                                     dram_bytes=V.summary(r)["dram_bytes"], latency_bytes_per_s=V.latency_bandwidth(r))
                                for n, bs, r in points], args.device)
-        fig.savefig(args.plot, dpi=110)
+        image = io.BytesIO()
+        fig.savefig(image, format=os.path.splitext(args.plot)[1][1:].lower() or "png", dpi=110)
         pyplot().close(fig)
+        outputs.write_output("--plot", args.plot, image.getvalue())
         print(f"wrote {args.plot}")
     if args.json:
-        Path(args.json).write_text(json.dumps([dict(r, block_size=bs) for _, bs, r in points], indent=1, default=str))
+        outputs.write_output("--json", args.json,
+                             json.dumps([dict(r, block_size=bs) for _, bs, r in points], indent=1, default=str))
     if args.csv and rows:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        outputs.write_output("--csv", args.csv, text.getvalue())
     if not points and not failed:
         print("nothing counted: every point was outside its variant's limits (see the skipped lines above)")
     return 1 if failed or not points else 0

@@ -4,7 +4,9 @@ The source is rewritten (``source.rewrite_shared``), entry points are
 appended (one ``extern "C"`` launcher per kernel name or name expression), and
 g++ compiles it against ``include/cpucuda_runtime.h``. The shared object is
 cached under a hash of everything that affects it, written to a temporary
-name and renamed into place so parallel processes never see half a file.
+name and renamed into place so parallel processes never see half a file, with
+its digest beside it, checked before it is loaded (cache_entry.py: a damaged
+entry is rebuilt; a folder others can write is refused).
 
 Cache folder: ``$SANDBOX_CPUCUDA_CACHE``, else
 ``$XDG_CACHE_HOME/paged-attention-sandbox/cpucuda``, else
@@ -25,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cache_entry
 from . import instrument as _instrument
 from . import pch as _pch
 from . import ptx as _ptx
@@ -36,7 +39,7 @@ from .substitute import substituted
 from .toolchain import INCLUDE_DIR, SOURCE_ROOT, cache_dir, compiler  # noqa: F401  (cpucuda's modules read them here too)
 from .toolchain import compiler_version as _compiler_version
 
-CACHE_VERSION = "cpucuda-3"
+CACHE_VERSION = "cpucuda-4"  # 4: entries carry a digest (cache_entry.py)
 # How messages name the cached copy of a source given as a string (`code`).
 CODE_LABEL = "<code>"
 
@@ -238,13 +241,12 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
         h.update(str(path).encode() + b"\0" + path.read_bytes())
     key = h.hexdigest()[:32]
 
-    root = cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    root = cache_entry.checked_folder(cache_dir())
     so_path = root / f"{key}.so"
     src_path = root / f"{key}.cu"
     overlay = root / f"{key}.include"
     overlay_flags = _write_overlay(headers, opts.include_dirs, overlay, shared_names, dynamic_names)
-    if not so_path.exists():
+    if not cache_entry.verified(so_path, "compiled kernel"):
         _atomic_write(src_path, full.encode())
         include_flags = pch_flags(flags, defines) + ["-I", str(INCLUDE_DIR)] + overlay_flags
         for d in opts.include_dirs:
@@ -354,7 +356,7 @@ def _compile(src: Path, so_path: Path, flags, include_flags, pre_includes, names
             proc = subprocess.run(step, capture_output=True, text=True, cwd=SOURCE_ROOT)
             if proc.returncode != 0:
                 raise CpuCompileError(_explain(proc.stderr, src, names) + "\ncommand: " + shlex.join(step))
-        os.replace(tmp, so_path)
+        cache_entry.install(tmp, so_path)
     finally:
         Path(tmp).unlink(missing_ok=True)
         Path(tmp + ".o").unlink(missing_ok=True)

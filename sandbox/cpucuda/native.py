@@ -4,8 +4,9 @@
 
 Cached under the executor's cache folder (toolchain.cache_dir()) by a hash of the source (with the files it
 includes with quotes from its own folder: source_bytes), the flags and the compiler's version; written to a
-temporary name and renamed, so parallel processes never see half a file. The traffic and racecheck recorders
-and the L2 model (sandbox.analysis.traffic.l2) are built here.
+temporary name and renamed, so parallel processes never see half a file, with a digest checked before use (a
+damaged entry is rebuilt; cache_entry.py). The traffic and racecheck recorders and the L2 model
+(sandbox.analysis.traffic.l2) are built here.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import toolchain
+from . import cache_entry, toolchain
 from .errors import CpuCompileError
 
+VERSION = "native-2"  # 2: entries carry a digest (sandbox.cpucuda.cache_entry)
 FLAGS = ("-O2", "-fPIC", "-std=c++17", "-fvisibility=hidden", "-w")
 
 
@@ -34,12 +36,12 @@ def compiled(source: Path, output: str = "so") -> Path:
         raise ValueError(f"output must be 'so' or 'o', got {output!r}")
     source = Path(source)
     flags = list(FLAGS) + (["-shared"] if output == "so" else ["-c"])
-    key = hashlib.sha256(repr((source_bytes(source), flags, toolchain.compiler_version())).encode()).hexdigest()[:24]
-    root = toolchain.cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{source.stem}-{key}.{output}"
-    if path.exists():
+    text = repr((VERSION, source_bytes(source), flags, toolchain.compiler_version()))
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
+    path = cache_entry.checked_folder(toolchain.cache_dir()) / f"{source.stem}-{key}.{output}"
+    if cache_entry.verified(path, "compiled helper"):
         return path
+    root = path.parent
     fd, tmp = tempfile.mkstemp(dir=root, prefix=path.name + ".", suffix=".tmp")
     os.close(fd)
     try:
@@ -47,7 +49,7 @@ def compiled(source: Path, output: str = "so") -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise CpuCompileError(f"g++ could not compile {source.name}:\n{done.stderr[-3000:]}")
-        os.replace(tmp, path)
+        cache_entry.install(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path

@@ -16,7 +16,8 @@ flags still match, and falls back to the header text if not, so a stale or misma
 costs time, never correctness.
 
 Built once, under an exclusive lock (parallel pytest-xdist workers wait for the first) into a
-temporary file renamed into place. ``SANDBOX_CPUCUDA_PCH=0`` turns it off.
+temporary file renamed into place, its digest beside it; a damaged ``.gch`` is rebuilt (cache_entry.py).
+``SANDBOX_CPUCUDA_PCH=0`` turns it off.
 """
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from . import cache_entry
 from .toolchain import SOURCE_ROOT
 
-PCH_VERSION = "cpucuda-pch-1"
+PCH_VERSION = "cpucuda-pch-2"  # 2: the .gch carries a digest (cache_entry.py)
 HEADER = "cpucuda_runtime.h"
 _LINK_ONLY = ("-shared", "-Wl,")
 
@@ -78,17 +80,17 @@ def include_flags(cxx: str, version: str, flags: list[str], user_defines: list[s
                          .encode()).hexdigest()[:32]
     folder = cache / "pch" / key
     gch = folder / f"{HEADER}.gch"
-    if not gch.exists() and not _build(cxx, pch_flags, include_dir, folder, gch):
+    if not cache_entry.verified(gch, "precompiled header") and not _build(cxx, pch_flags, include_dir, folder, gch):
         return []
     return ["-I", str(folder)]
 
 
 def _build(cxx: str, pch_flags: list[str], include_dir: Path, folder: Path, gch: Path) -> bool:
     """Compile the runtime header to ``gch`` under an exclusive lock; False (no PCH) if g++ fails."""
-    folder.mkdir(parents=True, exist_ok=True)
+    cache_entry.checked_folder(folder)
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building this one: wait for it
-        if gch.exists():
+        if cache_entry.verified(gch, "precompiled header", warn=False):  # another process built it meanwhile
             return True
         if (folder / "failed").exists():
             return False
@@ -101,7 +103,7 @@ def _build(cxx: str, pch_flags: list[str], include_dir: Path, folder: Path, gch:
                 # The kernel's own compile (without a PCH) reports whatever is wrong; do not retry each time.
                 (folder / "failed").write_text(proc.stderr[-4000:])
                 return False
-            os.replace(tmp, gch)
+            cache_entry.install(tmp, gch)
             return True
         finally:
             Path(tmp).unlink(missing_ok=True)

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
+from . import compiler as _compiler
 from . import instrument as _instrument
 from .errors import CpuKernelRaceError
 from .traffic import _symbols
@@ -143,7 +145,7 @@ def explain(report: _Report, name: str, build, items, grid, block) -> str:
         file, line, function = symbols.frame(pc)
         return f"{file}:{line} in {_short(function)}"
 
-    target = _target(report, build, items, symbols)
+    target = _target(report, build, items, symbols, symbols.frame(report.now_pc))
     return (f"kernel {name!r}: data race ({now}-after-{before}) on {target} in block {_index3(report.block, grid)}: "
             f"thread {_index3(report.now_thread, block)} {verb[now]} {report.now_size} bytes at "
             f"{where(report.now_pc)}; thread {_index3(report.before_thread, block)} {verb[before]} "
@@ -151,8 +153,9 @@ def explain(report: _Report, name: str, build, items, grid, block) -> str:
             f"(__syncthreads, a tile's sync, or __syncwarp within a warp)")
 
 
-def _target(report: _Report, build, items, symbols) -> str:
-    """The array the racy address lies in: an argument, a __shared__ variable or dynamic shared memory."""
+def _target(report: _Report, build, items, symbols, frame) -> str:
+    """The array the racy address lies in: an argument, a __shared__ variable or dynamic shared memory (named by
+    the extern __shared__ declaration in scope at the racing line `frame`, else every one of the module's)."""
     offset = report.address - report.region_lo
     if report.target == -3:
         name = next(n for n, lo, _ in global_variables(build) if lo == report.region_lo)
@@ -163,7 +166,8 @@ def _target(report: _Report, build, items, symbols) -> str:
         return (f"argument {i} ({arr.dtype}, shape {arr.shape}, element {offset // max(arr.itemsize, 1)} of the "
                 "flattened array)")
     if report.target == -2:
-        names = ", ".join(dict.fromkeys(build.dynamic_names)) or "extern __shared__"
+        in_scope = _dynamic_names_in_scope(build, frame) or dict.fromkeys(build.dynamic_names)
+        names = ", ".join(in_scope) or "extern __shared__"
         return f"dynamic shared memory ({names}; byte offset {offset})"
     return f"__shared__ {symbols.shared_name(report.region_lo)} (byte offset {offset})"
 
@@ -197,14 +201,52 @@ def global_variables(build) -> list[tuple[str, int, int]]:
     return [(name, base + offset, size) for name, offset, size in _data_symbols(str(build.so_path), shared)]
 
 
+_DYNAMIC_DECLARATION = re.compile(r"extern\s+__shared__[^;]*?\b(\w+)\s*\[\s*\]"  # as written
+                                  r"|\b(\w+)\s*=\s*reinterpret_cast<[^;]*::cpucuda::dynamic_shared\(\)")  # rewritten
+
+
+def _dynamic_names_in_scope(build, frame) -> list[str]:
+    """The extern __shared__ names declared before the racing line whose braces still enclose it (the launched
+    kernel's own view of dynamic shared memory; a module's other kernels declare theirs elsewhere); [] if the
+    source cannot tell (the access sits in a function that received the pointer)."""
+    file, line, _ = frame
+    path = Path(build.source_path) if file == _compiler.CODE_LABEL else Path(file)
+    if not path.is_absolute():
+        path = _compiler.SOURCE_ROOT / path
+    try:
+        lines = path.read_text(errors="replace").splitlines()[:max(int(line), 0)]
+    except OSError:
+        return []
+    # lowest = min(0, the lowest running count of braces opened minus closed, from just after the line being
+    # looked at to the racing line): a declaration is in scope there exactly when no brace closed its block (0)
+    lowest = 0
+    for text in reversed(lines):
+        for match in _DYNAMIC_DECLARATION.finditer(text):
+            name = match.group(1) or match.group(2)
+            if name in build.dynamic_names and lowest == 0:
+                return [name]
+        lowest = min(0, text.count("{") - text.count("}") + lowest)
+    return []
+
+
 def _short(function: str) -> str:
-    """`void pa::attend<16, ...>(...)` -> `pa::attend<16, ...>`."""
+    """`void pa::attend<16, __half>(float*)` -> `pa::attend<16, __half>` (the return type and the parameters
+    dropped at the top level only: spaces inside template arguments stay)."""
     depth, out = 0, []
     for ch in function:
-        if ch == "(" and depth == 0 and out:
+        if ch == "(" and depth == 0 and out and out[-1] != " ":
             break
-        depth += ch == "<"
-        depth -= ch == ">"
+        depth += ch in "<("
+        depth -= ch in ">)"
         out.append(ch)
-    text = "".join(out).strip()
-    return text.split(" ")[-1] if " " in text and "<" not in text.split(" ")[0] else text
+    pieces, piece, depth = [], [], 0
+    for ch in "".join(out).strip():
+        depth += ch in "<("
+        depth -= ch in ">)"
+        if ch == " " and depth == 0:
+            pieces.append("".join(piece))
+            piece = []
+        else:
+            piece.append(ch)
+    pieces.append("".join(piece))
+    return pieces[-1] or function

@@ -10,6 +10,7 @@ import functools
 import os
 import sys
 
+from ..errors import RefusedRequest
 from .grid import CheckedModule
 
 BACKENDS = ("auto", "gpu", "cpu")
@@ -69,7 +70,7 @@ def require_gpu_if_asked(backend: str) -> None:
     """Every command's one no-GPU guard: --backend gpu on a machine without a GPU is a ValueError (exit 2)
     saying so, before anything runs or is written."""
     if backend == "gpu" and not gpu_present():
-        raise ValueError(NO_GPU)
+        raise RefusedRequest(NO_GPU)
 
 
 def resolve(backend: str, family: str, runtime: str) -> str:
@@ -77,24 +78,24 @@ def resolve(backend: str, family: str, runtime: str) -> str:
     "gpu_or_cpu": a GPU where CuPy can use one; "numba": this process's numba.cuda mode), as the family declares
     it (sandbox/variant/family.py: Family.resolve); refuse what cannot run here, clearly."""
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        raise RefusedRequest(f"backend must be one of {BACKENDS}, got {backend!r}")
     if runtime == "host":
         if backend == "gpu":
-            raise ValueError(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
+            raise RefusedRequest(f"backend='gpu' is not available for {family}.* variants: they run on the CPU only")
         return "cpu"
     if runtime == "gpu_or_cpu":
         if backend == "auto":
             return "gpu" if cupy_usable() else "cpu"
         if backend == "gpu" and not cupy_usable():
-            raise ValueError("backend='gpu' needs an NVIDIA GPU and CuPy (pip install '.[gpu-cuda12]' or '.[gpu-cuda13]')")
+            raise RefusedRequest("backend='gpu' needs an NVIDIA GPU and CuPy (pip install '.[gpu-cuda12]' or '.[gpu-cuda13]')")
         return backend
     if runtime == "numba":
         if backend == "auto":
             return "cpu" if numba_simulated() else "gpu"
         if backend == "gpu" and not gpu_present():
-            raise ValueError("backend='gpu' needs an NVIDIA GPU; none was found (numba runs under the simulator here)")
+            raise RefusedRequest("backend='gpu' needs an NVIDIA GPU; none was found (numba runs under the simulator here)")
         return backend
-    raise ValueError(f"unknown runtime {runtime!r} of the {family} family")
+    raise RefusedRequest(f"unknown runtime {runtime!r} of the {family} family")
 
 
 def numba_needs_other_process(backend: str) -> bool:

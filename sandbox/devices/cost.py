@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from ..errors import RefusedRequest
 
 # multiply-adds per second of a plain run, per CPU stand-in (see the module docstring)
 RATES = {"numba": 2.8e4, "cupy": 1.6e7, "numpy": 8.3e7, "triton": 7.8e5}
@@ -31,7 +32,7 @@ WARN_SECONDS = 60.0
 REFUSE_SECONDS = 1800.0
 
 
-class TooLong(ValueError):
+class TooLong(RefusedRequest):
     """A problem estimated past the hard bound, refused before it starts (a command's exit 2)."""
 
 
@@ -55,9 +56,9 @@ def bounds() -> tuple[float, float]:
         try:
             value = default if text in (None, "") else float(text)
         except ValueError:
-            raise ValueError(f"{variable}={text!r}: expected seconds (a number >= 0)") from None
+            raise RefusedRequest(f"{variable}={text!r}: expected seconds (a number >= 0)") from None
         if value < 0:
-            raise ValueError(f"{variable}={text!r}: expected seconds (a number >= 0)")
+            raise RefusedRequest(f"{variable}={text!r}: expected seconds (a number >= 0)")
         out.append(value)
     return out[0], out[1]
 

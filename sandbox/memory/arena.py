@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import bisect
 
+from sandbox.errors import RefusedRequest
+
 RESERVE_POLICIES = ("max", "pow2", "oracle")
 
 
@@ -61,4 +63,4 @@ def reservation(prompt: int, output: int, max_len: int, policy: str) -> int:
         return min(max_len, prompt + (1 << (output - 1).bit_length()))
     if policy == "oracle":
         return prompt + output
-    raise ValueError(f"unknown reserve policy {policy!r}; choose one of {', '.join(RESERVE_POLICIES)}")
+    raise RefusedRequest(f"unknown reserve policy {policy!r}; choose one of {', '.join(RESERVE_POLICIES)}")

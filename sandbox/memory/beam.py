@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import random
 
+from sandbox.errors import RefusedRequest
+
 SURVIVAL = 0.95
 
 
 def validate_survival(survival: float) -> float:
     if not 0.0 < survival <= 1.0:
-        raise ValueError(f"beam survival must lie in (0, 1], got {survival}")
+        raise RefusedRequest(f"beam survival must lie in (0, 1], got {survival}")
     return float(survival)
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sandbox.errors import RefusedRequest
+
 # name -> ((prompt mean, prompt sigma), (output mean, output sigma))
 LOGNORMAL = {
     "sharegpt": ((161.0, 1.0), (338.0, 1.0)),
@@ -44,7 +46,7 @@ def clipped_lognormal_mean(mu: float, sigma: float, low: float, high: float) -> 
 def fit_mu(mean: float, sigma: float, low: float, high: float) -> float:
     """The mu whose lognormal, clipped to [low, high], has this mean (bisection; the mean grows with mu)."""
     if not low < mean < high:
-        raise ValueError(f"mean {mean} must lie strictly between {low} and {high}")
+        raise RefusedRequest(f"mean {mean} must lie strictly between {low} and {high}")
     lo, hi = math.log(low) - 10 * sigma, math.log(high) + 10 * sigma
     for _ in range(200):
         mid = (lo + hi) / 2
@@ -58,12 +60,12 @@ def fit_mu(mean: float, sigma: float, low: float, high: float) -> float:
 def sample_lengths(name: str, num_requests: int, max_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(prompt_lens, output_lens), int64 arrays [num_requests], from a named distribution."""
     if name not in DISTRIBUTIONS:
-        raise ValueError(f"unknown distribution {name!r}; choose one of {', '.join(DISTRIBUTIONS)}")
+        raise RefusedRequest(f"unknown distribution {name!r}; choose one of {', '.join(DISTRIBUTIONS)}")
     if max_len < 2:
-        raise ValueError(f"max_len must be >= 2 (one prompt and one output token), got {max_len}")
+        raise RefusedRequest(f"max_len must be >= 2 (one prompt and one output token), got {max_len}")
     if name != "uniform" and max_len < 3:
-        raise ValueError(f"--max-len must be >= 3 for {name}-like lengths (their lognormal means are fitted "
-                         f"between 1 token and half of --max-len), got {max_len}")
+        raise RefusedRequest(f"--max-len must be >= 3 for {name}-like lengths (their lognormal means are fitted "
+                             f"between 1 token and half of --max-len), got {max_len}")
     if name == "uniform":
         prompt = rng.integers(1, 2 * UNIFORM_MEANS[0], size=num_requests)
         output = rng.integers(1, 2 * UNIFORM_MEANS[1], size=num_requests)
@@ -85,11 +87,11 @@ def load_trace(path, max_len: int, num_requests: int | None = None):
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"trace {str(path)!r} is not a readable file")
+        raise RefusedRequest(f"trace {str(path)!r} is not a readable file")
     try:
         return _read_trace(path, max_len, num_requests)
     except UnicodeDecodeError as exc:
-        raise ValueError(f"trace {str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+        raise RefusedRequest(f"trace {str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
 def _read_trace(path: Path, max_len: int, num_requests: int | None):
@@ -99,8 +101,8 @@ def _read_trace(path: Path, max_len: int, num_requests: int | None):
         fields = set(reader.fieldnames or ())
         missing = {"prompt_len", "output_len"} - fields
         if missing:
-            raise ValueError(f"trace {str(path)!r} needs a header with columns prompt_len,output_len "
-                             f"(missing {', '.join(sorted(missing))})")
+            raise RefusedRequest(f"trace {str(path)!r} needs a header with columns prompt_len,output_len "
+                                 f"(missing {', '.join(sorted(missing))})")
         timed = "arrival" in fields
         for line, row in enumerate(reader, start=2):
             if num_requests is not None and len(prompts) >= num_requests:
@@ -108,17 +110,17 @@ def _read_trace(path: Path, max_len: int, num_requests: int | None):
             try:
                 p, o = int(row["prompt_len"]), int(row["output_len"])
             except (TypeError, ValueError):
-                raise ValueError(f"trace {str(path)!r} line {line}: prompt_len and output_len must be "
-                                 f"integers, got {row['prompt_len']!r}, {row['output_len']!r}") from None
+                raise RefusedRequest(f"trace {str(path)!r} line {line}: prompt_len and output_len must be "
+                                     f"integers, got {row['prompt_len']!r}, {row['output_len']!r}") from None
             if p < 1 or o < 1 or p + o > max_len:
-                raise ValueError(f"trace {str(path)!r} line {line}: need prompt_len >= 1, output_len >= 1 and "
-                                 f"prompt_len + output_len <= max_len ({max_len}), got {p} + {o}")
+                raise RefusedRequest(f"trace {str(path)!r} line {line}: need prompt_len >= 1, output_len >= 1 and "
+                                     f"prompt_len + output_len <= max_len ({max_len}), got {p} + {o}")
             if timed:
                 arrivals.append(_arrival(path, line, row["arrival"]))
             prompts.append(p)
             outputs.append(o)
     if not prompts:
-        raise ValueError(f"trace {str(path)!r} has no requests")
+        raise RefusedRequest(f"trace {str(path)!r} has no requests")
     return (np.array(prompts, dtype=np.int64), np.array(outputs, dtype=np.int64),
             np.array(arrivals, dtype=np.float64) if timed else None)
 
@@ -129,6 +131,6 @@ def _arrival(path: Path, line: int, text) -> float:
     except (TypeError, ValueError):
         t = math.nan
     if not (math.isfinite(t) and t >= 0):
-        raise ValueError(f"trace {str(path)!r} line {line}: arrival must be a finite number of seconds >= 0, "
-                         f"got {text!r}")
+        raise RefusedRequest(f"trace {str(path)!r} line {line}: arrival must be a finite number of seconds >= 0, "
+                             f"got {text!r}")
     return t

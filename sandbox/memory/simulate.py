@@ -31,6 +31,7 @@ import numpy as np
 from sandbox.memory.arena import FirstFitArena, reservation
 from sandbox.memory.waste import WasteAccumulator
 from sandbox.paging import BlockManager, OutOfBlocks
+from sandbox.errors import RefusedRequest
 
 DEFAULT_MAX_NUM_SEQS = 256
 
@@ -63,13 +64,13 @@ class SimResult:
 
 def _check(prompts, outputs, budget_tokens: int, max_len: int, max_num_seqs: int) -> None:
     if len(prompts) != len(outputs) or len(prompts) == 0:
-        raise ValueError("prompts and outputs must be non-empty and of equal length")
+        raise RefusedRequest("prompts and outputs must be non-empty and of equal length")
     if budget_tokens < max_len:
-        raise ValueError(f"budget_tokens ({budget_tokens}) must hold at least one max_len ({max_len}) request")
+        raise RefusedRequest(f"budget_tokens ({budget_tokens}) must hold at least one max_len ({max_len}) request")
     if min(prompts) < 1 or min(outputs) < 1 or max(p + o for p, o in zip(prompts, outputs)) > max_len:
-        raise ValueError(f"every request needs prompt >= 1, output >= 1 and prompt + output <= max_len ({max_len})")
+        raise RefusedRequest(f"every request needs prompt >= 1, output >= 1 and prompt + output <= max_len ({max_len})")
     if max_num_seqs < 1:
-        raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        raise RefusedRequest(f"max_num_seqs must be >= 1, got {max_num_seqs}")
 
 
 def _result(allocator, block_size, reserve, waste: WasteAccumulator, acc: dict, **extra) -> SimResult:
@@ -134,8 +135,8 @@ def simulate_paged(prompts, outputs, budget_tokens: int, block_size: int, max_le
     bs = block_size
     num_blocks = budget_tokens // bs
     if num_blocks * bs < max_len:
-        raise ValueError(f"budget_tokens ({budget_tokens}) holds fewer than max_len ({max_len}) slots in "
-                         f"blocks of {bs}")
+        raise RefusedRequest(f"budget_tokens ({budget_tokens}) holds fewer than max_len ({max_len}) slots in "
+                             f"blocks of {bs}")
     bm = BlockManager(num_blocks, bs)
     append, free, allocate = bm.append_slot, bm.free, bm.allocate
     keep_free = max(1, int(num_blocks * watermark))

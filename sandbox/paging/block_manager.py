@@ -17,8 +17,10 @@ parent block, so a hash collision can never alias two prefixes).
 - ``free_outside_window`` releases the blocks a sliding window no longer reads (-1 in the table);
   ``swap_out`` / ``swap_in`` move whole sequences to and from a CPU pool (``sandbox.paging.swap``).
 
-Every public mutator checks first and then acts: ``OutOfBlocks``, ``KeyError`` and ``ValueError``
-leave all tables, counts, free blocks and the cache exactly as they were.
+Every public mutator checks first and then acts: ``OutOfBlocks``, ``KeyError``, ``ValueError`` and
+``TypeError`` (a token id that is not an integer >= 0, a bad count or window) leave all tables, counts,
+free blocks and the cache exactly as they were (tests/test_paging.py's stateful machine throws bad
+requests at every step and compares the whole state).
 """
 from __future__ import annotations
 
@@ -26,9 +28,15 @@ import operator
 from collections import deque
 from collections.abc import Hashable, Sequence
 
+from sandbox.errors import RefusedRequest
 from sandbox.paging.errors import OutOfBlocks
 from sandbox.paging.prefix_cache import NO_BLOCK, PrefixCache
 from sandbox.paging.swap import SwapMixin
+
+
+# Block ids go into int32 block tables; and the allocator keeps ~60 bytes of Python objects per block (its reference
+# count, its entry in the free deque), so a pool past MAX_BLOCKS is a typo, refused before a list is built.
+MAX_BLOCKS = 2**27
 
 
 def _int_at_least(name: str, value, low: int) -> int:
@@ -48,6 +56,9 @@ class BlockManager(SwapMixin):
 
     def __init__(self, num_blocks: int, block_size: int):
         self.num_blocks = _int_at_least("num_blocks", num_blocks, 1)
+        if self.num_blocks > MAX_BLOCKS:
+            raise RefusedRequest(f"num_blocks must be at most {MAX_BLOCKS:,} (about {MAX_BLOCKS * 60 / 2**30:.0f} GiB "
+                                 f"of allocator state), got {self.num_blocks:,}")
         self.block_size = _int_at_least("block_size", block_size, 1)
         self._ref = [0] * self.num_blocks
         self._free = deque(range(self.num_blocks))     # free blocks holding nothing cached
@@ -155,10 +166,9 @@ class BlockManager(SwapMixin):
         ``copy`` is None or ``(src_block, dst_block)``: the last block was shared, so the caller
         must copy src to dst BEFORE writing the new token's KV into ``slot`` (copy-on-write).
         """
-        try:
-            entry = self._seqs[seq_id]
-        except KeyError:
-            raise KeyError(f"unknown sequence {seq_id!r}") from None
+        entry = self._entry(seq_id)
+        if token is not None:  # checked before anything changes: a bad token leaves the sequence as it was
+            token = _int_at_least("token", token, 0)
         n, table, tail = entry
         bs = self.block_size
         off = n % bs
@@ -171,7 +181,7 @@ class BlockManager(SwapMixin):
             if token is None:
                 entry[2] = None            # an unknown token: this sequence's later blocks cannot be keyed
             else:
-                tail[2].append(operator.index(token))
+                tail[2].append(token)
                 if off == bs - 1:
                     ids = tuple(tail[2])
                     h = hash((tail[0], ids))
@@ -233,9 +243,9 @@ class BlockManager(SwapMixin):
                                 f"got {type(tokens).__name__}") from None
             return None
         try:
-            return [operator.index(t) for t in tokens]
+            return [_int_at_least(f"tokens[{i}]", t, 0) for i, t in enumerate(tokens)]
         except TypeError:
-            raise TypeError("tokens must be an int count or a sequence of integer token ids") from None
+            raise TypeError("tokens must be an int count or a sequence of integer token ids (each >= 0)") from None
 
     def _match_prefix(self, ids: list[int]) -> tuple[list[int], list[tuple]]:
         """Cached blocks holding the leading full blocks of ``ids`` (never the one with the last

@@ -15,11 +15,44 @@ from sandbox.paging.errors import OutOfBlocks
 from sandbox.paging.prefix_cache import NO_BLOCK
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class SwappedSequences:
-    """layout: seq_id -> (num_tokens, table of positions in ``blocks``, -1 kept); blocks: GPU blocks vacated."""
+    """layout: seq_id -> (num_tokens, table of positions in ``blocks``, -1 kept); blocks: GPU blocks vacated.
+
+    Checked on construction (ValueError/TypeError naming the field): ``blocks`` distinct integers >= 0; each
+    table entry -1 or a position in 0..len(blocks)-1 (no negative position wraps); every position used.
+    """
     layout: dict
     blocks: tuple[int, ...]
+
+    def __post_init__(self):
+        if not isinstance(self.layout, dict):
+            raise TypeError(f"layout must be a dict seq_id -> (num_tokens, table), got {type(self.layout).__name__}")
+        if not isinstance(self.blocks, tuple) or not all(_is_int(b) and b >= 0 for b in self.blocks):
+            raise ValueError(f"blocks must be a tuple of block indices >= 0, got {self.blocks!r}")
+        if len(set(self.blocks)) != len(self.blocks):
+            raise ValueError(f"blocks must be distinct, got {self.blocks!r}")
+        used = set()
+        for seq_id, value in self.layout.items():
+            if not (isinstance(value, (tuple, list)) and len(value) == 2):
+                raise ValueError(f"layout[{seq_id!r}] must be (num_tokens, table), got {value!r}")
+            n, table = value
+            if not _is_int(n) or n < 0:
+                raise ValueError(f"layout[{seq_id!r}] num_tokens must be an integer >= 0, got {n!r}")
+            if not isinstance(table, (tuple, list)):
+                raise ValueError(f"layout[{seq_id!r}] table must be a list of positions, got {table!r}")
+            for i, position in enumerate(table):
+                if not _is_int(position) or not (position == NO_BLOCK or 0 <= position < len(self.blocks)):
+                    raise ValueError(f"layout[{seq_id!r}] table[{i}] = {position!r} must be -1 or a position in "
+                                     f"0..{len(self.blocks) - 1}")
+                used.add(position)
+        unused = set(range(len(self.blocks))) - used
+        if unused:
+            raise ValueError(f"blocks position {min(unused)} is used by no table")
 
     @property
     def num_blocks(self) -> int:
@@ -50,6 +83,10 @@ class SwapMixin:
         taken = [s for s in swapped.layout if s in self._seqs]
         if taken:
             raise ValueError(f"sequence {taken[0]!r} is already allocated")
+        for s, (n, local) in swapped.layout.items():
+            if len(local) != -(-n // self.block_size):
+                raise ValueError(f"swap_in: sequence {s!r} has {n} tokens but a table of {len(local)} blocks "
+                                 f"(block size {self.block_size})")
         if swapped.num_blocks > self.num_free_blocks:
             raise OutOfBlocks(f"swap_in of {len(swapped.layout)} sequences needs {swapped.num_blocks} blocks "
                               f"but only {self.num_free_blocks} are free")

@@ -12,6 +12,7 @@ from .options import FIELDS, OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
 from .tables import grouped_allocation, private_tables, shuffled_blocks  # noqa: F401 (shuffled_blocks: re-exported)
 from .random_args import check_random_arguments
 from .validate import check_block_size, first_read_tokens, validate_decode_inputs
+from ..errors import RefusedRequest
 
 # Extreme logits: q is scaled so that scale * q.k has a standard deviation of about 40,
 # so logits reach +-120: exp() without subtracting the max overflows in float32 (88.7).
@@ -226,9 +227,9 @@ class DecodeProblem:
         else:
             lens = np.asarray(context_lens, dtype=np.int64)
             if lens.shape != (num_seqs,):
-                raise ValueError(f"context_lens must have num_seqs = {num_seqs} entries, got shape {lens.shape}")
+                raise RefusedRequest(f"context_lens must have num_seqs = {num_seqs} entries, got shape {lens.shape}")
             if (lens < 1).any():
-                raise ValueError(f"context_lens must all be >= 1, got {lens.tolist()}")
+                raise RefusedRequest(f"context_lens must all be >= 1, got {lens.tolist()}")
         q_lens = _query_lengths(query_lens, lens)
         blocks_per_seq = -(-lens // block_size)
         # Shuffled physical blocks; sharing maps a later sequence's full prefix blocks onto an earlier one's.
@@ -282,16 +283,16 @@ class DecodeProblem:
         kv_dt = dtype if kv_dtype is None else dtypes.dtype(kv_dtype)
         _check_nvfp4_head_dim(kv_dt, head_dim)
         if how not in ("fork", "prefix"):
-            raise ValueError(f"how must be 'fork' or 'prefix', got {how!r}")
+            raise RefusedRequest(f"how must be 'fork' or 'prefix', got {how!r}")
         if num_heads % num_kv_heads:
-            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+            raise RefusedRequest(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
         if prefix_len < 1 or num_groups < 1 or group_size < 1:
-            raise ValueError(f"prefix_len, num_groups and group_size must be >= 1, got {prefix_len}, {num_groups}, {group_size}")
+            raise RefusedRequest(f"prefix_len, num_groups and group_size must be >= 1, got {prefix_len}, {num_groups}, {group_size}")
         num_seqs = num_groups * group_size
         suffix = (rng.integers(0, max_suffix_len + 1, size=num_seqs) if suffix_lens is None
                   else np.asarray(suffix_lens, dtype=np.int64))
         if suffix.shape != (num_seqs,) or (suffix < 0).any():
-            raise ValueError(f"suffix_lens must give num_groups * group_size = {num_seqs} lengths >= 0, got {suffix.tolist()}")
+            raise RefusedRequest(f"suffix_lens must give num_groups * group_size = {num_seqs} lengths >= 0, got {suffix.tolist()}")
         lens = prefix_len + suffix
         blocks_per_seq = -(-lens // block_size)
         manager, copies = grouped_allocation(rng, lens, block_size, prefix_len, group_size, how)
@@ -381,8 +382,8 @@ def _stored_dim(cache_dtype: np.dtype, head_dim: int) -> int:
 
 def _check_nvfp4_head_dim(cache_dtype: np.dtype, head_dim: int) -> None:
     if dtypes.kv_format(cache_dtype) == dtypes.NVFP4 and head_dim % 16:
-        raise ValueError(f"an NVFP4 cache needs head_dim to be a multiple of 16 (one e4m3 scale per 16 values), "
-                         f"got {head_dim}")
+        raise RefusedRequest(f"an NVFP4 cache needs head_dim to be a multiple of 16 (one e4m3 scale per 16 values), "
+                             f"got {head_dim}")
 
 
 def _check_option_keywords(constructor: str, options: dict) -> None:
@@ -398,12 +399,12 @@ def _query_lengths(query_lens, context_lens: np.ndarray) -> np.ndarray:
         return np.ones(len(context_lens), dtype=np.int64)
     if isinstance(query_lens, (int, np.integer)):
         if query_lens < 1:
-            raise ValueError(f"query_lens must be >= 1, got {query_lens}")
+            raise RefusedRequest(f"query_lens must be >= 1, got {query_lens}")
         return np.minimum(context_lens, int(query_lens)).astype(np.int64)
     q = np.asarray(query_lens, dtype=np.int64)
     if q.shape != context_lens.shape or (q < 1).any() or (q > context_lens).any():
-        raise ValueError(f"query_lens must give 1 <= q_s <= context_lens[s] for each of the {len(context_lens)} "
-                         f"sequences, got {q.tolist()} for context_lens {context_lens.tolist()}")
+        raise RefusedRequest(f"query_lens must give 1 <= q_s <= context_lens[s] for each of the {len(context_lens)} "
+                             f"sequences, got {q.tolist()} for context_lens {context_lens.tolist()}")
     return q
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from .dtypes import FP8_DTYPES, NVFP4, default_kv_scale
 from .option_schema import Case, Context, Field, KernelArg, Option, ScoreHook, Token
+from ..errors import RefusedRequest
 
 INT32_MAX = 2**31 - 1
 NVFP4_GROUP = 16  # values per e4m3 block scale of an NVFP4 cache
@@ -47,7 +48,7 @@ def is_real(value) -> bool:
 def positive_scale(name: str):
     def check(value, context: Context) -> None:
         if not (is_real(value) and math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+            raise RefusedRequest(f"{name} must be a positive finite number, got {value!r}")
     return check
 
 
@@ -58,12 +59,12 @@ def head_vector(name: str, what: str):
             return
         if not isinstance(value, np.ndarray) or value.dtype != np.float32:
             got = value.dtype.name if isinstance(value, np.ndarray) else type(value).__name__
-            raise ValueError(f"{name} must be a float32 NumPy array [num_heads] ({what}), got {got}")
+            raise RefusedRequest(f"{name} must be a float32 NumPy array [num_heads] ({what}), got {got}")
         if value.ndim != 1 or (context.num_heads is not None and value.shape[0] != context.num_heads):
-            raise ValueError(f"{name} must have shape ({context.num_heads},) = [num_heads], got {value.shape}")
+            raise RefusedRequest(f"{name} must have shape ({context.num_heads},) = [num_heads], got {value.shape}")
         if not np.isfinite(value).all():
             i = int(np.flatnonzero(~np.isfinite(value))[0])
-            raise ValueError(f"{name}[{i}] = {value[i]} is not finite")
+            raise RefusedRequest(f"{name}[{i}] = {value[i]} is not finite")
     return check
 
 
@@ -74,7 +75,7 @@ def head_values(name: str, keyword, context: Context, rng, random):
     if isinstance(keyword, str):
         if keyword == "random" and rng is not None:
             return random(rng, context.num_heads)
-        raise ValueError(f"{name} must be None, 'random' or a list of floats, got {keyword!r}")
+        raise RefusedRequest(f"{name} must be None, 'random' or a list of floats, got {keyword!r}")
     return np.asarray(keyword, dtype=np.float32)
 
 
@@ -85,7 +86,7 @@ def positive_number_token(name: str):
         except ValueError:
             x = math.nan
         if not math.isfinite(x) or x <= 0:
-            raise ValueError(f"{name} must be a positive finite number, got {text!r}")
+            raise RefusedRequest(f"{name} must be a positive finite number, got {text!r}")
         return x
     return parse
 
@@ -94,7 +95,7 @@ def positive_number_token(name: str):
 
 def _check_window(value, context: Context) -> None:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < -1:
-        raise ValueError(f"window_left must be an integer >= -1 (-1: no window), got {value!r}")
+        raise RefusedRequest(f"window_left must be an integer >= -1 (-1: no window), got {value!r}")
 
 
 def _window_draw(draw, st, context: Context) -> dict:
@@ -125,7 +126,7 @@ def _window_cases(context: Context) -> list:
 
 def _window_token(text: str) -> int:
     if not text.isdigit():
-        raise ValueError(f"window must be an integer >= 0 (tokens before the query position still read), got {text!r}")
+        raise RefusedRequest(f"window must be an integer >= 0 (tokens before the query position still read), got {text!r}")
     return int(text)
 
 
@@ -153,7 +154,7 @@ WINDOW = Option(
 
 def _check_soft_cap(value, context: Context) -> None:
     if not is_real(value) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"logits_soft_cap must be a finite number >= 0 (0: off), got {value!r}")
+        raise RefusedRequest(f"logits_soft_cap must be a finite number >= 0 (0: off), got {value!r}")
 
 
 def _softcap_score(s, opts, q_pos, kv_pos, q_head, kv_head):
@@ -209,12 +210,12 @@ def _alibi_build(kw: dict, context: Context, rng) -> dict:
     try:
         return dict(alibi_slopes=head_values("alibi_slopes", keyword, context, rng, random))
     except ValueError:
-        raise ValueError(f"alibi_slopes must be None, 'paper', 'random' or a list of floats, got {keyword!r}") from None
+        raise RefusedRequest(f"alibi_slopes must be None, 'paper', 'random' or a list of floats, got {keyword!r}") from None
 
 
 def _alibi_token(text: str) -> bool:
     if text.lower() != "paper":
-        raise ValueError(f"alibi takes no value (the paper's slopes), got alibi={text}")
+        raise RefusedRequest(f"alibi takes no value (the paper's slopes), got alibi={text}")
     return True
 
 
@@ -297,7 +298,7 @@ def _sinks_token(text: str) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise ValueError(f"sinks takes a finite number (every head's sink), or no value, got sinks={text}")
+        raise RefusedRequest(f"sinks takes a finite number (every head's sink), or no value, got sinks={text}")
     return value
 
 
@@ -338,7 +339,7 @@ SINKS = Option(
 def _check_bool(name: str):
     def check(value, context: Context) -> None:
         if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
+            raise RefusedRequest(f"{name} must be True or False, got {value!r}")
     return check
 
 
@@ -379,25 +380,25 @@ def slot_array(name: str, dtype: str, what: str, trailing=lambda context: ()):
         shape = None if context.cache_slots is None else tuple(context.cache_slots) + tuple(trailing(context))
         if not isinstance(value, np.ndarray) or value.dtype.name != dtype:
             got = value.dtype.name if isinstance(value, np.ndarray) else type(value).__name__
-            raise ValueError(f"{name} must be a {dtype} NumPy array ({what}), got {got}")
+            raise RefusedRequest(f"{name} must be a {dtype} NumPy array ({what}), got {got}")
         if shape is not None and value.shape != shape:
-            raise ValueError(f"{name} must have shape {shape} = [num_blocks, block_size, num_kv_heads"
-                             f"{', head_dim // 16' if trailing(context) else ''}] (from key_cache), got {value.shape}")
+            raise RefusedRequest(f"{name} must have shape {shape} = [num_blocks, block_size, num_kv_heads"
+                                 f"{', head_dim // 16' if trailing(context) else ''}] (from key_cache), got {value.shape}")
     return check
 
 
 def _kv_scales_validate(o, context: Context) -> None:
     if (o.k_scales is None) != (o.v_scales is None):
-        raise ValueError("k_scales and v_scales go together: give both or neither")
+        raise RefusedRequest("k_scales and v_scales go together: give both or neither")
     if o.k_scales is None:
         return
     if context.kv_format is not None and context.kv_format not in FP8_DTYPES:
-        raise ValueError(f"k_scales/v_scales (per-token scales) need an fp8 cache ({', '.join(FP8_DTYPES)}), "
-                         f"got key_cache.dtype {context.kv_format}")
+        raise RefusedRequest(f"k_scales/v_scales (per-token scales) need an fp8 cache ({', '.join(FP8_DTYPES)}), "
+                             f"got key_cache.dtype {context.kv_format}")
     for name in ("k_scale", "v_scale"):
         if getattr(o, name) != 1.0:
-            raise ValueError(f"{name} and {name}s are exclusive: with per-token scales {name} must be 1.0, "
-                             f"got {getattr(o, name)!r}")
+            raise RefusedRequest(f"{name} and {name}s are exclusive: with per-token scales {name} must be 1.0, "
+                                 f"got {getattr(o, name)!r}")
 
 
 def _kv_scales_build(kw: dict, context: Context, rng) -> dict:
@@ -405,8 +406,8 @@ def _kv_scales_build(kw: dict, context: Context, rng) -> dict:
     if not kw["per_token_scales"]:
         return dict(k_scales=None, v_scales=None)
     if context.kv_format not in FP8_DTYPES or rng is None:
-        raise ValueError(f"per_token_scales needs an fp8 cache (kv_dtype one of {', '.join(FP8_DTYPES)}), "
-                         f"got {context.kv_format}")
+        raise RefusedRequest(f"per_token_scales needs an fp8 cache (kv_dtype one of {', '.join(FP8_DTYPES)}), "
+                             f"got {context.kv_format}")
     unit = default_kv_scale(context.kv_format)
     draw = lambda: (unit * 2.0 ** rng.uniform(-2.0, 2.0, size=context.cache_slots)).astype(np.float32)  # noqa: E731
     return dict(k_scales=draw(), v_scales=draw())
@@ -447,18 +448,18 @@ KV_SCALES = Option(
 def _nvfp4_validate(o, context: Context) -> None:
     nvfp4 = context.kv_format == NVFP4
     if (o.k_block_scales is None) != (o.v_block_scales is None):
-        raise ValueError("k_block_scales and v_block_scales go together: give both or neither")
+        raise RefusedRequest("k_block_scales and v_block_scales go together: give both or neither")
     if context.kv_format is None:
         return
     if nvfp4 and o.k_block_scales is None:
-        raise ValueError("an NVFP4 cache (uint8 key_cache/value_cache) needs k_block_scales and v_block_scales "
-                         "(float8_e4m3fn [num_blocks, block_size, num_kv_heads, head_dim // 16])")
+        raise RefusedRequest("an NVFP4 cache (uint8 key_cache/value_cache) needs k_block_scales and v_block_scales "
+                             "(float8_e4m3fn [num_blocks, block_size, num_kv_heads, head_dim // 16])")
     if not nvfp4 and o.k_block_scales is not None:
-        raise ValueError(f"k_block_scales/v_block_scales belong to an NVFP4 cache (uint8), got key_cache.dtype "
-                         f"{context.kv_format}")
+        raise RefusedRequest(f"k_block_scales/v_block_scales belong to an NVFP4 cache (uint8), got key_cache.dtype "
+                             f"{context.kv_format}")
     if nvfp4 and context.head_dim is not None and context.head_dim % NVFP4_GROUP:
-        raise ValueError(f"an NVFP4 cache needs head_dim to be a multiple of {NVFP4_GROUP} (one e4m3 scale per "
-                         f"{NVFP4_GROUP} values), got {context.head_dim}")
+        raise RefusedRequest(f"an NVFP4 cache needs head_dim to be a multiple of {NVFP4_GROUP} (one e4m3 scale per "
+                             f"{NVFP4_GROUP} values), got {context.head_dim}")
 
 
 def _nvfp4_build(kw: dict, context: Context, rng) -> dict:

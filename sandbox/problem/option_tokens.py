@@ -10,6 +10,7 @@ import dataclasses
 
 from .option_schema import Context
 from .options import OPTIONS, PROBLEM_KEYWORDS, AttentionOptions
+from ..errors import RefusedRequest
 
 TOKENS = {token.name: token for row in OPTIONS for token in row.tokens}
 
@@ -65,13 +66,13 @@ def parse_option_tokens(text: str, what: str = "--options") -> OptionTokens:
         name, value = name.strip().lower(), value.strip()
         token = TOKENS.get(name)
         if token is None:
-            raise ValueError(f"{what} {text!r}: unknown option {name!r} (known: {known_tokens()})")
+            raise RefusedRequest(f"{what} {text!r}: unknown option {name!r} (known: {known_tokens()})")
         if name in given:
-            raise ValueError(f"{what} {text!r}: {name} given twice")
+            raise RefusedRequest(f"{what} {text!r}: {name} given twice")
         if token.takes is not None and not (sep and value):
-            raise ValueError(f"{what} {text!r}: {name} needs a value ({name}={token.takes})")
+            raise RefusedRequest(f"{what} {text!r}: {name} needs a value ({name}={token.takes})")
         try:
             given[name] = token.parse(value) if (sep or token.takes is not None) else True
         except ValueError as exc:
-            raise ValueError(f"{what} {text!r}: {exc}") from None
+            raise RefusedRequest(f"{what} {text!r}: {exc}") from None
     return OptionTokens(tuple((name, given[name]) for name in TOKENS if name in given))

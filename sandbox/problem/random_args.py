@@ -7,13 +7,14 @@ max_context_len=10**9 is refused at once with the size it would take instead of 
 from __future__ import annotations
 
 import numpy as np
+from ..errors import RefusedRequest
 
 MAX_RANDOM_BYTES = 8 * 2**30  # a random problem beyond 8 GiB is a typo more often than a test
 
 
 def _integer(name: str, value, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        raise RefusedRequest(f"{name} must be an integer >= {least}, got {value!r}")
     return int(value)
 
 
@@ -27,26 +28,29 @@ def check_random_arguments(seed, num_seqs, num_heads, num_kv_heads, head_dim, bl
     num_kv_heads = _integer("num_kv_heads", num_kv_heads, 1)
     head_dim = _integer("head_dim", head_dim, 1)
     if num_heads % num_kv_heads:
-        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+        raise RefusedRequest(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
     if spare_blocks is not None:
         _integer("spare_blocks", spare_blocks, 0)
     if context_lens is None:
         longest = _integer("max_context_len", max_context_len, 1)
+        source = f"max_context_len={longest:,}"
     else:
         try:
             lens = np.asarray(context_lens, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
-            raise ValueError(f"context_lens must be integers >= 1, got {context_lens!r}") from None
+            raise RefusedRequest(f"context_lens must be integers >= 1, got {context_lens!r}") from None
         if lens.shape != (num_seqs,):
-            raise ValueError(f"context_lens must have num_seqs = {num_seqs} entries, got shape {lens.shape}")
+            raise RefusedRequest(f"context_lens must have num_seqs = {num_seqs} entries, got shape {lens.shape}")
         if (lens < 1).any():
-            raise ValueError(f"context_lens must all be >= 1, got {lens.tolist()}")
+            raise RefusedRequest(f"context_lens must all be >= 1, got {lens.tolist()}")
         longest = int(lens.max())
+        source = f"context_lens (longest {longest:,})"
     blocks = num_seqs * -(-longest // block_size)
     blocks += max(1, blocks // 4) if spare_blocks is None else int(spare_blocks)
     nbytes = 2 * 4 * blocks * block_size * num_kv_heads * head_dim  # K and V, staged in float32
     if nbytes > MAX_RANDOM_BYTES:
-        raise ValueError(f"DecodeProblem.random would allocate {nbytes / 2**30:,.1f} GiB of K/V cache ({blocks:,} "
-                         f"blocks of {block_size} tokens x {num_kv_heads} KV heads x head_dim {head_dim}, from "
-                         f"num_seqs={num_seqs} and a longest context of {longest:,} tokens); the bound is "
-                         f"{MAX_RANDOM_BYTES / 2**30:g} GiB (sandbox.problem.random_args.MAX_RANDOM_BYTES)")
+        raise RefusedRequest(f"DecodeProblem.random would allocate {nbytes / 2**30:,.1f} GiB of K/V cache ({blocks:,} "
+                             f"blocks of {block_size} tokens x {num_kv_heads} KV heads x head_dim {head_dim}, from "
+                             f"num_seqs={num_seqs} and {source}); the bound is "
+                             f"{MAX_RANDOM_BYTES / 2**30:g} GiB (sandbox.problem.random_args.MAX_RANDOM_BYTES): lower "
+                             f"{'max_context_len' if context_lens is None else 'context_lens'} or num_seqs")

@@ -8,6 +8,7 @@ import numpy as np
 from .dtypes import FP8_DTYPES, NVFP4, QUERY_DTYPES, kv_format
 from .option_schema import Context
 from .options import PLAIN, AttentionOptions
+from ..errors import RefusedRequest
 
 SUPPORTED_DTYPES = QUERY_DTYPES
 CACHE_DTYPES = QUERY_DTYPES + FP8_DTYPES
@@ -28,13 +29,18 @@ def check_block_size(block_size, name: str = "block_size") -> int:
     """block_size as an int; ValueError naming it unless it is an integer in [1, MAX_BLOCK_SIZE]."""
     ok = isinstance(block_size, (int, np.integer)) and not isinstance(block_size, bool)
     if not ok or not 1 <= block_size <= MAX_BLOCK_SIZE:
-        raise ValueError(f"{name} must be an integer in [1, {MAX_BLOCK_SIZE}], got {block_size!r}")
+        raise RefusedRequest(f"{name} must be an integer in [1, {MAX_BLOCK_SIZE}], got {block_size!r}")
     return int(block_size)
+
+
+def dtype_text(dtype: np.dtype) -> str:
+    """The dtype's name, with its byte order when it is not the machine's (">i4" is not int32 here)."""
+    return dtype.name if dtype.isnative else f"{dtype.name} in non-native byte order ({dtype.str})"
 
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise RefusedRequest(message)
 
 
 def _check_array(name: str, value, ndim: int) -> None:
@@ -45,7 +51,7 @@ def _check_array(name: str, value, ndim: int) -> None:
 def _check_query_start(query_start, num_seqs: int, total_q: int, context_lens) -> np.ndarray:
     """query lengths [num_seqs] from query_start int32 [num_seqs + 1] (FlashAttention's cu_seqlens_q)."""
     _check_array("query_start", query_start, 1)
-    _require(query_start.dtype == np.int32, f"query_start.dtype must be int32, got {query_start.dtype.name}")
+    _require(query_start.dtype == np.int32, f"query_start.dtype must be int32, got {dtype_text(query_start.dtype)}")
     _require(query_start.shape[0] == num_seqs + 1,
              f"query_start has {query_start.shape[0]} entries, expected num_seqs + 1 = {num_seqs + 1} (from context_lens)")
     _require(int(query_start[0]) == 0, f"query_start[0] must be 0, got {int(query_start[0])}")
@@ -55,8 +61,8 @@ def _check_query_start(query_start, num_seqs: int, total_q: int, context_lens) -
     bad = np.flatnonzero((lens < 1) | (lens > context_lens))
     if bad.size:
         s = int(bad[0])
-        raise ValueError(f"query_start[{s + 1}] - query_start[{s}] = {int(lens[s])} query tokens for sequence {s}: "
-                         f"must be in [1, context_lens[{s}] = {int(context_lens[s])}]")
+        raise RefusedRequest(f"query_start[{s + 1}] - query_start[{s}] = {int(lens[s])} query tokens for sequence {s}: "
+                             f"must be in [1, context_lens[{s}] = {int(context_lens[s])}]")
     return lens
 
 
@@ -98,7 +104,7 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     _require(value_cache.shape == key_cache.shape,
              f"value_cache.shape {value_cache.shape} must equal key_cache.shape {key_cache.shape}")
     for name, arr in (("block_tables", block_tables), ("context_lens", context_lens)):
-        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {arr.dtype.name}")
+        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {dtype_text(arr.dtype)}")
 
     num_seqs = context_lens.shape[0]
     total_q, num_heads, head_dim = query.shape
@@ -119,11 +125,11 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
              f"num_heads ({num_heads}, from query) must be a multiple of num_kv_heads ({num_kv_heads}, from key_cache)")
     tables = block_tables.shape[0]
     if query_start is None and total_q == tables != num_seqs:  # query and block_tables agree: context_lens is off
-        raise ValueError(f"context_lens has {num_seqs} entries, expected num_seqs = {tables} (the rows of query "
-                         "and of block_tables)")
+        raise RefusedRequest(f"context_lens has {num_seqs} entries, expected num_seqs = {tables} (the rows of query "
+                             "and of block_tables)")
     if query_start is not None and tables != num_seqs and np.ndim(query_start) == 1 and tables == len(query_start) - 1:
-        raise ValueError(f"context_lens has {num_seqs} entries, expected num_seqs = {tables} (the rows of "
-                         "block_tables, and query_start's entries - 1)")
+        raise RefusedRequest(f"context_lens has {num_seqs} entries, expected num_seqs = {tables} (the rows of "
+                             "block_tables, and query_start's entries - 1)")
     if query_start is None:
         _require(total_q == num_seqs, f"query has {total_q} rows, expected num_seqs = {num_seqs} (from context_lens); "
                                       "pass query_start for several query tokens per sequence")
@@ -136,8 +142,8 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     bad = np.flatnonzero((context_lens < 1) | (context_lens > capacity))
     if bad.size:
         s = int(bad[0])
-        raise ValueError(f"context_lens[{s}] = {int(context_lens[s])} is out of range [1, {capacity}] "
-                         f"(max_blocks_per_seq {max_blocks_per_seq} x block_size {block_size})")
+        raise RefusedRequest(f"context_lens[{s}] = {int(context_lens[s])} is out of range [1, {capacity}] "
+                             f"(max_blocks_per_seq {max_blocks_per_seq} x block_size {block_size})")
     query_lens = (np.ones(num_seqs, dtype=np.int64) if query_start is None
                   else _check_query_start(query_start, num_seqs, total_q, context_lens))
 
@@ -156,7 +162,7 @@ def validate_decode_inputs(query, key_cache, value_cache, block_tables, context_
     if out_of_range.any():
         s, i = (int(x) for x in np.argwhere(out_of_range)[0])
         where = " (it holds tokens inside the window)" if options.window_left >= 0 and block_tables[s, i] < 0 else ""
-        raise ValueError(f"block_tables[{s}, {i}] = {int(block_tables[s, i])} is out of range for {num_blocks} blocks{where}")
+        raise RefusedRequest(f"block_tables[{s}, {i}] = {int(block_tables[s, i])} is out of range for {num_blocks} blocks{where}")
 
 
 def validate_write_inputs(key_cache, value_cache, key, value, slot_mapping, k_scale=1.0, v_scale=1.0, *,
@@ -205,9 +211,9 @@ def validate_write_inputs(key_cache, value_cache, key, value, slot_mapping, k_sc
     bad = np.flatnonzero(slot_mapping >= num_slots)
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"slot_mapping[{i}] = {int(slot_mapping[i])} is out of range for {num_slots} slots "
-                         f"({key_cache.shape[0]} blocks x block_size {key_cache.shape[1]})")
+        raise RefusedRequest(f"slot_mapping[{i}] = {int(slot_mapping[i])} is out of range for {num_slots} slots "
+                             f"({key_cache.shape[0]} blocks x block_size {key_cache.shape[1]})")
     used = slot_mapping[slot_mapping >= 0]
     if np.unique(used).size != used.size:
         values, counts = np.unique(used, return_counts=True)
-        raise ValueError(f"slot_mapping writes slot {int(values[counts > 1][0])} more than once (the result would depend on thread order)")
+        raise RefusedRequest(f"slot_mapping writes slot {int(values[counts > 1][0])} more than once (the result would depend on thread order)")

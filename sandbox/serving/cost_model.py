@@ -30,6 +30,7 @@ from sandbox.memory.budget import ModelShape
 from sandbox.problem import DecodeProblem
 from sandbox.serving.cost import AnalyticCost, StepBatch
 from sandbox.variant import registry
+from sandbox.errors import RefusedRequest
 
 # The CUDA C single-query decode variants; cupy.multi and cupy.cascade (several query tokens, shared prefixes)
 # are taken when named (model:cupy.multi,...). Numba variants count under the simulator, which pays per
@@ -58,16 +59,16 @@ class _Counted:
 def _parse_variants(argument: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in argument.split(",") if n.strip()) if argument else DEFAULT_VARIANTS
     if not names:
-        raise ValueError(f"--step-cost model:{argument}: name at least one variant (e.g. model:cupy.rows,cupy.v1)")
+        raise RefusedRequest(f"--step-cost model:{argument}: name at least one variant (e.g. model:cupy.rows,cupy.v1)")
     for name in names:
         if name in registry.VARIANTS and not name.startswith("cupy."):  # refused before importing its family
-            raise ValueError(f"--step-cost model:{argument}: {name} is not a CUDA C (cupy.*) variant; the model's "
-                             "counts come from the CPU executor (Numba variants count under the simulator, too slow "
-                             "for a step-cost source)")
+            raise RefusedRequest(f"--step-cost model:{argument}: {name} is not a CUDA C (cupy.*) variant; the model's "
+                                 "counts come from the CPU executor (Numba variants count under the simulator, "
+                                 "too slow for a step-cost source)")
         try:
             registry.get(name, problem="decode")
         except ValueError as exc:
-            raise ValueError(f"--step-cost model:{argument}: {exc}") from None
+            raise RefusedRequest(f"--step-cost model:{argument}: {exc}") from None
     return names
 
 
@@ -79,8 +80,9 @@ class ModelCost(AnalyticCost):
         super().__init__(shape, fixed_ms, overhead_ms)
         self.variants = _parse_variants(argument)
         if shape.kv_dtype_bytes not in _DTYPES:
-            raise ValueError(f"--step-cost model: a KV element of {shape.kv_dtype_bytes} bytes has no kernel dtype; "
-                             f"supported: {', '.join(map(str, sorted(_DTYPES)))} bytes (--dtype-bytes / --kv-dtype)")
+            raise RefusedRequest(f"--step-cost model: a KV element of {shape.kv_dtype_bytes} bytes has no kernel "
+                                 f"dtype; supported: {', '.join(map(str, sorted(_DTYPES)))} bytes "
+                                 "(--dtype-bytes / --kv-dtype)")
         self.dtype, self.kv_dtype = _DTYPES[shape.kv_dtype_bytes]
         self.gpu = gpus.get(device)
         self.block_sizes: tuple[int, ...] = ()
@@ -107,9 +109,9 @@ class ModelCost(AnalyticCost):
             try:
                 registry.get(name).limits.check(name, problem, "cpu")
             except ValueError as exc:
-                raise ValueError(f"--step-cost model: {exc} (the model's shape: head dim {self.shape.head_dim}, "
-                                 f"block size {block_size}, {self.kv_dtype or self.dtype} cache); choose variants "
-                                 "with model:NAME,...") from None
+                raise RefusedRequest(f"--step-cost model: {exc} (the model's shape: head dim {self.shape.head_dim}, "
+                                     f"block size {block_size}, {self.kv_dtype or self.dtype} cache); choose variants "
+                                     "with model:NAME,...") from None
 
     def check_block_sizes(self, block_sizes) -> None:
         for bs in block_sizes:

@@ -18,6 +18,7 @@ import numpy as np
 
 from sandbox.memory.budget import ModelShape
 from sandbox.serving.cost import AnalyticCost, StepBatch
+from sandbox.errors import RefusedRequest
 
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
@@ -37,15 +38,17 @@ def load_fits(run_dir: Path, kv_dtype_bytes: int) -> tuple[dict[int, tuple[float
     """{block_size: (a_us, b_us_per_byte)} and {block_size: shapes fitted}; ValueError when unusable."""
     path = Path(run_dir) / "sweep.csv"
     if not path.is_file():
-        raise ValueError(f"--step-cost sweep:{run_dir}: no sweep.csv there (a run folder of python -m sandbox sweep)")
+        raise RefusedRequest(f"--step-cost sweep:{run_dir}: no sweep.csv there (a run folder of "
+                             "python -m sandbox sweep)")
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     backends = sorted({r.get("backend") or "?" for r in rows})
     gpu = [r for r in rows if r.get("backend") == "gpu" and r.get("status") == "ok"]
     if not gpu:
-        raise ValueError(f"--step-cost sweep:{run_dir}: no correct GPU rows (backends here: {', '.join(backends)}); "
-                         "cpu-sim / cpu-executor / cpu-numpy rows are CPU emulation, whose times are a simulator's "
-                         "wall clock, not GPU times: run python -m sandbox sweep on a GPU or use --step-cost analytic")
+        raise RefusedRequest(f"--step-cost sweep:{run_dir}: no correct GPU rows (backends here: "
+                             f"{', '.join(backends)}); cpu-sim / cpu-executor / cpu-numpy rows are CPU emulation, "
+                             "whose times are a simulator's wall clock, not GPU times: run python -m sandbox sweep on "
+                             "a GPU or use --step-cost analytic")
     best: dict[tuple[int, str], tuple[float, float]] = {}
     for r in gpu:
         plain = (r.get("query_len") in ("", "1") and not r.get("options") and r.get("group_size") in ("", "0")
@@ -61,8 +64,8 @@ def load_fits(run_dir: Path, kv_dtype_bytes: int) -> tuple[dict[int, tuple[float
     for (bs, _), point in best.items():
         by_size[bs].append(point)
     if not by_size:
-        raise ValueError(f"--step-cost sweep:{run_dir}: no plain decode GPU rows with a {kv_dtype_bytes}-byte KV "
-                         "dtype (one query token, no options, no shared prefix)")
+        raise RefusedRequest(f"--step-cost sweep:{run_dir}: no plain decode GPU rows with a {kv_dtype_bytes}-byte KV "
+                             "dtype (one query token, no options, no shared prefix)")
     return {bs: _fit(p) for bs, p in sorted(by_size.items())}, {bs: len(p) for bs, p in by_size.items()}
 
 
@@ -80,8 +83,9 @@ class SweepCost(AnalyticCost):
     def check_block_sizes(self, block_sizes) -> None:
         missing = [bs for bs in block_sizes if bs not in self.fits]
         if missing:
-            raise ValueError(f"--step-cost sweep:{self.run_dir} has GPU fits for block sizes "
-                             f"{', '.join(map(str, self.fits))} only; --block-sizes asks for {', '.join(map(str, missing))}")
+            raise RefusedRequest(f"--step-cost sweep:{self.run_dir} has GPU fits for block sizes "
+                                 f"{', '.join(map(str, self.fits))} only; --block-sizes asks for "
+                                 f"{', '.join(map(str, missing))}")
 
     def decode_time(self, b: StepBatch) -> float:
         if not b.decode_tokens:

@@ -34,6 +34,7 @@ from sandbox.serving.kv_paged import PagedKV
 from sandbox.serving.plots import plot_all
 from sandbox.serving.metrics import WARMUP, summarize
 from sandbox.serving.workloads import WORKLOADS, WorkloadSpec, build_requests, count_requests, with_rate
+from sandbox.errors import RefusedRequest
 
 POINT_FIELDS = ["allocator", "name", "width", "seed", "rate", "requests", "measured_requests", "throughput",
                 "output_tokens_per_s", "normalized_latency", "normalized_latency_p50", "normalized_latency_p99",
@@ -100,7 +101,7 @@ def native_rate(arrivals) -> float:
     """Requests per second of a trace's own arrival times: (count - 1) / span."""
     span = float(max(arrivals) - min(arrivals))
     if not span > 0:
-        raise ValueError("the trace's arrival times are all equal: give --rates to spread them")
+        raise RefusedRequest("the trace's arrival times are all equal: give --rates to spread them")
     return (len(arrivals) - 1) / span
 
 
@@ -121,8 +122,8 @@ def check_fits(config: ServingConfig, requests, cost) -> None:
         for r in requests:
             while r is not None:
                 if not kv.fits_alone(Group(r, 0.0)):
-                    raise ValueError(f"request {r.rid} ({len(r.prompt)} + {len(r.output)} tokens x {r.width}) can "
-                                     f"never fit {kv.name}'s KV budget of {config.budget.tokens:,} tokens")
+                    raise RefusedRequest(f"request {r.rid} ({len(r.prompt)} + {len(r.output)} tokens x {r.width}) can "
+                                         f"never fit {kv.name}'s KV budget of {config.budget.tokens:,} tokens")
                 r = r.follow_up
 
 

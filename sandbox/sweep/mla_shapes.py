@@ -28,6 +28,7 @@ from ..problem.mla import record as rec
 from ..problem.decode import shuffled_blocks
 from ..problem.kinds import MLA, ShapeGrammar
 from ..problem.mla import MLAProblem
+from ..errors import RefusedRequest
 
 PREFIX = "mla:"
 _PATTERN = re.compile(r"^mla:(\d+)x(\d+)x(\d+)(?:x(\w+)(?::(\w+))?)?$")
@@ -54,15 +55,15 @@ class MLAShape:
     def __post_init__(self):
         for field in ("num_seqs", "context_len", "num_heads", "query_len"):
             if getattr(self, field) < 1:
-                raise ValueError(f"shape {field} must be >= 1, got {getattr(self, field)}")
+                raise RefusedRequest(f"shape {field} must be >= 1, got {getattr(self, field)}")
         if self.topk < 0:
-            raise ValueError(f"shape topk must be >= 1 (sparse) or absent (dense), got {self.topk}")
+            raise RefusedRequest(f"shape topk must be >= 1 (sparse) or absent (dense), got {self.topk}")
         dtype = dtypes.canonical(self.dtype)
         if dtype not in ("bfloat16", "float16"):
-            raise ValueError(f"MLA shape dtype must be bf16 or fp16, got {self.dtype!r}")
+            raise RefusedRequest(f"MLA shape dtype must be bf16 or fp16, got {self.dtype!r}")
         object.__setattr__(self, "dtype", dtype)
         if self.query_len > self.context_len:
-            raise ValueError(f"shape q={self.query_len}: more query rows than the context's {self.context_len} tokens")
+            raise RefusedRequest(f"shape q={self.query_len}: more query rows than the context's {self.context_len} tokens")
 
     @property
     def kv_format(self) -> str:
@@ -112,23 +113,23 @@ def parse_mla_shape(text: str) -> MLAShape:
     words = text.replace(",", " ").split()
     match = _PATTERN.match(words[0]) if words else None
     if not match:
-        raise ValueError(f"shape {text!r} is not {SHAPE_FORMAT}, e.g. mla:128x4096x128xbf16 or "
-                         "mla:64x8192x128xbf16:fp8 topk=2048")
+        raise RefusedRequest(f"shape {text!r} is not {SHAPE_FORMAT}, e.g. mla:128x4096x128xbf16 or "
+                             "mla:64x8192x128xbf16:fp8 topk=2048")
     seqs, tokens, heads, dtype, cache = match.groups()
     if cache is not None and cache.lower() not in FP8_NAMES:
-        raise ValueError(f"shape {text!r}: the cache is the query's dtype or fp8 (the 656-byte record), got {cache!r}")
+        raise RefusedRequest(f"shape {text!r}: the cache is the query's dtype or fp8 (the 656-byte record), got {cache!r}")
     extra = {}
     for word in words[1:]:
         key, _, value = word.partition("=")
         if key not in ("topk", "q") or not re.fullmatch(r"\d+", value):
-            raise ValueError(f"shape {text!r}: unknown word {word!r} (known: topk=K, q=Q, whole numbers)")
+            raise RefusedRequest(f"shape {text!r}: unknown word {word!r} (known: topk=K, q=Q, whole numbers)")
         extra["topk" if key == "topk" else "query_len"] = int(value)
     if extra.get("topk") == 0:
-        raise ValueError(f"shape {text!r}: topk must be >= 1")
+        raise RefusedRequest(f"shape {text!r}: topk must be >= 1")
     try:
         return MLAShape(int(seqs), int(tokens), int(heads), dtype or "bf16", fp8=cache is not None, **extra)
     except ValueError as exc:
-        raise ValueError(f"shape {text!r}: {exc}") from None
+        raise RefusedRequest(f"shape {text!r}: {exc}") from None
 
 
 @dataclasses.dataclass
@@ -177,7 +178,7 @@ def paged_mla_problem(data: MLATokens, block_size: int) -> MLAProblem:
     every slot no query row reads) and map the sparse token sets to their slots."""
     shape = data.shape
     if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+        raise RefusedRequest(f"block_size must be >= 1, got {block_size}")
     rng = np.random.default_rng([data.seed, block_size])
     per_seq = -(-shape.context_len // block_size)
     needed = shape.num_seqs * per_seq

@@ -37,6 +37,7 @@ from ..problem.decode import DecodeProblem, shuffled_blocks
 from ..problem.validate import first_read_tokens
 from ..problem import kinds
 from . import mla_shapes  # noqa: F401  (attaches the MLA kind's shape grammar)
+from ..errors import RefusedRequest
 
 _PATTERN = re.compile(r"^(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(?:x(\w+)(?::(\w+))?)?$")
 SHAPE_FORMAT = "SEQSxTOKENSxHEADS/KVHEADSxHEADDIM[xDTYPE[:KVDTYPE]] [q=Q] [shared=G] [OPTIONS]"
@@ -66,29 +67,29 @@ class Shape:
     def __post_init__(self):
         for field in ("num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "query_len"):
             if getattr(self, field) < 1:
-                raise ValueError(f"shape {field} must be >= 1, got {getattr(self, field)}")
+                raise RefusedRequest(f"shape {field} must be >= 1, got {getattr(self, field)}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"shape num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+            raise RefusedRequest(f"shape num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         dtype = dtypes.canonical(self.dtype)
         if dtype not in dtypes.QUERY_DTYPES:
-            raise ValueError(f"shape dtype must be one of {', '.join(dtypes.QUERY_DTYPES)} (fp32, fp16, bf16), got "
-                             f"{self.dtype!r}")
+            raise RefusedRequest(f"shape dtype must be one of {', '.join(dtypes.QUERY_DTYPES)} (fp32, fp16, bf16), got "
+                                 f"{self.dtype!r}")
         kv = dtype if self.kv_dtype is None else dtypes.canonical(self.kv_dtype)
         if kv != dtype and kv not in dtypes.KV_FORMATS:
-            raise ValueError(f"shape cache dtype must be the query's ({dtypes.short(dtype)}), an fp8 format "
-                             f"(e4m3, e5m2) or nvfp4, got {self.kv_dtype!r}")
+            raise RefusedRequest(f"shape cache dtype must be the query's ({dtypes.short(dtype)}), an fp8 format "
+                                 f"(e4m3, e5m2) or nvfp4, got {self.kv_dtype!r}")
         if kv == dtypes.NVFP4 and self.head_dim % 16:
-            raise ValueError(f"shape cache nvfp4 needs head_dim a multiple of 16 (one scale per 16 values), "
-                             f"got {self.head_dim}")
+            raise RefusedRequest(f"shape cache nvfp4 needs head_dim a multiple of 16 (one scale per 16 values), "
+                                 f"got {self.head_dim}")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "kv_dtype", kv)
         if self.group_size == 1 or self.group_size < 0:
-            raise ValueError(f"shape shared={self.group_size}: a group must have >= 2 sequences to share a prompt")
+            raise RefusedRequest(f"shape shared={self.group_size}: a group must have >= 2 sequences to share a prompt")
         if self.group_size and self.num_seqs % self.group_size:
-            raise ValueError(f"shape shared={self.group_size}: num_seqs ({self.num_seqs}) must be a multiple of the "
-                             f"group size")
+            raise RefusedRequest(f"shape shared={self.group_size}: num_seqs ({self.num_seqs}) must be a multiple of the "
+                                 f"group size")
         if not self.group_size and self.query_len > self.context_len:
-            raise ValueError(f"shape q={self.query_len}: more query tokens than the context's {self.context_len}")
+            raise RefusedRequest(f"shape q={self.query_len}: more query tokens than the context's {self.context_len}")
         self.attention_options(kv)  # ValueError for options the problem cannot take
 
     @property
@@ -189,7 +190,7 @@ def _short_kv(kv_dtype: str) -> str:
 def _int_word(word: str, text: str) -> int:
     key, _, value = word.partition("=")
     if not re.fullmatch(r"\d+", value):
-        raise ValueError(f"shape {text!r}: {key}= needs a whole number, got {word!r}")
+        raise RefusedRequest(f"shape {text!r}: {key}= needs a whole number, got {word!r}")
     return int(value)
 
 
@@ -198,7 +199,7 @@ def parse_shape(text: str) -> Shape:
     words = text.split()
     match = _PATTERN.match(words[0]) if words else None
     if not match:
-        raise ValueError(f"shape {text!r} is not {SHAPE_FORMAT}, e.g. 64x4096x32/8x128xbf16:e4m3")
+        raise RefusedRequest(f"shape {text!r} is not {SHAPE_FORMAT}, e.g. 64x4096x32/8x128xbf16:e4m3")
     seqs, tokens, heads, kv_heads, head_dim, dtype, kv_dtype = match.groups()
     extra: dict = {}
     option_words = []
@@ -215,7 +216,7 @@ def parse_shape(text: str) -> Shape:
         return Shape(int(seqs), int(tokens), int(heads), int(kv_heads), int(head_dim), dtype or "fp16", kv_dtype,
                      **extra)
     except ValueError as exc:
-        raise ValueError(f"shape {text!r}: {exc}") from None
+        raise RefusedRequest(f"shape {text!r}: {exc}") from None
 
 
 # Realistic decode batches on a GPU: the goal shape (64 x 4096, Llama-3-8B-like heads) first, so a
@@ -269,7 +270,7 @@ def parse_shapes(text: str) -> list[Shape]:
             if shape not in out:
                 out.append(shape)
     if not out:
-        raise ValueError(f"no shapes in {text!r}")
+        raise RefusedRequest(f"no shapes in {text!r}")
     return out
 
 
@@ -303,13 +304,19 @@ def expand(shapes: list[Shape], query_lens=(), shared_prefix: int | None = None,
     of query_lens.
     """
     if group_size is not None and shared_prefix is None:
-        raise ValueError("--group-size needs --shared-prefix N (the shared prompt's tokens)")
+        raise RefusedRequest("--group-size needs --shared-prefix N (the shared prompt's tokens)")
     out: list[Shape] = []
 
     def add(shape):
         if shape not in out:
             out.append(shape)
 
+    decode = [s for s in shapes if getattr(s, "kind", "decode") != "mla"]
+    longest = max((s.context_len for s in decode if not s.group_size), default=None)
+    too_long = [q for q in query_lens if longest is not None and q > longest and not any(s.group_size for s in decode)]
+    if too_long:  # a point no shape can hold would be dropped silently
+        raise RefusedRequest(f"--query-lens {too_long[0]}: more query tokens than any shape's context (the longest "
+                             f"has {longest} tokens); each must be in 1..{longest}")
     for shape in shapes:  # each shape applies what its kind's grammar has (an MLA shape: none of them)
         for expanded in shape.expanded(query_lens, shared_prefix, group_size, options):
             add(expanded)
@@ -359,7 +366,7 @@ def _encode(x: np.ndarray, kv_dtype: np.dtype, scale: float) -> np.ndarray:
 def make_tokens(shape: Shape, seed: int) -> Tokens:
     """Uniform [-1, 1) query and K/V, generated one sequence at a time (large shapes stay in memory)."""
     if shape.group_size:
-        raise ValueError(f"shape {shape.name}: a shared-prefix shape is built per block size (shared_problem)")
+        raise RefusedRequest(f"shape {shape.name}: a shared-prefix shape is built per block size (shared_problem)")
     rng = np.random.default_rng(seed)
     kv_dtype = dtypes.dtype(shape.kv_dtype)
     options = shape.attention_options()
@@ -394,7 +401,7 @@ def paged_problem(tokens: Tokens, block_size: int) -> DecodeProblem:
     """
     shape = tokens.shape
     if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+        raise RefusedRequest(f"block_size must be >= 1, got {block_size}")
     rng = np.random.default_rng([tokens.seed, block_size])
     per_seq = -(-shape.context_len // block_size)
     needed = shape.num_seqs * per_seq
@@ -459,7 +466,7 @@ def shared_problem(shape: Shape, block_size: int, seed: int) -> DecodeProblem:
     """Groups of shape.group_size sequences forked from one context_len-token prompt (parallel sampling:
     DecodeProblem.shared(how="fork")), each then appending its suffix_lens() tokens; NaN in unread slots."""
     if not shape.group_size:
-        raise ValueError(f"shape {shape.name} shares no prompt (shared=G)")
+        raise RefusedRequest(f"shape {shape.name} shares no prompt (shared=G)")
     return DecodeProblem.shared(
         seed, num_groups=shape.num_seqs // shape.group_size, group_size=shape.group_size, prefix_len=shape.context_len,
         suffix_lens=suffix_lens(shape, seed), how="fork", num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,

@@ -19,6 +19,7 @@ from ..problem.kinds import ProblemKind
 from . import tunables
 from .family import Family
 from .limits import Limits
+from ..errors import RefusedRequest
 
 PROBLEMS = tuple(kind.name for kind in kinds.CHECKED)
 
@@ -181,7 +182,7 @@ def variants(family: str | None = None, problem: str | None = "decode") -> list[
     """Registered variant names, optionally of one family ("numpy", "numba", "cupy", "triton", or "wrong"), solving one
     kind of problem (PROBLEMS: "decode" by default, "mla"; None: every kind)."""
     if problem is not None and problem not in PROBLEMS:
-        raise ValueError(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")
+        raise RefusedRequest(f"unknown problem kind {problem!r}; known: {', '.join(PROBLEMS)}")
     if family == "wrong":
         names = list(WRONG_VARIANTS)
     else:
@@ -196,7 +197,7 @@ def cache_writers(family: str | None = None) -> list[str]:
 
 def get_cache_writer(name: str) -> Variant:
     if name not in CACHE_WRITERS:
-        raise ValueError(f"unknown cache writer {name!r}; valid names: {', '.join(CACHE_WRITERS)}")
+        raise RefusedRequest(f"unknown cache writer {name!r}; valid names: {', '.join(CACHE_WRITERS)}")
     return Variant(name, importlib.import_module(CACHE_WRITERS[name]))
 
 
@@ -206,12 +207,12 @@ def get(name: str, problem: str | None = None) -> Variant:
     path = VARIANTS.get(name) or WRONG_VARIANTS.get(name) or MICRO_VARIANTS.get(name)
     if path is None:
         valid = ", ".join(list(VARIANTS) + list(WRONG_VARIANTS) + list(MICRO_VARIANTS))
-        raise ValueError(f"unknown variant {name!r}; valid names: {valid}")
+        raise RefusedRequest(f"unknown variant {name!r}; valid names: {valid}")
     module, _, row = path.partition(":")
     variant = Variant(name, getattr(importlib.import_module(module), row) if row else importlib.import_module(module))
     if problem is not None and variant.problem != problem:
-        raise ValueError(f"{name} solves {variant.problem} problems ({variant.kind.entry}), not {problem}; "
-                         f"{problem} variants: {', '.join(variants(problem=problem))}")
+        raise RefusedRequest(f"{name} solves {variant.problem} problems ({variant.kind.entry}), not {problem}; "
+                             f"{problem} variants: {', '.join(variants(problem=problem))}")
     return variant
 
 

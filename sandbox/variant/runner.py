@@ -8,6 +8,7 @@ from ..problem.options import AttentionOptions
 from ..problem.decode import DecodeProblem
 from ..problem.kinds import DECODE
 from ..devices.other_mode import call_in_numba_mode
+from ..errors import RefusedRequest
 
 
 def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
@@ -16,15 +17,31 @@ def prepare(name: str, problem: DecodeProblem, backend: str = "auto", config: di
 
     Raises ValueError before any launch if the inputs are invalid or the variant does not support them.
     A numba variant whose mode differs from this process's cannot be prepared here: use run().
+    The prepared variant owns copies of the problem's index arrays (block tables, lengths, query starts), taken
+    before they are validated: editing the caller's tables in place after prepare cannot make a launch read
+    out of bounds (it launches what was validated).
     """
+    problem = own_index_arrays(problem)
     problem.validate()
     variant = registry.get(name, problem="decode")
     resolved = variant.family_plugin.resolve(backend)
     variant.limits.check(name, problem, resolved)
     if variant.family_plugin.needs_other_process(resolved):
-        raise ValueError(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
-                         "use sandbox.run, which runs it in a child process")
+        raise RefusedRequest(f"{name} on backend={resolved!r} needs numba.cuda in the other mode than this process; "
+                             "use sandbox.run, which runs it in a child process")
     return variant.prepare(problem, resolved, config), resolved
+
+
+INDEX_ARRAYS = ("block_tables", "context_lens", "query_start", "indices")
+
+
+def own_index_arrays(problem):
+    """`problem` (DecodeProblem or MLAProblem) with private copies of its index arrays (the caches are shared:
+    their values cannot send a launch out of bounds)."""
+    import dataclasses
+    copies = {f: np.array(getattr(problem, f), copy=True) for f in INDEX_ARRAYS
+              if isinstance(getattr(problem, f, None), np.ndarray)}
+    return dataclasses.replace(problem, **copies)
 
 
 def run_problem(name: str, problem: DecodeProblem, backend: str = "auto", config: dict | None = None):
@@ -57,10 +74,11 @@ def run(name, query, key_cache, value_cache, block_tables, context_lens, scale=N
     Returns [num_seqs, num_heads, head_dim] (decode) or [total_q, num_heads, head_dim] (with
     query_start) in the query's dtype; with return_lse=True, (out, lse) with lse float32 [num_query_tokens,
     num_heads]. `options` are the option table's fields (AttentionOptions; docs/options.md lists them),
-    each off by default. Inputs may be strided views: the variant receives C-contiguous copies. NaN or
-    inf in a query row propagates to that row's output (the logits of that head are NaN); everything
-    else is validated before any launch. config: the variant's tunables for this run ({"threads": 64};
-    sandbox.tunables(name) lists them), None for its defaults.
+    each off by default. Inputs may be strided views: the variant receives C-contiguous copies. NaN is
+    data: a NaN in a query row, or in a cache slot a row reads, makes exactly the rows that read it NaN (out
+    and lse), as in the reference; every other row stays clean. Parameters (scale, sinks, cache scales) must
+    be finite; everything else is validated before any launch. config: the variant's tunables for this run
+    ({"threads": 64}; sandbox.tunables(name) lists them), None for its defaults.
     """
     def contiguous(x):
         return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x

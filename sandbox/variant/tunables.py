@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 
 from .limits import Unsupported
+from ..errors import RefusedRequest
 
 
 def declared(module) -> dict[str, tuple]:
@@ -31,11 +32,15 @@ def defaults(module) -> dict:
 def resolve(name: str, module, config: dict | None) -> dict:
     """The full configuration for `config` (defaults filled in), checked against the declaration."""
     table = declared(module)
+    if config is not None and not isinstance(config, dict):
+        hint = " (parse one with sandbox.variant.tunables.parse)" if isinstance(config, str) else ""
+        raise RefusedRequest(f"config must be a dict NAME: VALUE such as {{'threads': 64}} or None, got "
+                             f"{type(config).__name__} {config!r}{hint}; sandbox.tunables({name!r}) lists them")
     config = dict(config or {})
     unknown = [key for key in config if key not in table]
     if unknown:
         known = ", ".join(table) or "none"
-        raise ValueError(f"{name} has no tunable {unknown[0]!r} (its tunables: {known})")
+        raise RefusedRequest(f"{name} has no tunable {unknown[0]!r} (its tunables: {known})")
     for key, value in config.items():
         if value not in table[key]:
             raise Unsupported(f"{name} does not support {key}={value!r} "
@@ -65,9 +70,9 @@ def parse(text: str, what: str = "--config") -> dict:
         key, sep, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key or not value:
-            raise ValueError(f"{what} {text!r}: expected NAME=VALUE items separated by commas, got {item!r}")
+            raise RefusedRequest(f"{what} {text!r}: expected NAME=VALUE items separated by commas, got {item!r}")
         if key in config:
-            raise ValueError(f"{what} {text!r}: {key} given twice")
+            raise RefusedRequest(f"{what} {text!r}: {key} given twice")
         config[key] = _value(value)
     return config
 

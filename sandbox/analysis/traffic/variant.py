@@ -38,6 +38,7 @@ from . import micro, numba_sample
 from .census import assumed_loads, loads_fields, model_kernel, nvrtc_census, read_loads, scaled, scaled_sites
 from .count import count
 from sandbox.cpucuda import modes as cpucuda_modes, traffic_capture
+from sandbox.errors import RefusedRequest
 from sandbox.devices.backends import numba_simulated
 from sandbox.problem import kinds
 from sandbox.problem.mla import record as mla_record
@@ -98,7 +99,7 @@ def sample(problem, sample_seqs: int | None):
     if sample_seqs is None or problem.num_seqs <= sample_seqs:
         return problem, 1.0, None
     if sample_seqs < 1:
-        raise ValueError(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
+        raise RefusedRequest(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
     groups = sharing_groups(problem)
     lens, qlens = problem.context_lens, problem.query_lens
     shapes = {(tuple(lens[g].tolist()), tuple(qlens[g].tolist())) for g in groups}
@@ -133,7 +134,7 @@ def mla_sample(problem, sample_seqs: int | None):
     if sample_seqs is None or problem.num_seqs <= sample_seqs:
         return problem, 1.0, None
     if sample_seqs < 1:
-        raise ValueError(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
+        raise RefusedRequest(f"sample_seqs must be >= 1 or None, got {sample_seqs}")
     used = [problem.block_tables[s, :-(-int(n) // problem.block_size)] for s, n in enumerate(problem.context_lens)]
     blocks = np.concatenate(used)
     same = (len(set(problem.context_lens.tolist())) == 1 and len(set(problem.query_lens.tolist())) == 1
@@ -319,8 +320,8 @@ def traffic(name: str, problem, device=gpus.DEFAULT, sample_seqs: int | None = S
     if plugin.capture is None:
         counted_families = [f"{f}.*" for f in registry.FAMILIES
                             if registry.family(f).capture and registry.variants(f, problem=None)]
-        raise ValueError(f"{name} has no GPU kernel ({plugin.summary}): traffic counts a kernel's memory accesses; "
-                         f"choose a {' or '.join(counted_families)} variant")
+        raise RefusedRequest(f"{name} has no GPU kernel ({plugin.summary}): traffic counts a kernel's memory "
+                             f"accesses; choose a {' or '.join(counted_families)} variant")
     kind = variant.problem
     if kind == MICRO:  # a micro-benchmark's problem: one block counted for the whole grid (micro.py)
         return micro.traffic(variant, problem, gpu, census, config)

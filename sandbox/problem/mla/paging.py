@@ -9,6 +9,7 @@ import numpy as np
 
 from ..tables import grouped_allocation, shuffled_blocks
 from .validate import row_positions, token_slots
+from ...errors import RefusedRequest
 
 # Per-row kinds of a random sparse index set: every index invalid, a single valid one, as many as fit
 # (min(topk, p + 1)), or any count in between.
@@ -32,10 +33,10 @@ def allocator_tables(rng, lens, block_size: int, prefix_len: int, group_size: in
 def draw_indices(rng, tables, lens, q_lens, block_size: int, topk: int, valid_counts=None) -> np.ndarray:
     """int32 [total_q, topk] sparse indices (slots, -1 invalid) for every query row; see MLAProblem.random."""
     if topk < 1:
-        raise ValueError(f"topk must be >= 1, got {topk}")
+        raise RefusedRequest(f"topk must be >= 1, got {topk}")
     seqs, positions = row_positions(lens, q_lens)
     if valid_counts is not None and len(valid_counts) != len(seqs):
-        raise ValueError(f"valid_counts must give one count per query row ({len(seqs)}), got {len(valid_counts)}")
+        raise RefusedRequest(f"valid_counts must give one count per query row ({len(seqs)}), got {len(valid_counts)}")
     out = np.full((len(seqs), topk), -1, np.int32)
     for r, (s, p) in enumerate(zip(seqs.tolist(), positions.tolist())):
         most = min(topk, p + 1)

@@ -31,6 +31,7 @@ from ..decode import EXTREME_QUERY_GAIN, _query_lengths, _uniform
 from .paging import allocator_tables, draw_indices
 from ..tables import private_tables
 from .validate import row_positions, token_slots, validate_mla_inputs
+from ...errors import RefusedRequest
 
 
 
@@ -171,14 +172,14 @@ class MLAProblem:
         rng = np.random.default_rng(seed)
         if context_lens is None:
             if max_context_len < 1:
-                raise ValueError(f"max_context_len must be >= 1, got {max_context_len}")
+                raise RefusedRequest(f"max_context_len must be >= 1, got {max_context_len}")
             lens = rng.integers(1, max_context_len + 1, size=num_seqs)
             if full_capacity:
                 lens[rng.integers(num_seqs)] = -(-max_context_len // block_size) * block_size
         else:
             lens = np.asarray(context_lens, dtype=np.int64)
             if lens.shape != (num_seqs,) or (lens < 1).any():
-                raise ValueError(f"context_lens must give num_seqs = {num_seqs} lengths >= 1, got {lens.tolist()}")
+                raise RefusedRequest(f"context_lens must give num_seqs = {num_seqs} lengths >= 1, got {lens.tolist()}")
         blocks_per_seq = -(-lens // block_size)
         tables, physical, num_blocks = private_tables(rng, lens, blocks_per_seq, block_size, share_prefix, spare_blocks)
         recipe = dict(seed=seed, num_seqs=num_seqs, num_heads=num_heads, block_size=block_size,
@@ -200,16 +201,16 @@ class MLAProblem:
         (prefix caching shares the prompt's full blocks). The rest as random()."""
         rng = np.random.default_rng(seed)
         if how not in ("fork", "prefix"):
-            raise ValueError(f"how must be 'fork' or 'prefix', got {how!r}")
+            raise RefusedRequest(f"how must be 'fork' or 'prefix', got {how!r}")
         if prefix_len < 1 or num_groups < 1 or group_size < 1:
-            raise ValueError(f"prefix_len, num_groups and group_size must be >= 1, got {prefix_len}, {num_groups}, "
-                             f"{group_size}")
+            raise RefusedRequest(f"prefix_len, num_groups and group_size must be >= 1, got {prefix_len}, {num_groups}, "
+                                 f"{group_size}")
         num_seqs = num_groups * group_size
         suffix = (rng.integers(0, max_suffix_len + 1, size=num_seqs) if suffix_lens is None
                   else np.asarray(suffix_lens, dtype=np.int64))
         if suffix.shape != (num_seqs,) or (suffix < 0).any():
-            raise ValueError(f"suffix_lens must give num_groups * group_size = {num_seqs} lengths >= 0, "
-                             f"got {suffix.tolist()}")
+            raise RefusedRequest(f"suffix_lens must give num_groups * group_size = {num_seqs} lengths >= 0, "
+                                 f"got {suffix.tolist()}")
         lens = prefix_len + suffix
         tables, num_blocks, copies = allocator_tables(rng, lens, block_size, prefix_len, group_size, how)
         cache = _draw_cache(rng, (num_blocks, block_size), dtype, kv_format, np.arange(num_blocks))
@@ -260,7 +261,7 @@ class MLAProblem:
 def _draw_cache(rng, lead: tuple, dtype, kv_format, physical) -> np.ndarray:
     """The latent cache [num_blocks, block_size, 576] (or 656-byte records) with random rows in `physical` blocks."""
     if kv_format not in (None, rec.FORMAT):
-        raise ValueError(f"kv_format must be None (the query's dtype) or {rec.FORMAT!r}, got {kv_format!r}")
+        raise RefusedRequest(f"kv_format must be None (the query's dtype) or {rec.FORMAT!r}, got {kv_format!r}")
     if kv_format == rec.FORMAT:
         cache = np.zeros(lead + (rec.RECORD_BYTES,), np.uint8)
         cache[physical] = rec.spanning_records(rng, (len(physical), lead[1]))

@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 from . import record as rec
-from ..validate import _check_array, _check_query_start, _require
+from ..validate import _check_array, _check_query_start, _require, dtype_text
+from ...errors import RefusedRequest
 
 MLA_QUERY_DTYPES = ("bfloat16", "float16")
 
@@ -48,7 +49,7 @@ def validate_mla_inputs(query, latent_cache, block_tables, context_lens, scale=N
         _require(latent_cache.shape[2] == rec.LATENT_DIMS,
                  f"latent_cache must have {rec.LATENT_DIMS} dims per token, got shape {latent_cache.shape}")
     for name, arr in (("block_tables", block_tables), ("context_lens", context_lens)):
-        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {arr.dtype.name}")
+        _require(arr.dtype == np.int32, f"{name}.dtype must be int32, got {dtype_text(arr.dtype)}")
 
     num_seqs = context_lens.shape[0]
     total_q, num_heads = query.shape[:2]
@@ -68,8 +69,8 @@ def validate_mla_inputs(query, latent_cache, block_tables, context_lens, scale=N
     bad = np.flatnonzero((context_lens < 1) | (context_lens > capacity))
     if bad.size:
         s = int(bad[0])
-        raise ValueError(f"context_lens[{s}] = {int(context_lens[s])} is out of range [1, {capacity}] "
-                         f"(max_blocks_per_seq {max_blocks} x block_size {block_size})")
+        raise RefusedRequest(f"context_lens[{s}] = {int(context_lens[s])} is out of range [1, {capacity}] "
+                             f"(max_blocks_per_seq {max_blocks} x block_size {block_size})")
     query_lens = (np.ones(num_seqs, dtype=np.int64) if query_start is None
                   else _check_query_start(query_start, num_seqs, total_q, context_lens))
     if scale is not None:
@@ -81,7 +82,7 @@ def validate_mla_inputs(query, latent_cache, block_tables, context_lens, scale=N
     out_of_range = read & ((block_tables < 0) | (block_tables >= num_blocks))
     if out_of_range.any():
         s, i = (int(x) for x in np.argwhere(out_of_range)[0])
-        raise ValueError(f"block_tables[{s}, {i}] = {int(block_tables[s, i])} is out of range for {num_blocks} blocks")
+        raise RefusedRequest(f"block_tables[{s}, {i}] = {int(block_tables[s, i])} is out of range for {num_blocks} blocks")
     if indices is not None:
         _check_indices(indices, block_tables, context_lens, query_lens, block_size, num_blocks)
 
@@ -103,15 +104,15 @@ def token_slots(block_table: np.ndarray, context_len: int, block_size: int) -> n
 def _check_indices(indices, block_tables, context_lens, query_lens, block_size: int, num_blocks: int) -> None:
     total_q = int(np.sum(query_lens))
     _check_array("indices", indices, 2)
-    _require(indices.dtype == np.int32, f"indices.dtype must be int32, got {indices.dtype.name}")
+    _require(indices.dtype == np.int32, f"indices.dtype must be int32, got {dtype_text(indices.dtype)}")
     _require(indices.shape[0] == total_q,
              f"indices has {indices.shape[0]} rows, expected one per query row ({total_q})")
     _require(indices.shape[1] >= 1, f"indices must have topk >= 1 columns, got shape {indices.shape}")
     below = np.argwhere(indices < -1)
     if below.size:
         r, k = (int(x) for x in below[0])
-        raise ValueError(f"indices[{r}, {k}] = {int(indices[r, k])}: an index is -1 (invalid) or a cache slot "
-                         f"block * block_size + offset >= 0")
+        raise RefusedRequest(f"indices[{r}, {k}] = {int(indices[r, k])}: an index is -1 (invalid) or a cache slot "
+                             f"block * block_size + offset >= 0")
     seqs, positions = row_positions(context_lens, query_lens)
     num_slots = num_blocks * block_size
     for s in range(len(context_lens)):
@@ -131,13 +132,13 @@ def _check_indices(indices, block_tables, context_lens, query_lens, block_size: 
                      f"slot {slot} (block {slot // block_size}, offset {slot % block_size}) "
                      + ("holds no token of sequence " + str(s) if seen[i, k] > 2**62
                         else f"holds token {int(seen[i, k])} of sequence {s}, after the row's position"))
-            raise ValueError(f"indices[{r}, {k}] = {slot}: a valid index must be the slot of a token t <= "
-                             f"{int(positions[r])} (the row's position) of sequence {s}; {where}")
+            raise RefusedRequest(f"indices[{r}, {k}] = {slot}: a valid index must be the slot of a token t <= "
+                                 f"{int(positions[r])} (the row's position) of sequence {s}; {where}")
         ordered = np.sort(mine, axis=1)
         twice = np.argwhere((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0))
         if twice.size:
             i, k = (int(x) for x in twice[0])
             r, slot = int(rows[i]), int(ordered[i, k])
             at = np.flatnonzero(indices[r] == slot).tolist()
-            raise ValueError(f"indices[{r}] holds slot {slot} more than once (at columns {at}): "
-                             "valid indices of a row must be distinct")
+            raise RefusedRequest(f"indices[{r}] holds slot {slot} more than once (at columns {at}): "
+                                 "valid indices of a row must be distinct")

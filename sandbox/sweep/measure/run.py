@@ -42,6 +42,7 @@ from .. import shapes as shapes_mod
 from ..report import goals as goals_mod, plots, summary as summary_mod
 from . import bandwidth, device, meta as meta_mod, peers, static_resources, timing, traffic_columns
 from . import tune as tune_mod
+from ...errors import RefusedRequest
 
 DENSE_BASELINE = "cupy.dense"
 
@@ -414,13 +415,13 @@ def validate(config: "SweepConfig") -> None:
     try:
         gpus.get(config.model_device)
     except ValueError as exc:
-        raise ValueError(f"--model-device {config.model_device}: {exc}") from None
+        raise RefusedRequest(f"--model-device {config.model_device}: {exc}") from None
     bad = [b for b in config.block_sizes if not 1 <= b <= MAX_BLOCK_SIZE]
     if bad:
-        raise ValueError(f"--block-sizes {','.join(map(str, bad))}: block sizes must be integers in "
-                         f"1..{MAX_BLOCK_SIZE} (got {','.join(map(str, config.block_sizes))})")
+        raise RefusedRequest(f"--block-sizes {','.join(map(str, bad))}: block sizes must be integers in "
+                             f"1..{MAX_BLOCK_SIZE} (got {','.join(map(str, config.block_sizes))})")
     if not config.block_sizes:
-        raise ValueError("--block-sizes: no block size given")
+        raise RefusedRequest("--block-sizes: no block size given")
     backends.require_gpu_if_asked(config.backend)
 
 
@@ -472,8 +473,8 @@ def run_sweep(config: SweepConfig, argv: list[str] | None = None, point_hook: Ca
         run_dir = new_run_dir("sweep", root=config.results_dir)
     except OSError as exc:
         where = config.results_dir if config.results_dir is not None else "the results folder"
-        raise ValueError(f"--results-dir {where}: cannot create a run folder there "
-                         f"({exc.strerror or type(exc).__name__}: {exc.filename or ''})") from None
+        raise RefusedRequest(f"--results-dir {where}: cannot create a run folder there "
+                             f"({exc.strerror or type(exc).__name__}: {exc.filename or ''})") from None
     meta = meta_mod.collect(argv, config.seed, on_gpu)
     meta["config"] = config.describe()
     meta_mod.write(run_dir / "meta.json", meta)
@@ -570,19 +571,23 @@ def finish(config, run_dir: Path, rows: list[dict], meta: dict, env: Environment
            interrupted: bool, log, not_raced: set = frozenset()) -> SweepOutcome:
     """Resources, goals, plots, summary and the final meta.json (also after an interruption)."""
     resource_rows = []
-    if config.resources and not interrupted:
-        # --quick: float16 only (each other precision is one more compilation and census of every kernel)
-        resource_rows, note = static_resources.collect_into(
-            run_dir, config.variants, config.block_sizes,
-            extra=() if config.quick else static_resources.EXTRA_PRECISIONS, progress=config.progress)
-        meta["resources"] = note
-        if note:
-            log(note)
     goal_report = goals_mod.evaluate(rows, on_gpu, config.dense_baseline)
-    (run_dir / "goals.json").write_text(goals_mod.to_json(goal_report))
-    if config.plots:
-        meta["plots"] = plots.write_all(run_dir, rows, resource_rows, env.copy, on_gpu, meta.get("gpu"), log,
-                                        config.dense_baseline, config.model_device)
+    try:  # the slow, optional parts: a (second) Ctrl-C skips them, and summary.txt is still written below
+        if config.resources and not interrupted:
+            # --quick: float16 only (each other precision is one more compilation and census of every kernel)
+            resource_rows, note = static_resources.collect_into(
+                run_dir, config.variants, config.block_sizes,
+                extra=() if config.quick else static_resources.EXTRA_PRECISIONS, progress=config.progress)
+            meta["resources"] = note
+            if note:
+                log(note)
+        (run_dir / "goals.json").write_text(goals_mod.to_json(goal_report))
+        if config.plots:
+            meta["plots"] = plots.write_all(run_dir, rows, resource_rows, env.copy, on_gpu, meta.get("gpu"), log,
+                                            config.dense_baseline, config.model_device)
+    except KeyboardInterrupt:
+        interrupted = True
+        log(f"interrupted during clean-up: resources and plots skipped; writing {run_dir / 'summary.txt'}")
     shape_kinds = {shape_kind(shape) for shape in config.shapes}  # a variant whose kind has no shape here: not raced
     raced = [n for n in config.variants if registry.get(n).problem in shape_kinds]
     without_ok = [] if interrupted else variants_without_ok(rows, raced, not_raced)

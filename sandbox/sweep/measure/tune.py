@@ -25,6 +25,7 @@ from pathlib import Path
 from ...variant import registry, tunables
 from ...variant.limits import Unsupported
 from ...analysis.traffic.variant import traffic
+from ...errors import RefusedRequest
 from . import timing
 
 TUNED_FILE = "tuned.json"
@@ -58,20 +59,21 @@ class Tuning:
         path = Path(run)
         path = path / TUNED_FILE if path.is_dir() else path
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
             points = data["points"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"--tuned {run}: no readable {TUNED_FILE} ({type(exc).__name__}: {exc}); "
-                             "a `sweep --tune` run folder has one") from None
+            raise RefusedRequest(f"--tuned {run}: no readable {TUNED_FILE} ({type(exc).__name__}: {exc}); "
+                                 "a `sweep --tune` run folder has one") from None
+        if not isinstance(points, list):
+            raise RefusedRequest(f"{path}: \"points\" must be a list of points, got {type(points).__name__}")
         tuned = {}
-        for point in points:
-            name = point.get("variant")
+        for i, point in enumerate(points):
+            name, shape, block_size, config = _tuned_point(path, i, point)
             if name not in variants:
                 continue
-            config = point.get("config") or {}
             tunables.resolve(name, registry.get(name).module, config)  # a value the variant does not declare: refused
-            tuned[(name, point["shape"], int(point["block_size"]))] = config
-        return cls("read", tuned=tuned, objective=data.get("objective", ""))
+            tuned[(name, shape, block_size)] = config
+        return cls("read", tuned=tuned, objective=data.get("objective", "") if isinstance(data, dict) else "")
 
     def config_of(self, name: str, shape: str, block_size: int) -> tuple[dict | None, str]:
         """(configuration, note) of a point that is not explored."""
@@ -118,13 +120,31 @@ class Tuning:
         self.path.write_text(json.dumps(dict(objective=self.objective, points=self.points), indent=1, default=str))
 
 
+def _tuned_point(path: Path, i: int, point) -> tuple[str, str, int, dict]:
+    """(variant, shape, block_size, config) of tuned.json's point i; RefusedRequest naming the file and field."""
+    where = f"{path}: points[{i}]"
+    if not isinstance(point, dict):
+        raise RefusedRequest(f"{where} must be an object with variant, shape, block_size and config, got {point!r}")
+    for field in ("variant", "shape", "block_size"):
+        if field not in point:
+            raise RefusedRequest(f"{where} has no {field!r}")
+    name, shape, block_size, config = point["variant"], point["shape"], point["block_size"], point.get("config") or {}
+    if not isinstance(name, str) or not isinstance(shape, str):
+        raise RefusedRequest(f"{where}: variant and shape must be strings, got {name!r} and {shape!r}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise RefusedRequest(f"{where}.block_size must be an integer >= 1, got {block_size!r}")
+    if not isinstance(config, dict):
+        raise RefusedRequest(f"{where}.config must be an object NAME: VALUE, got {config!r}")
+    return name, shape, block_size, config
+
+
 def prepare(config) -> "Tuning | None":
     """The sweep's Tuning before its run folder exists (a bad --config or --tuned is a ValueError now), or None
     (every point with its defaults). Exploring, run_sweep makes it with explore() once the folder exists."""
     chosen = [flag for flag, value in (("--tune", config.tune), ("--tuned", config.tuned),
                                        ("--config", config.config)) if value]
     if len(chosen) > 1:
-        raise ValueError(f"{' and '.join(chosen)}: give one of --tune, --tuned RUN and --config")
+        raise RefusedRequest(f"{' and '.join(chosen)}: give one of --tune, --tuned RUN and --config")
     if config.tuned:
         return Tuning.read(config.tuned, config.variants)
     if config.config:

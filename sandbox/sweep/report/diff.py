@@ -24,6 +24,7 @@ import json
 import math
 from pathlib import Path
 
+from ...errors import RefusedRequest
 from ...problem import dtypes
 
 INT_COLUMNS = ("block_size", "num_seqs", "context_len", "num_heads", "num_kv_heads", "head_dim", "repeats", "bytes",
@@ -39,6 +40,8 @@ FLOAT_COLUMNS = ("max_abs_err", "time_us", "iqr_us", "q1_us", "q3_us", "min_us",
 # Traffic counts whose change between two runs is listed (the deterministic causes of a modelled change).
 TRAFFIC_COUNTS = ("dram_bytes", "load_sectors_per_request", "kv_sectors_per_request", "bank_conflicts", "model_bound")
 STATUSES = ("ok", "wrong", "error", "unsupported", "skipped")
+# Columns compared as times: each must be finite and >= 0 where present.
+TIME_COLUMNS = ("time_us", "model_time_us", "dense_time_us", "partition_us")
 
 
 def _typed(row: dict) -> dict:
@@ -64,7 +67,7 @@ def sweep_csv(path: Path) -> Path:
     path = Path(path)
     csv_path = path / "sweep.csv" if path.is_dir() else path
     if not csv_path.is_file():
-        raise ValueError(f"{path} is not a sweep run folder (no sweep.csv) nor a sweep.csv")
+        raise RefusedRequest(f"{path} is not a sweep run folder (no sweep.csv) nor a sweep.csv")
     return csv_path
 
 
@@ -75,30 +78,42 @@ def load_rows(path: Path) -> list[dict]:
     (truncated), a value that does not parse, an unknown status, an `ok` row without a finite time.
     """
     csv_path = sweep_csv(path)
-    with open(csv_path, newline="") as f:
+    try:
+        return _read_rows(csv_path)
+    except UnicodeDecodeError as exc:
+        raise RefusedRequest(f"{csv_path}: not UTF-8 text ({exc.reason} at byte {exc.start}): not a sweep.csv "
+                             "this code wrote") from None
+
+
+def _read_rows(csv_path: Path) -> list[dict]:
+    with open(csv_path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         missing = {"variant", "shape", "block_size", "backend", "status", "time_us"} - set(reader.fieldnames or ())
         if missing:
-            raise ValueError(f"{csv_path}: sweep.csv lacks columns {sorted(missing)}")
+            raise RefusedRequest(f"{csv_path}: sweep.csv lacks columns {sorted(missing)}")
         rows = []
         for raw in reader:
             where = f"{csv_path} line {reader.line_num}"
             if None in raw or None in raw.values():
                 got = len(raw) - (None in raw) + len(raw.get(None) or ()) - sum(v is None for v in raw.values())
-                raise ValueError(f"{where}: truncated or malformed row ({got} fields, the header has "
-                                 f"{len(reader.fieldnames)})")
+                raise RefusedRequest(f"{where}: truncated or malformed row ({got} fields, the header has "
+                                     f"{len(reader.fieldnames)})")
             try:
                 row = _typed(raw)
             except ValueError as exc:
-                raise ValueError(f"{where}: unparsable value ({exc})") from None
+                raise RefusedRequest(f"{where}: unparsable value ({exc})") from None
             if row["status"] not in STATUSES:
-                raise ValueError(f"{where}: unknown status {row['status']!r} (expected one of {', '.join(STATUSES)})")
+                raise RefusedRequest(f"{where}: unknown status {row['status']!r} (expected one of {', '.join(STATUSES)})")
             if row["status"] == "ok" and (row["time_us"] is None or not math.isfinite(row["time_us"])
                                           or row["time_us"] <= 0):
-                raise ValueError(f"{where}: an ok point ({row['variant']} bs={row['block_size']}) without a time")
+                raise RefusedRequest(f"{where}: an ok point ({row['variant']} bs={row['block_size']}) without a time")
+            for column in TIME_COLUMNS:  # a negative or NaN time would read as faster than anything
+                value = row.get(column)
+                if value is not None and not (math.isfinite(value) and value >= 0):
+                    raise RefusedRequest(f"{where}: {column} = {value!r} is not a time (a finite number >= 0)")
             rows.append(row)
     if not rows:
-        raise ValueError(f"{csv_path}: no points (only the header): nothing to compare")
+        raise RefusedRequest(f"{csv_path}: no points (only the header): nothing to compare")
     return rows
 
 

@@ -7,6 +7,7 @@ from ...problem.kinds import MLA
 from ...problem.mla import MLAProblem
 from .. import registry
 from ...devices.other_mode import call_in_numba_mode
+from ..runner import own_index_arrays
 
 
 def prepare_mla(name: str, problem: MLAProblem, backend: str = "auto", config: dict | None = None):
@@ -15,7 +16,9 @@ def prepare_mla(name: str, problem: MLAProblem, backend: str = "auto", config: d
 
     ValueError before any launch for invalid inputs, a decode variant's name, or what the variant does not
     declare (sandbox.Unsupported). A numba variant whose mode differs from this process's: use run_mla().
+    The prepared variant owns copies of the index arrays (runner.own_index_arrays), taken before validation.
     """
+    problem = own_index_arrays(problem)
     problem.validate()
     variant = registry.get(name, problem="mla")
     resolved = variant.family_plugin.resolve(backend)
