@@ -186,3 +186,34 @@ def test_ctrl_c_exits_130(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(serving_command, "run_serving", interrupted)
     rc, _, err = call([*SMALL, "--results-dir", str(tmp_path)], capsys)
     assert rc == 130 and "interrupted" in err
+
+
+def test_each_kernel_curve_serves_the_paged_block_sizes_and_best_is_the_models_fastest(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """--kernel twice: a block-size curve per kernel (paged only), 'best' resolved by the model at the run's shape.
+    A fake traffic model keeps it cheap: "slow" pays 3x at block size 1, "flat" the same at every block size."""
+    from sandbox.serving import kernel_time, run
+    from sandbox.serving.plots import plot_block_size
+
+    def fake(name, block_size, context, shape):
+        return {"slow": 3.0 if block_size == 1 else 1.0, "flat": 0.9}.get(name, 5.0) * context
+
+    monkeypatch.setattr(run, "KernelTable", lambda *a: kernel_time.KernelTable(*a, time_us=fake))
+    monkeypatch.setattr(serving_command, "best_variant",
+                        lambda shape: kernel_time.best_variant(shape, ("slow", "flat", "other"), time_us=fake))
+    monkeypatch.setattr("sandbox.serving.plots.plot_all", lambda result, timelines, run_dir: [])
+    trace = tmp_path / "t.csv"                # its own arrival times: one point per allocator, no search
+    trace.write_text("prompt_len,output_len,arrival\n" + "".join(f"100,40,{t / 10}\n" for t in range(6)))
+    argv = ["--kernel", "slow", "--kernel", "best", "--block-sizes", "1,16", "--reserve", "oracle", "--trace",
+            str(trace), "--seeds", "1", "--no-progress", "--results-dir", str(tmp_path), "--json", str(tmp_path / "k.json")]
+    rc, _, err = call(argv, capsys)
+    result = json.loads((tmp_path / "k.json").read_text())
+    assert rc == 0, err
+    assert sorted(result["allocators"]) == ["contiguous-oracle", "paged-1", "paged-1 [flat]", "paged-16",
+                                           "paged-16 [flat]"]
+    assert result["meta"]["kernel"] == "slow" and result["meta"]["kernel_curves"] == ["flat"]
+    lat = {name: e["points"][0]["normalized_latency"] for name, e in result["allocators"].items()}
+    assert lat["paged-1"] > lat["paged-1 [flat]"]              # the slow kernel's small-block penalty, only there
+    assert plot_block_size(result, tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    rc, _, err = call(["--kernel", "slow", "--kernel", "slow", "--results-dir", str(tmp_path / "x")], capsys)
+    assert rc == 2 and "a different curve each time" in err and not (tmp_path / "x").exists()
