@@ -188,13 +188,14 @@ def plot_block_size(result: dict, path: Path) -> Path:
         style = ("-", "--", ":", "-.")[k % 4]
         label = kernel or meta.get("kernel") or "paged"
         shown = [(bs, e) for bs, e in paged if e["max_rate"] is not None]
-        ax.plot([bs for bs, _ in shown], [e["max_rate"] for _, e in shown], color=color, marker="o", ls=style,
+        shift = 2 ** (0.08 * k)                  # a curve's error bars beside, not on, the previous curve's
+        ax.plot([bs * shift for bs, _ in shown], [e["max_rate"] for _, e in shown], color=color, marker="o", ls=style,
                 label=f"paged, kernel {label}: mean over seeds (95% interval, clipped at 0; triangles: censored)")
         for bs, e in shown:
             ci = e.get("max_rate_ci")
             yerr = [[e["max_rate"] - max(ci[0], 0.0)], [ci[1] - e["max_rate"]]] if ci else None
-            ax.errorbar([bs], [e["max_rate"]], yerr=yerr, fmt="^" if e["max_rate_censored"] else "none",
-                        color=color, capsize=4)
+            ax.errorbar([bs * shift], [e["max_rate"]], yerr=yerr, fmt="^" if e["max_rate_censored"] else "none",
+                        color=color, capsize=4, ls=style)
         for bs, e in paged:
             if e["max_rate"] is None:
                 ax.annotate("none", (bs, 0), fontsize=7, color=color)
