@@ -366,6 +366,33 @@ def test_calibrated_beam_lands_near_the_paper_on_alpaca():
     assert abs(saved[0] - lo) < 0.05 and abs(saved[1] - hi) < 0.05, saved
 
 
+def test_per_output_beam_model_stretches_with_the_output():
+    # survival 1 - replacements / output: a beam is replaced about `replacements` times per output
+    assert beam.survival_for(90, 9.0) == pytest.approx(0.9) and beam.survival_for(5, 9.0) == 0.0
+    with pytest.raises(ValueError, match="replacements must be > 0"):
+        beam.survival_for(10, 0.0)
+    # the constant model shares a larger fraction the longer the output; the per-output model much less so
+    short, long_ = ([20] * 4, [40] * 4), ([20] * 4, [400] * 4)
+    const = [sharing.beam_search(*x, 4, 16, random.Random(3), survival=0.95).saved for x in (short, long_)]
+    per_out = [sharing.beam_search(*x, 4, 16, random.Random(3), replacements=9.0).saved for x in (short, long_)]
+    assert const[1] - const[0] > per_out[1] - per_out[0] + 0.1, (const, per_out)
+
+
+def test_cross_validation_fits_on_one_workload_and_scores_the_other():
+    rng = np.random.default_rng(4)
+    workloads = {name: distributions.sample_lengths(name, 12, 2048, rng) for name in ("alpaca", "sharegpt")}
+    targets = {name: paper.FIG15[name]["beam"] for name in workloads}
+    rows = sharing.cross_validate(workloads, 16, "replacements", (3.0, 30.0), (2, 6), targets)
+    assert [(r["fit"], r["test"]) for r in rows] == [("alpaca", "sharegpt"), ("sharegpt", "alpaca")]
+    for r in rows:
+        fitted = sharing.calibrate(*workloads[r["fit"]], 16, "replacements", (3.0, 30.0), (2, 6), targets[r["fit"]])[0]
+        lo, hi = targets[r["test"]]
+        assert r["value"] == fitted
+        assert r["out_of_sample_error"] == max(abs(r["saved"][2] - lo), abs(r["saved"][6] - hi))
+    with pytest.raises(ValueError, match="beam model must be one of"):
+        sharing.beam_savings(*workloads["alpaca"], 16, "depth", 1.0, (2,))
+
+
 def test_parallel_sampling_saves_exactly_the_full_prompt_blocks():
     # Samples of one length share the prompt's full blocks and nothing else (the partial block is copied
     # n - 1 times), so saved(n) = (n - 1) / n * sum(full prompt blocks) / sum(blocks per sample), summed

@@ -3,6 +3,7 @@ times, the paged-vs-contiguous claim at a small scale, exit statuses."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,19 @@ from sandbox.commands import serving as serving_command
 from sandbox.serving.kv_paged import PagedKV
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU_SWEEP = ROOT / "results" / "20261202T131641Z-sweep"      # the curated CPU run (tracked)
+
+
+def curated_sweep() -> Path:
+    """The curated `make sweep` run (tracked by git; its name changes when it is regenerated), made on the CPU."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "results/*-sweep/sweep.csv"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: nothing is curated
+        listed = []
+    return (ROOT / listed[0]).parent if listed else ROOT / "results" / "no-curated-sweep"
+
+
+CPU_SWEEP = curated_sweep()
 
 
 @pytest.fixture
@@ -72,7 +85,8 @@ def test_bad_numbers_are_refused_by_the_parser(tmp_path, capsys, argv, message):
     (["--step-cost", "roofline"], "--step-cost 'roofline': unknown source 'roofline'"),
     (["--step-cost", "model:numba.gqa"], "numba.gqa is not a CUDA C (cupy.*) variant"),
     (["--step-cost", "model", "--block-sizes", "24"], "--step-cost model: cupy.v1 does not support block_size=24"),
-    (["--step-cost", f"sweep:{CPU_SWEEP}"], "CPU emulation"),
+    pytest.param(["--step-cost", f"sweep:{CPU_SWEEP}"], "CPU emulation",
+                 marks=pytest.mark.skipif(not CPU_SWEEP.is_dir(), reason="no curated sweep run is tracked")),
     (["--kernel", "cupy.v1", "--step-cost", "model"], "--kernel must be used with --step-cost analytic"),
     (["--kernel", "nosuch"], "--kernel nosuch at block size 16"),
     (["--json", "/nonexistent/dir/out.json"], "--json must be a file in an existing folder"),
@@ -186,3 +200,34 @@ def test_ctrl_c_exits_130(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(serving_command, "run_serving", interrupted)
     rc, _, err = call([*SMALL, "--results-dir", str(tmp_path)], capsys)
     assert rc == 130 and "interrupted" in err
+
+
+def test_each_kernel_curve_serves_the_paged_block_sizes_and_best_is_the_models_fastest(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """--kernel twice: a block-size curve per kernel (paged only), 'best' resolved by the model at the run's shape.
+    A fake traffic model keeps it cheap: "slow" pays 3x at block size 1, "flat" the same at every block size."""
+    from sandbox.serving import kernel_time, run
+    from sandbox.serving.plots import plot_block_size
+
+    def fake(name, block_size, context, shape):
+        return {"slow": 3.0 if block_size == 1 else 1.0, "flat": 0.9}.get(name, 5.0) * context
+
+    monkeypatch.setattr(run, "KernelTable", lambda *a: kernel_time.KernelTable(*a, time_us=fake))
+    monkeypatch.setattr(serving_command, "best_variant",
+                        lambda shape: kernel_time.best_variant(shape, ("slow", "flat", "other"), time_us=fake))
+    monkeypatch.setattr("sandbox.serving.plots.plot_all", lambda result, timelines, run_dir: [])
+    trace = tmp_path / "t.csv"                # its own arrival times: one point per allocator, no search
+    trace.write_text("prompt_len,output_len,arrival\n" + "".join(f"100,40,{t / 10}\n" for t in range(6)))
+    argv = ["--kernel", "slow", "--kernel", "best", "--block-sizes", "1,16", "--reserve", "oracle", "--trace",
+            str(trace), "--seeds", "1", "--no-progress", "--results-dir", str(tmp_path), "--json", str(tmp_path / "k.json")]
+    rc, _, err = call(argv, capsys)
+    result = json.loads((tmp_path / "k.json").read_text())
+    assert rc == 0, err
+    assert sorted(result["allocators"]) == ["contiguous-oracle", "paged-1", "paged-1 [flat]", "paged-16",
+                                           "paged-16 [flat]"]
+    assert result["meta"]["kernel"] == "slow" and result["meta"]["kernel_curves"] == ["flat"]
+    lat = {name: e["points"][0]["normalized_latency"] for name, e in result["allocators"].items()}
+    assert lat["paged-1"] > lat["paged-1 [flat]"]              # the slow kernel's small-block penalty, only there
+    assert plot_block_size(result, tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    rc, _, err = call(["--kernel", "slow", "--kernel", "slow", "--results-dir", str(tmp_path / "x")], capsys)
+    assert rc == 2 and "a different curve each time" in err and not (tmp_path / "x").exists()

@@ -1,7 +1,7 @@
 """python -m sandbox memory: how much KV memory paged allocation saves over contiguous reservation.
 
 ``--example seed`` prints the worked 10-token example; ``--calibrate-beam`` prints the beam model's
-calibration table; otherwise the study runs (see ``sandbox.memory.study``), writes
+calibration table; ``--validate-beam`` fits each beam model on one workload and prints its error on the other; otherwise the study runs (see ``sandbox.memory.study``), writes
 ``results/<UTC>-memory/`` and prints a summary table (or, with ``--json``, only JSON on stdout and the
 run folder on stderr).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from sandbox.commands import block_size_list, numbers
 from sandbox.commands.kv_budget import add_budget_arguments, budget_from_args
@@ -24,6 +25,7 @@ from sandbox.memory.study import DEFAULT_BLOCK_SIZES, StudyConfig, request_lengt
 QUICK = dict(num_requests=300, sharing_requests=60)
 DEFAULTS = dict(num_requests=2000, sharing_requests=500)
 CALIBRATION_GRID = (0.9, 0.93, 0.95, 0.96, 0.965, 0.97, 0.975, 0.98, 0.99)
+REPLACEMENTS_GRID = (4.0, 6.0, 8.0, 9.0, 10.0, 11.0, 12.0, 15.0, 20.0)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate-beam", action="store_true",
                         help="print beam savings at widths 2/4/6 over a grid of beam survival probabilities against "
                              "the paper's Fig. 15 range for --distribution (alpaca or sharegpt), and the best one")
+    parser.add_argument("--validate-beam", action="store_true",
+                        help="fit each beam model (constant survival; replacements per output) on Alpaca-like lengths "
+                             "and predict ShareGPT-like ones, and the reverse; print the out-of-sample errors against "
+                             "the paper's Fig. 15 ranges")
     parser.add_argument("--json", action="store_true", help="print JSON only on stdout (run folder on stderr)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--distribution", choices=distributions.DISTRIBUTIONS, default="sharegpt",
@@ -53,8 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"requests of the sharing study, the study's first N (default {DEFAULTS['sharing_requests']}, "
                              f"--quick {QUICK['sharing_requests']})")
     parser.add_argument("--sharing-block-size", type=numbers.integer(1, 4096), default=16, help="block size of the sharing study (default 16)")
-    parser.add_argument("--beam-survival", type=numbers.real(0, 1, low_open=True), default=beam.SURVIVAL,
-                        help=f"beam model: probability a beam survives a step (default {beam.SURVIVAL}, calibrated)")
+    parser.add_argument("--beam-survival", type=numbers.real(0, 1, low_open=True), default=None,
+                        help=f"constant beam model: probability a beam survives a step (Alpaca fit {beam.SURVIVAL}); "
+                             "default: the per-output model")
+    parser.add_argument("--beam-replacements", type=numbers.real(0, 1e6, low_open=True), default=beam.REPLACEMENTS,
+                        help=f"per-output beam model: a beam's expected replacements over the output (default "
+                             f"{beam.REPLACEMENTS}, fitted on Alpaca, validated on ShareGPT)")
     parser.add_argument("--max-steps", type=numbers.integer(1, 10**8), default=10**6, help="decode-step cap per configuration (default 1e6)")
     parser.add_argument("--seed", type=numbers.integer(0, 2**32 - 1), default=0, help="seed of the request lengths (default 0)")
     parser.add_argument("--quick", action="store_true", help="fewer requests, for a fast look")
@@ -76,7 +86,8 @@ def config_from_args(args: argparse.Namespace) -> StudyConfig:
         num_requests=num_requests,
         reserve=args.reserve, max_num_seqs=args.max_num_seqs,
         sharing_requests=args.sharing_requests if args.sharing_requests is not None else sizes["sharing_requests"],
-        sharing_block_size=args.sharing_block_size, beam_survival=args.beam_survival, max_steps=args.max_steps,
+        sharing_block_size=args.sharing_block_size, beam_survival=args.beam_survival,
+        beam_replacements=args.beam_replacements, max_steps=args.max_steps,
         seed=args.seed, args=dict(recorded, block_sizes=list(args.block_sizes)))
 
 
@@ -113,7 +124,8 @@ def summary(result: dict) -> str:
     share = result["sharing"]
     ranges = share.get("paper")
     lines.append(f"Sharing ({share['workload']}, first {share['requests']} requests, block size {share['block_size']}, "
-                 f"beam survival {share['beam_survival']}): memory saved"
+                 + (f"beam survival {share['beam_survival']}" if share["beam_survival"] is not None
+                    else f"beam replacements {share['beam_replacements']} per output") + "): memory saved"
                  + ("" if ranges else " (no paper figure for these lengths)"))
     for kind, label in (("parallel", "parallel sampling"), ("beam", "beam search")):
         cells = "   ".join(f"{'n' if kind == 'parallel' else 'width'}={r['width']}: {_pct(r['saved']).strip()}%"
@@ -146,8 +158,31 @@ def calibration(args: argparse.Namespace, config: StudyConfig) -> str:
     return "\n".join(lines)
 
 
+def validation(config: StudyConfig) -> str:
+    """Each beam model fitted on one of the paper's two workloads, its savings and error on the other."""
+    workloads = {}
+    for name in paper.FIG15:
+        prompts, outputs, _ = request_lengths(replace(config, distribution=name, trace=None))
+        workloads[name] = (prompts[:config.sharing_requests], outputs[:config.sharing_requests])
+    targets = {name: paper.FIG15[name]["beam"] for name in workloads}
+    widths = paper.FIG15_WIDTHS
+    lines = [f"Beam model validation: first {config.sharing_requests} requests of each workload's lengths, block size "
+             f"{config.sharing_block_size}, seed {config.seed}; fitted on one workload (widths {widths[0]} and "
+             f"{widths[-1]} against the paper's range ends), predicted on the other",
+             f"{'model':<13}{'fit on':<10}{'value':>7}  {'tested on':<10}" + "".join(f"{'k=' + str(w):>8}" for w in widths)
+             + f"{'paper':>14}{'error':>8}"]
+    for model, grid in (("survival", CALIBRATION_GRID), ("replacements", REPLACEMENTS_GRID)):
+        for r in sharing.cross_validate(workloads, config.sharing_block_size, model, grid, widths, targets, config.seed):
+            lines.append(f"{model:<13}{r['fit']:<10}{r['value']:>7g}  {r['test']:<10}"
+                         + "".join(f"{_pct(r['saved'][w]):>8}" for w in widths)
+                         + f"{_range(r['paper']):>14}{100 * r['out_of_sample_error']:>7.1f}pt")
+    lines.append("error: the larger distance, in percentage points, of widths 2 and 6 to the ends of the paper's range "
+                 "for the workload the model was not fitted to")
+    return "\n".join(lines)
+
+
 # Flags that choose the study's requests or budget: meaningless beside --example, so refused there.
-_STUDY_FLAGS = ("trace", "calibrate_beam", "budget_tokens", "model_gb", "num_requests", "sharing_requests")
+_STUDY_FLAGS = ("trace", "calibrate_beam", "validate_beam", "budget_tokens", "model_gb", "num_requests", "sharing_requests")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -165,6 +200,11 @@ def main(args: argparse.Namespace) -> int:
         request_lengths(config)            # a trace's errors name its line
         if args.calibrate_beam:
             print(calibration(args, config))
+            return 0
+        if args.validate_beam:
+            if config.trace:
+                raise RefusedRequest("--validate-beam uses the alpaca and sharegpt distributions; it takes no --trace")
+            print(validation(config))
             return 0
     except RefusedRequest as e:            # one line (python -m sandbox prints the same); any other error is an
         print(f"error: {e}", file=sys.stderr)  # internal one (exit 1, docs/exit-codes.md)

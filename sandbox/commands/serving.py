@@ -20,6 +20,7 @@ from sandbox.errors import RefusedRequest
 from sandbox.memory import beam, distributions, paper
 from sandbox.memory.arena import RESERVE_POLICIES
 from sandbox.serving import search
+from sandbox.serving.kernel_time import best_variant
 from sandbox.serving.metrics import WARMUP
 from sandbox.serving.run import ServingConfig, run_serving
 from sandbox.serving.search import knee_point
@@ -103,10 +104,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="step-time source: analytic (H200 roofline), sweep:RUN_DIR (a GPU sweep's sweep.csv) or "
                              "model[:VARIANTS] (the performance model's time of the fastest CUDA C variant, counted "
                              "on the CPU executor; default variants: cost_model.DEFAULT_VARIANTS)")
-    parser.add_argument("--kernel", metavar="VARIANTS",
+    parser.add_argument("--kernel", metavar="VARIANTS", action="append",
                         help="attention time by block size from the traffic model of these variants (comma-separated; "
-                             "the fastest at each block size): the roofline scaled by the modelled time over block "
-                             "size 16 (with --step-cost analytic)")
+                             "the fastest at each block size; 'best': the paged variant the model makes fastest at "
+                             "the run's shape): the roofline scaled by the modelled time over block size 16 (with "
+                             "--step-cost analytic). Repeated: one more block-size curve per --kernel, paged "
+                             "allocators only")
     parser.add_argument("--fixed-ms", type=numbers.real(0, 1e6), help="per-step time of the rest of the model in ms "
                                                                       "(default: streaming the weights)")
     parser.add_argument("--step-overhead-ms", type=numbers.real(0, 1e6), default=0.0,
@@ -151,10 +154,17 @@ def config_from_args(args: argparse.Namespace) -> ServingConfig:
     widths = args.widths if workload.mode != "single" else (1,)
     check_token_memory(n, args.max_len, seeds * sum(widths) * (1 + (args.workload == "chat")),
                        "--num-requests x --seeds x --max-len")
-    kernel = tuple(k.strip() for k in args.kernel.split(",") if k.strip()) if args.kernel is not None else ()
-    _check("--kernel", repr(args.kernel), args.kernel is None or kernel, "a comma-separated list of variant names")
-    _check("--kernel", f"--step-cost {args.step_cost}", not kernel or args.step_cost == "analytic",
+    curves = [tuple(k.strip() for k in given.split(",") if k.strip()) for given in args.kernel or ()]
+    for given, curve in zip(args.kernel or (), curves):
+        _check("--kernel", repr(given), curve, "a comma-separated list of variant names")
+    _check("--kernel", f"--step-cost {args.step_cost}", not curves or args.step_cost == "analytic",
            "used with --step-cost analytic (it scales the roofline's attention)")
+    if any("best" in curve for curve in curves):
+        best = best_variant(budget.shape(None if args.params_b is None else args.params_b * 1e9))
+        curves = [tuple(best if k == "best" else k for k in curve) for curve in curves]
+    _check("--kernel", ", ".join(map(repr, args.kernel or ())), len(set(curves)) == len(curves),
+           "a different curve each time it is given")
+    kernel = curves[0] if curves else ()
     trace = distributions.load_trace(args.trace, args.max_len - prefix, n) if args.trace else None
     rates = args.rates
     if rates is None and not (trace is not None and trace[2] is not None):
@@ -168,7 +178,7 @@ def config_from_args(args: argparse.Namespace) -> ServingConfig:
     recorded = {k: v for k, v in vars(args).items() if not k.startswith("_") and not callable(v)}
     return ServingConfig(spec, budget, rates, args.latency_bound, tuple(block_sizes), reserves, tuple(widths),
                          args.max_num_seqs, args.max_batched_tokens, args.preemption, args.swap_gb, args.swap_gbps,
-                         args.swap_latency_us, not args.no_prefix_cache, args.step_cost, kernel, args.fixed_ms,
+                         args.swap_latency_us, not args.no_prefix_cache, args.step_cost, kernel, tuple(curves[1:]), args.fixed_ms,
                          args.step_overhead_ms, args.params_b, args.beam_survival, args.seed, seeds, args.warmup,
                          search.REL_TOL, recorded)
 

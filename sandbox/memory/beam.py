@@ -9,10 +9,16 @@ ancestor, whose KV blocks all beams share.
 Survival statistics (stated, not hidden in a random language model): per step a beam survives with
 probability ``survival``, so about k * (1 - survival) beams are replaced per step and a beam's own
 line ends after 1 / (1 - survival) steps on average; ``lineage_stats`` measures the replacements and
-the mean depth of the beams' most recent common ancestor. ``SURVIVAL`` is what
-``python -m sandbox memory --calibrate-beam --distribution alpaca --sharing-requests 1000`` picks
-(``sharing.calibrate_survival``: block size 16, widths 2 and 6 against the paper's 37.6% and 55.2%;
-the table is in docs/memory-and-serving.md). The earlier model (a random 64-token language model,
+the mean depth of the beams' most recent common ancestor.
+
+Two survival models. Constant (``survival``, the same every step): ``SURVIVAL`` fits the paper's
+Alpaca range but overshoots ShareGPT's, because its common ancestor stays a fixed number of steps
+back however long the output, so long outputs share more. Per output (the default): a beam is
+replaced ``replacements`` times over a request's output on average, so the per-step survival is
+1 - replacements / output length and the genealogy stretches with the output (beams diverge over
+longer outputs). ``REPLACEMENTS`` is fitted on Alpaca-like lengths and validated on ShareGPT-like
+ones (``python -m sandbox memory --validate-beam``: ``sharing.cross_validate``; the tables are in
+docs/memory-and-serving.md). The earlier model (a random 64-token language model,
 logits ~ N(0, 2^2), top-k of k * 64 candidates) collapsed onto one beam almost every step and saved
 63.6% at width 4.
 """
@@ -22,7 +28,16 @@ import random
 
 from sandbox.errors import RefusedRequest
 
-SURVIVAL = 0.95
+SURVIVAL = 0.95          # the constant model, fitted on Alpaca-like lengths
+REPLACEMENTS = 9.0      # the per-output model: a beam's expected replacements over the output, fitted on Alpaca
+
+
+def survival_for(output_len: int, replacements: float) -> float:
+    """Per-step survival of the per-output model for a request of ``output_len`` tokens (0 when the
+    output is shorter than ``replacements``: every step then keeps one beam and forks it)."""
+    if not replacements > 0:
+        raise RefusedRequest(f"beam replacements must be > 0, got {replacements}")
+    return max(0.0, 1.0 - replacements / max(int(output_len), 1))
 
 
 def validate_survival(survival: float) -> float:

@@ -71,10 +71,13 @@ def parallel_sampling(prompts, output_samples, block_size: int) -> SharingResult
 
 
 def beam_search(prompts, outputs, width: int, block_size: int, rng: random.Random,
-                survival: float = beam.SURVIVAL) -> SharingResult:
-    """Beam search of the given width on every (prompt, output length) request; see the module docstring."""
+                survival: float | None = None, replacements: float = beam.REPLACEMENTS) -> SharingResult:
+    """Beam search of the given width on every (prompt, output length) request; see the module docstring.
+    ``survival`` given: the constant model; None: the per-output model with ``replacements``
+    (``sandbox.memory.beam``)."""
     with_ = without = copies = 0
     for prompt, out in zip((int(p) for p in prompts), (int(o) for o in outputs)):
+        step_survival = survival if survival is not None else beam.survival_for(out, replacements)
         bm = BlockManager(width * -(-(prompt + out) // block_size) + width, block_size)
         bm.allocate(0, prompt)
         beams = [0]
@@ -90,7 +93,7 @@ def beam_search(prompts, outputs, width: int, block_size: int, rng: random.Rando
             without += width * -(-(prompt + step) // block_size)
             if step == out:
                 break
-            parents = beam.next_parents(width, survival, rng)
+            parents = beam.next_parents(width, step_survival, rng)
             if parents is not None:
                 beams = advance_beams(bm, beams, parents, new_id)
         for b in beams:
@@ -117,15 +120,62 @@ def advance_beams(bm: BlockManager, beams: list, parents: list[int], new_id) -> 
     return new_beams
 
 
-def calibrate_survival(prompts, outputs, block_size: int, survivals, widths, target: tuple[float, float],
-                       seed: int = 0) -> tuple[float, list[dict]]:
-    """The survival in ``survivals`` whose beam savings at the smallest and largest width come closest
+BEAM_MODELS = ("survival", "replacements")     # the constant model's parameter, the per-output model's
+
+
+def beam_savings(prompts, outputs, block_size: int, model: str, value: float, widths, seed: int = 0) -> dict:
+    """{width: saved} of beam search under ``model`` ("survival": constant, "replacements": per output)."""
+    if model == "survival":
+        beam.validate_survival(value)
+        params = dict(survival=value)
+    elif model == "replacements":
+        beam.survival_for(1, value)                        # refuses a non-positive value
+        params = dict(replacements=value)
+    else:
+        raise ValueError(f"beam model must be one of {BEAM_MODELS}, got {model!r}")
+    return {w: beam_search(prompts, outputs, w, block_size, random.Random(seed), **params).saved for w in widths}
+
+
+def range_error(saved: dict, target: tuple[float, float]) -> float:
+    """Squared distance of the smallest and largest width's savings to the paper's range ends (its widths 2 and 6)."""
+    widths = sorted(saved)
+    return (saved[widths[0]] - target[0]) ** 2 + (saved[widths[-1]] - target[1]) ** 2
+
+
+def calibrate(prompts, outputs, block_size: int, model: str, values, widths, target: tuple[float, float],
+              seed: int = 0) -> tuple[float, list[dict]]:
+    """The value in ``values`` whose beam savings at the smallest and largest width come closest
     (squared error) to ``target`` = (saved at widths[0], saved at widths[-1]); returns (best, table rows)."""
     rows = []
-    for survival in survivals:
-        beam.validate_survival(survival)
-        saved = [beam_search(prompts, outputs, w, block_size, random.Random(seed), survival).saved for w in widths]
-        error = (saved[0] - target[0]) ** 2 + (saved[-1] - target[1]) ** 2
-        rows.append(dict(survival=survival, saved=dict(zip(widths, saved)), error=error))
+    for value in values:
+        saved = beam_savings(prompts, outputs, block_size, model, value, widths, seed)
+        rows.append({model: value, "saved": saved, "error": range_error(saved, target)})
     best = min(rows, key=lambda r: r["error"])
-    return best["survival"], rows
+    return best[model], rows
+
+
+def calibrate_survival(prompts, outputs, block_size: int, survivals, widths, target: tuple[float, float],
+                       seed: int = 0) -> tuple[float, list[dict]]:
+    """``calibrate`` for the constant model."""
+    return calibrate(prompts, outputs, block_size, "survival", survivals, widths, target, seed)
+
+
+def cross_validate(workloads: dict, block_size: int, model: str, values, widths, targets: dict,
+                   seed: int = 0) -> list[dict]:
+    """Fit on one workload, predict the other: for each ordered pair (fit, test) of ``workloads``
+    ({name: (prompts, outputs)}), the value fitted on ``fit`` (``calibrate`` against targets[fit]),
+    the savings it predicts at every width on ``test`` and their out-of-sample error against
+    targets[test] (the largest distance, in fraction points, of widths[0] / widths[-1] to the range's ends)."""
+    fitted = {name: calibrate(*lengths, block_size, model, values, (widths[0], widths[-1]), targets[name], seed)[0]
+              for name, lengths in workloads.items()}
+    rows = []
+    for fit, value in fitted.items():
+        for test, lengths in workloads.items():
+            if test == fit:
+                continue
+            saved = beam_savings(*lengths, block_size, model, value, widths, seed)
+            lo, hi = targets[test]
+            error = max(abs(saved[widths[0]] - lo), abs(saved[widths[-1]] - hi))
+            rows.append(dict(model=model, fit=fit, value=value, test=test, saved=saved, paper=(lo, hi),
+                             out_of_sample_error=error))
+    return rows

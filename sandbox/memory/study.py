@@ -45,7 +45,8 @@ class StudyConfig:
     sharing_requests: int = 500
     sharing_block_size: int = 16
     sharing_widths: tuple[int, ...] = paper.FIG15_WIDTHS
-    beam_survival: float = beam.SURVIVAL
+    beam_survival: float | None = None       # None: the per-output model (beam_replacements)
+    beam_replacements: float = beam.REPLACEMENTS
     max_steps: int = 10**6
     seed: int = 0
     args: dict = field(default_factory=dict)
@@ -65,8 +66,10 @@ def validate(config: StudyConfig) -> None:
         raise RefusedRequest(f"--max-num-seqs must be >= 1, got {config.max_num_seqs}")
     if config.seed < 0:
         raise RefusedRequest(f"--seed must be an integer >= 0 (it seeds NumPy's generator), got {config.seed}")
-    if not 0 < config.beam_survival <= 1:
+    if config.beam_survival is not None and not 0 < config.beam_survival <= 1:
         raise RefusedRequest(f"--beam-survival must lie in (0, 1], got {config.beam_survival}")
+    if not config.beam_replacements > 0:
+        raise RefusedRequest(f"--beam-replacements must be > 0, got {config.beam_replacements}")
     if not config.block_sizes or min(config.block_sizes) < 1:
         raise RefusedRequest(f"--block-sizes must be positive integers, got {list(config.block_sizes)}")
     if config.sharing_block_size < 1:
@@ -112,7 +115,7 @@ def run_sharing(config: StudyConfig, prompts, outputs, progress=None) -> tuple[l
         t0 = time.perf_counter()
         rng = random.Random(config.seed * 1000 + width)
         row = sharing.beam_search(prompts, outputs, width, config.sharing_block_size, rng,
-                                  config.beam_survival).as_dict()
+                                  config.beam_survival, config.beam_replacements).as_dict()
         rows["beam"].append(dict(row, seconds=time.perf_counter() - t0))
         if progress:
             progress(rows["beam"][-1])
@@ -138,7 +141,8 @@ def run_study(config: StudyConfig, results_root: Path | None = None, show_progre
         max_num_seqs=config.max_num_seqs, lengths=simulate.lengths_summary(prompts, outputs), arrival=arrival,
         sharing=dict(workload=workload, requests=min(config.sharing_requests, len(prompts)),
                      block_size=config.sharing_block_size, widths=list(config.sharing_widths),
-                     beam_survival=config.beam_survival, paper=paper_ranges(config)),
+                     beam_survival=config.beam_survival, beam_replacements=config.beam_replacements,
+                     paper=paper_ranges(config)),
         args=config.args, run_dir=str(run_dir))
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 

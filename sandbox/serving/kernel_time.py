@@ -33,6 +33,10 @@ CONTEXT_POINTS = (128, 512, 2048)
 UNIT_SEQS, UNIT_HEADS = 8, 16
 REFERENCE = 16
 CONTIGUOUS = 256
+# ``--kernel best``: the candidates, the paged CUDA C variants (cupy.dense reads a contiguous cache), and the
+# context at which the model ranks them at block size REFERENCE.
+BEST_CANDIDATES = ("cupy.v1", "cupy.v2", "cupy.gqa", "cupy.rows")
+BEST_CONTEXT = 512
 # KV bytes per element -> (query dtype, cache dtype) of the unit problem.
 DTYPES = {4: ("float32", None), 2: ("float16", None), 1: ("float16", "float8_e4m3fn")}
 
@@ -41,6 +45,15 @@ def unit_time_us(name: str, block_size: int, context: int, shape: ModelShape) ->
     """Modelled microseconds of `name` on the unit problem, through the public API (sandbox.traffic)."""
     problem = unit_problem(block_size, context, shape.head_dim, shape.kv_dtype_bytes)
     return float(sandbox.traffic(name, problem, sample_seqs=2)["model"]["time_us"])
+
+
+def best_variant(shape: ModelShape, candidates=BEST_CANDIDATES, context: int = BEST_CONTEXT,
+                 time_us: Callable[[str, int, int, ModelShape], float] = unit_time_us) -> str:
+    """The candidate the performance model makes fastest on the unit problem at the run's shape (``--kernel best``),
+    at block size REFERENCE and ``context`` tokens."""
+    if shape.kv_dtype_bytes not in DTYPES:
+        raise RefusedRequest(f"--kernel best: a KV element of {shape.kv_dtype_bytes} bytes has no kernel dtype")
+    return min(candidates, key=lambda name: time_us(name, REFERENCE, context, shape))
 
 
 def unit_problem(block_size: int, context: int, head_dim: int, kv_dtype_bytes: float):

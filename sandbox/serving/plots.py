@@ -172,24 +172,43 @@ def plot_sharing(result: dict, path: Path) -> Path:
 
 def plot_block_size(result: dict, path: Path) -> Path:
     """Max rate against paged block size (the paper's Fig. 18), contiguous baselines as bands; beside it each
-    seed's knee over its knee at block size 16 (paired: the seeds' common luck cancels)."""
+    seed's knee over its knee at block size 16 (paired: the seeds' common luck cancels). One curve per
+    --kernel curve (solid: the run's kernel; dashed, then dotted: the others)."""
     plt = _plt()
     meta = result["meta"]
     fig, (ax, ax_r) = plt.subplots(1, 2, figsize=(13, 5))
-    paged = sorted(((int(e["allocator"].split("-")[1]), e) for e in result["allocators"].values()
-                    if e["allocator"].startswith("paged") and e["width"] == meta["widths"][0]), key=lambda x: x[0])
-    shown = [(bs, e) for bs, e in paged if e["max_rate"] is not None]
+    curves: dict = {}
+    for e in result["allocators"].values():
+        if e["allocator"].startswith("paged") and e["width"] == meta["widths"][0]:
+            curves.setdefault(e.get("kernel"), []).append((int(e["allocator"].split("-")[1]), e))
     color = allocator_color("paged")
-    ax.plot([bs for bs, _ in shown], [e["max_rate"] for _, e in shown], color=color, marker="o",
-            label="paged, mean over seeds (95% interval, clipped at 0; triangles: censored)")
-    for bs, e in shown:
-        ci = e.get("max_rate_ci")
-        yerr = [[e["max_rate"] - max(ci[0], 0.0)], [ci[1] - e["max_rate"]]] if ci else None
-        ax.errorbar([bs], [e["max_rate"]], yerr=yerr, fmt="^" if e["max_rate_censored"] else "none", color=color,
-                    capsize=4)
-    for bs, e in paged:
-        if e["max_rate"] is None:
-            ax.annotate("none", (bs, 0), fontsize=7, color=color)
+    all_sizes = sorted({bs for paged in curves.values() for bs, _ in paged})
+    for k, (kernel, paged) in enumerate(curves.items()):
+        paged.sort(key=lambda x: x[0])
+        style = ("-", "--", ":", "-.")[k % 4]
+        label = kernel or meta.get("kernel") or "paged"
+        shown = [(bs, e) for bs, e in paged if e["max_rate"] is not None]
+        shift = 2 ** (0.08 * k)                  # a curve's error bars beside, not on, the previous curve's
+        ax.plot([bs * shift for bs, _ in shown], [e["max_rate"] for _, e in shown], color=color, marker="o", ls=style,
+                label=f"paged, kernel {label}: mean over seeds (95% interval, clipped at 0; triangles: censored)")
+        for bs, e in shown:
+            ci = e.get("max_rate_ci")
+            yerr = [[e["max_rate"] - max(ci[0], 0.0)], [ci[1] - e["max_rate"]]] if ci else None
+            ax.errorbar([bs * shift], [e["max_rate"]], yerr=yerr, fmt="^" if e["max_rate_censored"] else "none",
+                        color=color, capsize=4, ls=style)
+        for bs, e in paged:
+            if e["max_rate"] is None:
+                ax.annotate("none", (bs, 0), fontsize=7, color=color)
+        reference = dict(paged).get(16) or (paged[0][1] if paged else None)
+        if reference is None:
+            continue
+        ref_bs = next(bs for bs, e in paged if e is reference)
+        for i, seed in enumerate(range(meta["seed"], meta["seed"] + meta["seeds"])):
+            pts = [(bs, e["max_rate_by_seed"][i] / reference["max_rate_by_seed"][i]) for bs, e in paged
+                   if e["max_rate_by_seed"][i] is not None and reference["max_rate_by_seed"][i]]
+            ax_r.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker="o", ls=style,
+                      alpha=0.5 + 0.5 / (i + 1), label=f"{label}, seed {seed}")
+        ax_r.set_ylabel(f"knee over the knee at block size {ref_bs} (same seed, same kernel)")
     for name, e in result["allocators"].items():
         if e["allocator"].startswith(("contiguous", "static")) and e["width"] == meta["widths"][0] \
                 and e["max_rate"] is not None:
@@ -197,21 +216,12 @@ def plot_block_size(result: dict, path: Path) -> Path:
             c = allocator_color(name)
             ax.axhline(e["max_rate"], color=c, ls="--", lw=1, label=f"{e['allocator']}: {rate_label(e)}")
             ax.axhspan(max(ci[0], 0.0), ci[1], color=c, alpha=0.12)
-    reference = dict(paged).get(16) or (paged[0][1] if paged else None)
-    if reference is not None:
-        ref_bs = next(bs for bs, e in paged if e is reference)
-        for i, seed in enumerate(range(meta["seed"], meta["seed"] + meta["seeds"])):
-            pts = [(bs, e["max_rate_by_seed"][i] / reference["max_rate_by_seed"][i]) for bs, e in paged
-                   if e["max_rate_by_seed"][i] is not None and reference["max_rate_by_seed"][i]]
-            ax_r.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker="o", alpha=0.5 + 0.5 / (i + 1),
-                      label=f"seed {seed}")
-        ax_r.axhline(1.0, color="k", lw=0.8, ls=":")
-        ax_r.set_ylabel(f"knee over the knee at block size {ref_bs} (same seed)")
-        ax_r.set_title(f"Seed by seed: the block size's effect without the seeds' common luck "
-                       f"({100 * meta['rel_tol']:g}% search resolution)", fontsize=8)
+    ax_r.axhline(1.0, color="k", lw=0.8, ls=":")
+    ax_r.set_title(f"Seed by seed: the block size's effect without the seeds' common luck "
+                   f"({100 * meta['rel_tol']:g}% search resolution)", fontsize=8)
     for a in (ax, ax_r):
         a.set_xscale("log", base=2)
-        a.set_xticks([bs for bs, _ in paged], [str(bs) for bs, _ in paged])
+        a.set_xticks(all_sizes, [str(bs) for bs in all_sizes])
         a.set_xlabel("block size (tokens)")
         a.grid(True, alpha=0.3)
         a.legend(fontsize=7)

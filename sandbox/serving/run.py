@@ -63,6 +63,7 @@ class ServingConfig:
     prefix_cache: bool = True
     step_cost: str = "analytic"
     kernel: tuple[str, ...] = ()             # variants whose traffic model sets the block-size ratio
+    kernel_curves: tuple[tuple[str, ...], ...] = ()   # more --kernel curves: paged allocators only, beside `kernel`
     fixed_ms: float | None = None
     overhead_ms: float = 0.0
     params_b: float | None = None           # None: 13, or the budget's model preset
@@ -105,10 +106,23 @@ def native_rate(arrivals) -> float:
     return (len(arrivals) - 1) / span
 
 
-def make_cost(config: ServingConfig):
-    """The step-time source: --step-cost, or with --kernel the roofline scaled by the traffic model's ratio."""
-    if config.kernel:
-        table = KernelTable(config.kernel, config.shape(), config.block_sizes, config.workload.max_len)
+def curve_label(variants: tuple[str, ...]) -> str:
+    """The name of a --kernel curve: its variants joined by '+'."""
+    return "+".join(variants)
+
+
+def curve_name(kv_name: str, workload: str, width: int, kernel: str | None) -> str:
+    """A point's name: its allocator's (point_name), and the kernel curve's label for an extra curve."""
+    name = point_name(kv_name, workload, width)
+    return name if kernel is None else f"{name} [{kernel}]"
+
+
+def make_cost(config: ServingConfig, kernel: tuple[str, ...] | None = None):
+    """The step-time source: --step-cost, or with --kernel the roofline scaled by the traffic model's ratio
+    (``kernel`` given: that curve's variants instead of ``config.kernel``)."""
+    kernel = kernel or config.kernel
+    if kernel:
+        table = KernelTable(kernel, config.shape(), config.block_sizes, config.workload.max_len)
         return KernelTimeCost(table, config.shape(), config.fixed_ms, config.overhead_ms)
     return make_cost_model(config.step_cost, config.shape(), config.fixed_ms, config.overhead_ms)
 
@@ -129,6 +143,13 @@ def check_fits(config: ServingConfig, requests, cost) -> None:
 
 def run_serving(config: ServingConfig, results_root: Path | None = None, show_progress: bool = True) -> dict:
     cost = make_cost(config)
+    paged_count = len(config.block_sizes)
+    # (allocator factory, its step cost, the kernel curve's label or None): every allocator at config.kernel,
+    # then the paged ones again at each further kernel curve
+    jobs = [(make, cost, None) for make in config.allocators()]
+    for variants in config.kernel_curves:
+        curve_cost = make_cost(config, variants)
+        jobs += [(make, curve_cost, curve_label(variants)) for make in config.allocators()[:paged_count]]
     seeds = range(config.seed, config.seed + config.seeds)
     base = {(s, w): build_requests(replace(config.workload, width=w), s) for s in seeds for w in config.widths}
     trace = config.workload.trace
@@ -145,16 +166,16 @@ def run_serving(config: ServingConfig, results_root: Path | None = None, show_pr
     with CsvAppender(run_dir / "points.csv", POINT_FIELDS) as rows, \
             CsvAppender(run_dir / "timeline.csv", TIMELINE_FIELDS) as samples:
         for width in config.widths:
-            for make in config.allocators():
+            for make, cost, kernel in jobs:
                 knees = []
                 for s in seeds:
                     engine_config = EngineConfig(config.budget.bytes_per_token, config.max_num_seqs,
                                                  config.max_batched_tokens, config.preemption, config.swap_cost(),
                                                  config.beam_survival, seed=s)
 
-                    def latency(rate, s=s, engine_config=engine_config):
+                    def latency(rate, s=s, engine_config=engine_config, make=make, cost=cost, kernel=kernel):
                         kv = make()
-                        name = point_name(kv.name, config.workload.name, width)
+                        name = curve_name(kv.name, config.workload.name, width, kernel)
                         bar.set_postfix_str(f"{name} seed {s} at {rate:.3g} req/s")
                         t0 = time.perf_counter()
                         requests = base[(s, width)]
@@ -167,7 +188,8 @@ def run_serving(config: ServingConfig, results_root: Path | None = None, show_pr
                             for sample in engine.tally.timeline:
                                 samples.write(dict(zip(TIMELINE_FIELDS, (name, rate, *sample))))
                             timelines[(name, rate)] = engine.tally.timeline
-                        entry = allocators.setdefault(name, dict(allocator=kv.name, width=width, points=[]))
+                        entry = allocators.setdefault(name, dict(allocator=kv.name, width=width, kernel=kernel,
+                                                                 points=[]))
                         entry["points"].append(point)
                         bar.update()
                         return point["normalized_latency"]
@@ -177,11 +199,12 @@ def run_serving(config: ServingConfig, results_root: Path | None = None, show_pr
                         knees.append(search.Knee(own_rate if met else None, met))
                     else:
                         knees.append(search.find_knee(latency, config.rates, config.latency_bound, config.rel_tol))
-                allocators[point_name(make().name, config.workload.name, width)].update(search.combine(knees))
+                allocators[curve_name(make().name, config.workload.name, width, kernel)].update(search.combine(knees))
     bar.close()
     meta["seconds"] = time.perf_counter() - t_start
+    main_cost = jobs[0][1]
     result = dict(meta=meta, allocators=allocators, run_dir=str(run_dir), ratios=paired_ratios(allocators),
-                  swap_vs_recompute=swap_vs_recompute(config.swap_cost(), cost))
+                  swap_vs_recompute=swap_vs_recompute(config.swap_cost(), main_cost))
     result["plots"] = [str(p) for p in plot_all(result, timelines, run_dir)]
     (run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -213,7 +236,9 @@ def _meta(config: ServingConfig, cost, base, run_dir: Path) -> dict:
         widths=list(config.widths), block_sizes=list(config.block_sizes),
         budget_tokens=config.budget.tokens, budget_note=config.budget.note,
         kv_bytes_per_token=config.budget.bytes_per_token, step_cost=cost.source,
-        kernel_table=cost.table.rows() if hasattr(cost, "table") else None, preemption=config.preemption,
+        kernel_table=cost.table.rows() if hasattr(cost, "table") else None,
+        kernel=curve_label(config.kernel) if config.kernel else None,
+        kernel_curves=[curve_label(v) for v in config.kernel_curves], preemption=config.preemption,
         swap_gb=config.swap_gb, swap_gbps=config.swap_gbps, swap=config.swap_cost().describe(),
         max_num_seqs=config.max_num_seqs, max_batched_tokens=config.max_batched_tokens,
         prefix_cache=config.prefix_cache, prefix_len=wl.prefix_len if wl.name == "shared-prompt" else None,
