@@ -175,6 +175,8 @@ def entry_code(names: list[str]) -> str:
             f"CPUCUDA_EXPORT const char* cpucuda_signature_{i}(void) {{ return ::cpucuda::signature(&{name}); }}",
             f"CPUCUDA_EXPORT const char* cpucuda_param_type_{i}(int cpucuda_index)"
             f" {{ return ::cpucuda::param_type_name(&{name}, cpucuda_index); }}",
+            f"CPUCUDA_EXPORT size_t cpucuda_param_size_{i}(int cpucuda_index)"
+            f" {{ return ::cpucuda::param_size(&{name}, cpucuda_index); }}",
         ]
     return "\n".join(lines) + "\n"
 
