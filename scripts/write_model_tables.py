@@ -14,7 +14,8 @@ in README.md (NAME "readme", "readme-check"), docs/performance-model.md ("goal-s
 docs/peers.md ("peers-goal-shape", "peers-published").
 "model-check" and "readme-check" model the default model-check table's rows (sandbox/analysis/model_check.csv).
 The peer families' variants (Family.peer: flashinfer.decode) are counted into docs/peers-goal-shape.json, at the
-goal shape on the H200 and at the shapes of their project's published measurements (PUBLISHED) on its device;
+goal shape on the H200 and at the shapes of their project's published measurements (published(): the peers' rows
+of model_check.csv) on its device;
 without the peer's wheel (or nvcc for its census) the stored peer counts stay as they are, and the script says so.
 tests/test_model_tables.py holds every marked table equal to the model applied to the stored counts (and the
 device table, and model-check's rows), and the stored censuses equal to what the kernels compile to now, so a
@@ -42,9 +43,7 @@ COUNTS = ROOT / "docs" / "model-goal-shape.json"
 PEER_COUNTS = ROOT / "docs" / "peers-goal-shape.json"
 # FlashInfer's published batch-decode utilisation (https://flashinfer.ai/2024/02/02/introduce-flashinfer.html, H100
 # SXM, CUDA-core path; read from its plots): shape -> share of DRAM bandwidth. docs/peers.md sets the model beside it.
-PUBLISHED = {"64x1024x32/32x128xfp16": "~88-89%", "16x4096x32/32x128xfp16": "~88-89%",
-             "64x8192x32/4x128xfp16": "~51%"}
-PUBLISHED_DEVICE = "h100"
+PUBLISHED_DEVICE = "h100"  # the device of the peers' published rows in model_check.csv (FlashInfer's blog: H100 SXM)
 PEER_COMPARED = ("cupy.rows", "cupy.gqa", "cupy.v2")  # our variants docs/peers.md sets beside the peer
 SHAPE, BLOCK_SIZE, DEVICES = "64x4096x32/8x128xfp16", 16, ("h200", "h100")
 CENSUS = ("registers", "blocks_per_sm", "loads_in_flight", "loads_per_wait", "loads_in_flight_source")
@@ -81,13 +80,19 @@ def peers_missing() -> str | None:
     return None
 
 
+def published() -> list:
+    """The default model-check table's rows of peer variants on PUBLISHED_DEVICE (a peer project's own figures)."""
+    peers = set(peer_variants())
+    return [r for r in MC.read_table() if r.variant in peers and r.device == PUBLISHED_DEVICE]
+
+
 def count_peers() -> dict:
     """{"goal": {variant: stored} on the H200 at the goal shape, "published": {variant: {shape: stored}} on
     PUBLISHED_DEVICE}."""
     goal = problem_for(shapes.parse_any(SHAPE), BLOCK_SIZE, seed=0)
-    published = {shape: problem_for(shapes.parse_any(shape), BLOCK_SIZE, seed=0) for shape in PUBLISHED}
+    published_ = {r.shape: problem_for(shapes.parse_any(r.shape), r.block_size, seed=0) for r in published()}
     return dict(goal={name: _stored(name, goal, "h200") for name in peer_variants()},
-                published={name: {shape: _stored(name, p, PUBLISHED_DEVICE) for shape, p in published.items()}
+                published={name: {shape: _stored(name, p, PUBLISHED_DEVICE) for shape, p in published_.items()}
                            for name in peer_variants()})
 
 
@@ -149,14 +154,14 @@ def peers_goal_table(counts: dict, peer_counts: dict) -> str:
 def peers_published_table(counts: dict, peer_counts: dict) -> str:
     """docs/peers.md: the model of each peer at the shapes of its project's published measurements."""
     device = gpus.get(PUBLISHED_DEVICE).name
-    lines = [f"| variant | shape ({device}) | published | modelled us | % nominal / achievable | binding level | "
-             "grid per kernel | registers (blocks/SM) per kernel | DRAM / ideal |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for name, by_shape in peer_counts["published"].items():
-        for shape in PUBLISHED:
-            stored = by_shape[shape]
-            r = row(name, stored, PUBLISHED_DEVICE)
-            lines.append(f"| `{name}` | {shape} | {PUBLISHED[shape]} | {r['time_us']:.1f} | {r['nominal']:.1%} / "
+    lines = [f"| variant | shape ({device}) | published us | modelled us | error | % nominal / achievable | "
+             "binding level | grid per kernel | registers (blocks/SM) per kernel | DRAM / ideal |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for p in published():
+        if p.variant in peer_counts["published"]:
+            r = row(p.variant, peer_counts["published"][p.variant][p.shape], PUBLISHED_DEVICE)
+            lines.append(f"| `{p.variant}` | {p.shape} | {p.measured_us:.1f} | {r['time_us']:.1f} | "
+                         f"{MC.error(r['time_us'], p.measured_us):+.1%} | {r['nominal']:.1%} / "
                          f"{r['achievable']:.1%} | {r['bound']} | {r['grids']} | {r['registers']} | "
                          f"{r['over_ideal']:.3f} |")
     return "\n".join(lines) + "\n"
@@ -208,7 +213,7 @@ def check_table(points: list[dict]) -> str:
 
 def check_line(points: list[dict]) -> str:
     micro = [p for p in points if p["variant"].startswith(MC.MICRO_PREFIX)]
-    decode = [p for p in points if p not in micro]
+    decode = [p for p in points if "nearest variant" in p["source"]]   # FlashInfer's own rows: docs/peers.md
     return (f"`python -m sandbox model-check`: median |error| {MC.median_abs_error(micro):.1%} over "
             f"{len(micro)} published stream measurements (GH200, H100 PCIe), {MC.median_abs_error(decode):.1%} "
             f"over {len(decode)} paged-decode ones of another kernel (FA2, H100).\n")

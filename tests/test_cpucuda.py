@@ -511,9 +511,14 @@ def test_argument_values_and_layouts(basics):
 
 
 def test_struct_parameter_is_refused_clearly():
-    code = 'struct P { int a; float b; };\nextern "C" __global__ void k(P p, int* out) { out[0] = p.a; }'
-    with pytest.raises(TypeError, match="cannot pass parameters of type 'P'"):
+    """A trivially copyable struct takes a Struct (tests/test_cpucuda_struct.py); anything else for it, or a class
+    a GPU could not copy bytewise into its parameter space, is refused naming the parameter."""
+    code = ('struct P { int a; float b; };\nextern "C" __global__ void k(P p, int* out) { out[0] = p.a; }\n'
+            'struct Q { int a; Q(const Q& o) : a(o.a) {} };\nextern "C" __global__ void q(Q v, int* out) { out[0] = v.a; }')
+    with pytest.raises(TypeError, match=r"argument 0 \(P\): a struct passed by value; expects sandbox.cpucuda.Struct"):
         CpuRawKernel(code, "k")(1, 1, (np.int32(1), np.zeros(1, np.int32)))
+    with pytest.raises(TypeError, match="cannot pass parameters of type 'Q'"):
+        CpuRawKernel(code, "q")(1, 1, (np.int32(1), np.zeros(1, np.int32)))
 
 
 # ---------------------------------------------------------------- checks a GPU would not give

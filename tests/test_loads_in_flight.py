@@ -121,3 +121,71 @@ def test_every_cuda_c_kernel_of_a_call_is_read_from_its_sass():
     assert len(gqa) == 2 and all(k["loads_in_flight_source"] == "sass" for k in gqa)
     assert gqa[0]["loads_per_wait"] != gqa[1]["loads_per_wait"]  # the reduce kernel is read on its own
     assert not any(hasattr(registry.get(n).module, "LOADS_IN_FLIGHT") for n in registry.variants("cupy"))
+
+
+# A cp.async pipeline of `stages` groups of one 16-byte copy each: the loop commits a group, then waits with
+# wait_group(stages - 1), which leaves the younger stages - 1 groups pending: `stages` copies are in flight across
+# every wait (SASS: LDGSTS, LDGDEPBAR, DEPBAR.LE SB0, stages - 1).
+PIPELINE = """
+__device__ __forceinline__ void copy16(void* smem, const void* gmem) {{
+    unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(gmem));
+}}
+extern "C" __global__ void pipeline(const float4* __restrict__ x, float* __restrict__ out, int iterations) {{
+    __shared__ float4 ring[{stages}][128];
+    int i = threadIdx.x;
+    float s = 0.f;
+    for (int t = 0; t < {stages} - 1; ++t) {{
+        copy16(&ring[t][i], x + (size_t)t * 128 + i);
+        asm volatile("cp.async.commit_group;");
+    }}
+    #pragma unroll 1
+    for (int t = 0; t < iterations; ++t) {{
+        int next = t + {stages} - 1;
+        copy16(&ring[next % {stages}][i], x + (size_t)next * 128 + i);
+        asm volatile("cp.async.commit_group;");
+        asm volatile("cp.async.wait_group {keep};" ::: "memory");
+        float4 v = ring[t % {stages}][i];
+        s += v.x * v.y + v.z * v.w;
+    }}
+    out[i] = s;
+}}
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("stages", [1, 3, 4])
+def test_cp_async_groups_left_pending_stay_in_flight(stages, arch):
+    """wait_group 0 waits for the one copy of its iteration (1 per wait); wait_group 2 / 3 leave 2 / 3 younger
+    groups pending, so 3 / 4 copies are in flight across each wait and each wait retires a third / a quarter."""
+    code = PIPELINE.format(stages=stages, keep=stages - 1)
+    compiled = nvrtc.compile_cubin(code, ["pipeline"], arch=arch)
+    listing = sass.function_sass(compiled.cubin, compiled.lowered["pipeline"])
+    assert f"DEPBAR.LE SB0, {hex(stages - 1)}" in listing and "LDGDEPBAR" in listing, listing
+    got = loads_in_flight.read(listing)
+    assert got.loops and got.loads == 1 and got.load_bytes == 16, got
+    assert got.loads_in_flight == stages and got.per_wait == pytest.approx(stages), got
+    assert got.waits == pytest.approx(1 / stages), got
+
+
+def test_depbar_forms_and_groups():
+    """LDGDEPBAR commits a group (an empty one too); DEPBAR.LE SBn, k retires the oldest until k are left; a bare
+    DEPBAR commits the open group and waits for everything. Read whole (no loop), copies pending at the end wait."""
+    listing = """
+        /*0000*/                   LDGSTS.E.128 [R2], desc[UR4][R4.64] ;
+        /*0010*/                   LDGSTS.E.128 [R2+0x10], desc[UR4][R6.64] ;
+        /*0020*/                   LDGDEPBAR ;
+        /*0030*/                   LDGSTS.E.128 [R2+0x20], desc[UR4][R8.64] ;
+        /*0040*/                   LDGDEPBAR ;
+        /*0050*/                   LDGDEPBAR ;
+        /*0060*/                   DEPBAR.LE SB0, 0x2 ;
+        /*0070*/                   LDGSTS.E.128 [R2+0x30], desc[UR4][R10.64] ;
+        /*0080*/                   DEPBAR ;
+"""
+    instructions, _ = loads_in_flight.parse(listing)
+    assert [loads_in_flight.depbar_limit(i) for i in instructions if i.opcode == "DEPBAR"] == [2, 0]
+    first = loads_in_flight.scan(instructions[:7])   # groups (2, 1, 0): .LE 2 retires 2 of 3 copies; (1, 0) wait at the end
+    assert first["waits"] == pytest.approx(2 / 3 + 1) and first["max_batch"] == 3 and first["groups"] == (1, 0)
+    whole = loads_in_flight.scan(instructions)       # the bare DEPBAR waits for (1, 0) and the open 1: all done
+    assert whole["loads"] == 4 and whole["waits"] == pytest.approx(2 / 3 + 1) and whole["groups"] == ()
+    assert whole["max_batch"] == 3

@@ -17,8 +17,17 @@ latency, and every load issued before that wait arrives together. So in the hot 
 loads_in_flight = max_batch (the count the issue of a kernel's design states: "3 K vectors back to back");
 per_wait = loads / waits, what a warp really has outstanding per latency it waits: 4 independent loads then
 their use give 4 and 4; a chain of 3 dependent loads gives 1 and 1 (each link waits for the previous one);
-a table entry, then 3 vectors, then a fourth used at once give 3 and 5 / 3. cp.async (LDGSTS) writes no
-register: its wait is the DEPBAR that waits for the copies.
+a table entry, then 3 vectors, then a fourth used at once give 3 and 5 / 3.
+
+cp.async (LDGSTS) writes no register. Its copies join an open group that LDGDEPBAR commits
+(cp.async.commit_group); `DEPBAR.LE SBn, k` (cp.async.wait_group k) waits until at most k committed groups
+are pending, retiring the oldest; a bare DEPBAR waits for every copy. A pipelined loop that commits one group
+per stage and waits with `.LE SB0, 3` keeps 4 groups in flight across each wait: that wait's batch is every
+copy pending when it starts (4 groups), and it counts as retired / pending of a wait (1/4), since the latency
+it waits overlaps the three younger groups' (Little's law: 4 stages of g copies give 4g per latency). A loop
+is read in its steady state: the groups pending at its back edge are those its previous iterations left,
+found by running the body until they repeat (at most MAX_WARMUP passes; a loop whose groups keep growing is
+read from none pending, its copies waited at the back edge like registers).
 
 The hot loops are the innermost loops (a backward branch's range holding no other) that issue global loads,
 keeping those that move at least half the bytes per iteration of the busiest one (a query-load prologue
@@ -38,7 +47,8 @@ _LINE = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:(@!?U?P[T0-9]+)\s+)?([A-Z][A-Z0-
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 _REG = re.compile(r"\b(U?R(?:\d+)|U?P[0-6])(?:\.(64|128))?\b")
-_ASYNC = "async-copies"  # the pending cp.async group DEPBAR waits for
+_DEPBAR_LE = re.compile(r"SB\d+")
+MAX_WARMUP = 8  # passes over a loop body to find the cp.async groups pending at its back edge
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +68,7 @@ class LoadsInFlight:
     loads_in_flight: int     # the most loads issued back to back before a use (1 when nothing is loaded)
     per_wait: float          # loads / waits over the hot loops (1.0 when nothing is loaded)
     loads: int               # global loads per iteration of the hot loops
-    waits: int
+    waits: float             # latencies waited (a cp.async wait that leaves groups pending counts a fraction)
     chain: int               # the longest dependent chain of loads (1: none depends on another)
     load_bytes: int          # bytes one lane requests per iteration (from the access widths)
     loops: tuple             # (first, last) SASS address of each hot loop; () when read whole
@@ -66,7 +76,7 @@ class LoadsInFlight:
     def describe(self) -> str:
         where = (", ".join(f"{a:#06x}-{b:#06x}" for a, b in self.loops) if self.loops else "the whole function")
         return (f"{self.loads_in_flight} global loads back to back before a use, {self.per_wait:.2f} per wait "
-                f"({self.loads} loads, {self.waits} waits per iteration of {where}; dependent chain {self.chain})")
+                f"({self.loads} loads, {self.waits:g} waits per iteration of {where}; dependent chain {self.chain})")
 
 
 def parse(sass: str) -> tuple[list[Instruction], dict]:
@@ -149,38 +159,79 @@ def _is_load(ins: Instruction) -> bool:
     return ins.opcode in LOADS
 
 
-def scan(body: list[Instruction]) -> dict:
-    """Loads, waits, largest batch, longest chain and bytes per lane over one pass of `body` (see the module)."""
+def depbar_limit(ins: Instruction) -> int | None:
+    """The k of `DEPBAR.LE SBn, k` (cp.async groups left pending), 0 for a bare DEPBAR, None if not a DEPBAR."""
+    if ins.opcode != "DEPBAR":
+        return None
+    if ".LE" in ins.modifiers and len(ins.operands) >= 2 and _DEPBAR_LE.fullmatch(ins.operands[0]):
+        return int(ins.operands[1], 0)
+    return 0
+
+
+def scan(body: list[Instruction], groups: tuple = (), steady: bool = False) -> dict:
+    """Loads, waits, largest batch, longest chain and bytes per lane over one pass of `body` (see the module).
+
+    groups: copies per cp.async group committed and pending when the pass starts (oldest first); steady: they
+    are the loop's steady state, so copies still pending at the back edge are the next iteration's, not a wait.
+    The result's `groups` are those pending at the end (an open group is committed by a bare DEPBAR's wait)."""
     pending: set = set()
     depth: dict = {}
-    loads = waits = batch = max_batch = chain = load_bytes = 0
+    groups, open_group = list(groups), 0
+    loads = batch = max_batch = chain = load_bytes = 0
+    waits = 0.0
     for ins in body:
         dests, sources = _dests_and_sources(ins)
-        waits_here = pending & (set(sources) | set(dests))
-        if ins.opcode == "DEPBAR" and _ASYNC in pending:
-            waits_here.add(_ASYNC)
-        if waits_here:
+        if pending & (set(sources) | set(dests)):
             waits += 1
             max_batch = max(max_batch, batch)
             batch = 0
             pending.clear()
+        if ins.opcode == "LDGDEPBAR":
+            groups.append(open_group)
+            open_group = 0
+        keep = depbar_limit(ins)
+        if keep is not None:
+            if keep == 0 and open_group:   # a bare DEPBAR (wait_all) commits and waits the open group too
+                groups.append(open_group)
+                open_group = 0
+            in_flight = sum(groups)
+            retired = sum(groups[:max(0, len(groups) - keep)])
+            del groups[:max(0, len(groups) - keep)]
+            if retired:
+                waits += retired / in_flight
+                max_batch = max(max_batch, in_flight)
         level = max((depth.get(r, 0) for r in sources), default=0)
         if _is_load(ins):
             loads += 1
-            batch += 1
             load_bytes += access_bits(ins.modifiers) // 8
             chain = max(chain, level + 1)
-            written = [_ASYNC] if ins.opcode == "LDGSTS" else dests
-            pending.update(written)
-            for r in written:
+            if ins.opcode == "LDGSTS":
+                open_group += 1
+            else:
+                batch += 1
+                pending.update(dests)
+            for r in dests if ins.opcode != "LDGSTS" else ():
                 depth[r] = level + 1
         else:
             for r in dests:
                 depth[r] = level
-    if batch:
+    left = batch + (0 if steady else sum(groups) + open_group)
+    if left:   # the back edge (or the kernel's end) waits for what is still pending
         waits += 1
-        max_batch = max(max_batch, batch)
-    return dict(loads=loads, waits=waits, max_batch=max_batch, chain=chain, load_bytes=load_bytes)
+        max_batch = max(max_batch, left)
+    return dict(loads=loads, waits=waits, max_batch=max_batch, chain=chain, load_bytes=load_bytes,
+                groups=tuple(groups) + ((open_group,) if open_group else ()))
+
+
+def steady_groups(body: list[Instruction]) -> tuple | None:
+    """The cp.async groups pending at a loop's back edge once its iterations repeat (None: they keep growing)."""
+    groups: tuple = ()
+    for _ in range(MAX_WARMUP):
+        after = scan(body, groups, steady=True)["groups"]
+        if after == groups:
+            return groups
+        groups = after
+    return None
 
 
 def read(sass: str) -> LoadsInFlight:
@@ -190,7 +241,8 @@ def read(sass: str) -> LoadsInFlight:
     for first, last in loops(instructions, labels):
         body = [i for i in instructions if first <= i.address <= last]
         if any(_is_load(i) for i in body):
-            bodies.append(((first, last), scan(body)))
+            groups = steady_groups(body)
+            bodies.append(((first, last), scan(body, groups or (), steady=groups is not None)))
     if bodies:
         busiest = max(s["load_bytes"] for _, s in bodies)
         bodies = [(span, s) for span, s in bodies if 2 * s["load_bytes"] >= busiest]

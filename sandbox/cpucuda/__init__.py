@@ -10,7 +10,8 @@ below every other layer but the core: it owns g++ (toolchain.py), its caches (na
 g++ compiles the source against a small runtime header (cached on disk);
 blocks run one after another, every CUDA thread of a block is a fiber that
 switches at barriers and warp operations. NumPy arrays pass as pointers and
-are written in place; NumPy scalars pass by value with their exact C type.
+are written in place; NumPy scalars pass by value with their exact C type;
+a struct by value (a ``__grid_constant__`` Params) is a ``Struct(dtype, field=array or value)``.
 
 Checks a GPU does not give: shared memory filled with NaN bytes before every
 block; ``thread_order="reverse"`` (or ``SANDBOX_CPUCUDA_ORDER=reverse``) to
@@ -34,6 +35,7 @@ between blocks are not checked), exact half-precision rounding of
 intrinsics (half math goes through float; fast intrinsics are libm's), and
 performance (nothing here predicts GPU speed). README.md has the details.
 """
+from .args import Struct
 from .errors import CpuCompileError, CpuKernelError, CpuKernelMemoryError, CpuKernelRaceError
 from .kernel import CpuRawKernel, CpuRawModule
 from .modes import modes
@@ -45,4 +47,4 @@ from .traffic import last_traffic
 
 __all__ = ["CpuRawKernel", "CpuRawModule", "CpuKernelError", "CpuKernelMemoryError", "CpuKernelRaceError",
            "CpuCompileError", "modes", "last_poison", "substitute_source", "last_traffic", "last_traffic_raw",
-           "traffic_capture"]
+           "traffic_capture", "Struct"]

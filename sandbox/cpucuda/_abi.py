@@ -69,6 +69,14 @@ class Arguments:
     def set_pointer(self, i: int, address: int) -> None:
         ctypes.c_uint64.from_address(self.base + SLOT * i).value = address
 
+    def set_struct(self, i: int, data: bytes) -> None:
+        """argv[i] points at a 16-byte aligned buffer of its own: a struct passed by value outgrows a slot."""
+        raw = (ctypes.c_uint8 * (len(data) + SLOT))()
+        address = ctypes.addressof(raw) + (-ctypes.addressof(raw)) % SLOT
+        ctypes.memmove(address, data, len(data))
+        self._structs = getattr(self, "_structs", []) + [raw]
+        self.argv[i] = address
+
     def set_bytes(self, i: int, data: bytes) -> None:
         if len(data) > SLOT:
             raise ValueError(f"argument {i}: {len(data)} bytes do not fit a {SLOT}-byte slot")

@@ -76,6 +76,12 @@ class Server:
                 argv.set_pointer(i, buffers[value][0])
             elif kind == "null":
                 argv.set_pointer(i, 0)
+            elif kind == "struct":  # its bytes, each pointer field set to its buffer here (None: NULL)
+                data, fields = value
+                data = bytearray(data)
+                for offset, bid in fields:
+                    data[offset:offset + 8] = (buffers[bid][0] if bid is not None else 0).to_bytes(8, "little")
+                argv.set_struct(i, bytes(data))
             else:  # raw little-endian bytes of a scalar
                 argv.set_bytes(i, value)
         config = job["config"]

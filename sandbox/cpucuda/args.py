@@ -16,6 +16,14 @@ CuPy's, made strict where a GPU would silently read garbage:
   ``double``, a Python complex only for ``cuDoubleComplex``, a Python bool
   only for ``bool``.
 
+* a struct parameter (``'V'``: a trivially copyable class passed by value, such as
+  a ``__grid_constant__`` Params) takes a :class:`Struct`: a NumPy structured
+  dtype of the struct's size (``align=True`` gives C's layout) whose pointer
+  fields (``np.uint64``) hold arrays. Every mode treats those arrays as it treats
+  pointer arguments (:func:`expand`): ASan's child relocates them and writes
+  its own addresses into the struct's bytes, racecheck and traffic know their
+  bounds and name them ``argument i field 'f'`` / ``param.f``.
+
 Pointers are untyped, as in CuPy: any array's address passes, so arrays of
 ml_dtypes.bfloat16 (or uint16 bit patterns) for ``__nv_bfloat16*``,
 float8_e4m3fn/float8_e5m2 (or uint8) for ``__nv_fp8_e4m3*``/``__nv_fp8_e5m2*``/
@@ -58,10 +66,66 @@ class Param:
 
     code: str
     ctype: str
+    size: int = 0                     # sizeof the parameter (what a Struct's dtype must match)
+    label: str | None = None          # how messages name it (None: "argument i"); set for a struct's fields
+    owner: tuple | None = None        # (argument index, field name) of a struct's pointer field (see expand)
 
     @property
     def is_pointer(self) -> bool:
         return self.code in "PC"
+
+    def name(self, i: int) -> str:
+        return self.label or f"argument {i}"
+
+
+class Struct:
+    """A struct argument passed by value: ``Struct(dtype, field=value, ...)``.
+
+    dtype: a NumPy structured dtype laid out as the C struct (``np.dtype([...], align=True)``); its itemsize
+    must be the struct's sizeof. A field given an array (or None: NULL) is a pointer: its dtype must be
+    np.uint64. Other fields take values NumPy converts to the field's dtype; fields not given are zero.
+    ``device_scalar()`` is the form CuPy's RawKernel takes on a GPU (a NumPy structured scalar whose pointer
+    fields hold the device arrays' addresses), so one launcher builds the same Struct for both.
+    """
+
+    def __init__(self, dtype, **values):
+        dtype = np.dtype(dtype)
+        if dtype.names is None:
+            raise TypeError(f"Struct: dtype must be a structured dtype (np.dtype([...], align=True)), got {dtype}")
+        self.dtype = dtype
+        self.value = np.zeros((), dtype)
+        self.pointers: dict = {}  # field name -> array or None, in field order
+        for name, v in values.items():
+            if name not in dtype.names:
+                raise TypeError(f"Struct: no field {name!r} (fields: {', '.join(dtype.names)})")
+            if v is None or isinstance(v, np.ndarray) or hasattr(v, "__cuda_array_interface__"):
+                if dtype.fields[name][0] != np.dtype(np.uint64):
+                    raise TypeError(f"Struct field {name!r} holds a pointer: its dtype must be np.uint64, "
+                                    f"got {dtype.fields[name][0]}")
+                if isinstance(v, np.ndarray) and not v.flags.c_contiguous:
+                    raise ValueError(f"Struct field {name!r}: the array is not C-contiguous")
+                self.pointers[name] = v
+            else:
+                self.value[name] = v
+        self.pointers = {n: self.pointers[n] for n in dtype.names if n in self.pointers}
+
+    def fields(self) -> list:
+        """[(field name, byte offset, array or None)] of the pointer fields."""
+        return [(n, self.dtype.fields[n][1], a) for n, a in self.pointers.items()]
+
+    def tobytes(self, addresses: dict) -> bytes:
+        """The struct's bytes with each pointer field set to addresses[field] (a missing one: NULL)."""
+        value = self.value.copy()
+        for name in self.pointers:
+            value[name] = addresses.get(name) or 0
+        return value.tobytes()
+
+    def device_scalar(self) -> np.void:
+        """The struct for CuPy's RawKernel: pointer fields hold the device arrays' addresses."""
+        value = self.value.copy()
+        for name, a in self.pointers.items():
+            value[name] = 0 if a is None else a.__cuda_array_interface__["data"][0]
+        return value[()]
 
 
 def parse_type_name(pretty: str) -> str:
@@ -92,6 +156,7 @@ class Packed:
         base = self.slots.ctypes.data
         self.argv = (ctypes.c_void_p * m)(*[base + SLOT * i for i in range(m)])
         self.arrays: list[np.ndarray | None] = [None] * n
+        self._structs: list[np.ndarray] = []  # kept alive while the launch runs
 
     def set_pointer(self, i: int, address: int) -> None:
         self.slots[SLOT * i:SLOT * i + 8].view(np.uint64)[0] = address
@@ -99,6 +164,14 @@ class Packed:
     def set_scalar(self, i: int, value: np.generic) -> None:
         raw = np.asarray(value).reshape(1).view(np.uint8)
         self.slots[SLOT * i:SLOT * i + raw.size] = raw
+
+    def set_struct(self, i: int, data: bytes) -> None:
+        """argv[i] points at a buffer of its own (a struct outgrows a slot), 16-byte aligned as a slot."""
+        raw = np.zeros(len(data) + SLOT, dtype=np.uint8)
+        start = (-raw.ctypes.data) % SLOT
+        raw[start:start + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self._structs.append(raw)
+        self.argv[i] = raw.ctypes.data + start
 
 
 def _describe(value) -> str:
@@ -125,6 +198,17 @@ def convert(kernel: str, params: list[Param], args) -> list:
 
 def _convert_one(kernel: str, i: int, p: Param, value):
     where = f"kernel {kernel!r} argument {i} ({p.ctype})"
+    if p.code == "V":
+        if not isinstance(value, Struct):
+            raise TypeError(f"{where}: a struct passed by value; expects sandbox.cpucuda.Struct(dtype, field=...), "
+                            f"got {_describe(value)}")
+        if value.dtype.itemsize != p.size:
+            raise TypeError(f"{where}: the struct is {p.size} bytes, the Struct's dtype {value.dtype.itemsize}; "
+                            "a GPU would misread its fields (np.dtype([...], align=True) gives C's layout)")
+        for name, _, arr in value.fields():
+            if arr is not None and not isinstance(arr, np.ndarray):
+                raise TypeError(f"{where}: field {name!r} holds {_describe(arr)}; the CPU takes NumPy arrays")
+        return value
     if p.code == "x":
         raise TypeError(
             f"{where}: this executor cannot pass parameters of type {p.ctype!r} by value "
@@ -176,6 +260,19 @@ def _convert_one(kernel: str, i: int, p: Param, value):
     raise TypeError(f"{where}: unsupported argument {_describe(value)}")
 
 
+def expand(params: list, items: list) -> tuple[list, list]:
+    """(params, items) with every Struct's pointer fields appended as arguments of their own (Param.owner says
+    whose field; items None for NULL), so that each mode relocates, bounds and names them as pointer arguments.
+    The kernel's own argv stays len(params) long: pack() writes the fields' addresses into the struct."""
+    params_out, items_out = list(params), list(items)
+    for i, (p, item) in enumerate(zip(params, items)):
+        if isinstance(item, Struct):
+            for name, _, arr in item.fields():
+                params_out.append(Param("P", f"{p.ctype}::{name}", 8, f"argument {i} field {name!r}", (i, name)))
+                items_out.append(arr)
+    return params_out, items_out
+
+
 def buffer_ranges(items: list) -> tuple:
     """(ctypes uint64 array of (address, nbytes) pairs, count) of the array arguments, for cpucuda_set_buffers."""
     arrays = [it for it in items if isinstance(it, np.ndarray)]
@@ -192,6 +289,8 @@ def pack(items: list) -> Packed:
         elif isinstance(item, np.ndarray):
             packed.arrays[i] = item
             packed.set_pointer(i, item.ctypes.data)
+        elif isinstance(item, Struct):
+            packed.set_struct(i, item.tobytes({n: a.ctypes.data for n, _, a in item.fields() if a is not None}))
         else:
             packed.set_scalar(i, item)
     return packed

@@ -117,8 +117,8 @@ def _target(report: str, addresses, owners, build) -> str | None:
         start = int(m.group(4), 16)
         for bid, (addr, n) in addresses.items():
             if addr == start:
-                i, arr = owners[bid]
-                return (f"{m.group(1)} bytes {m.group(2)} argument {i} ({arr.dtype}, shape {arr.shape}, "
+                owner, arr = owners[bid]
+                return (f"{m.group(1)} bytes {m.group(2)} {owner} ({arr.dtype}, shape {arr.shape}, "
                         f"{arr.nbytes} bytes)")
         return f"{m.group(1)} bytes {m.group(2)} a {m.group(3)}-byte heap block (dynamic shared memory?)"
     globals_ = re.findall(r"is located (\d+) bytes (to the left of|to the right of|inside of|after|before) "

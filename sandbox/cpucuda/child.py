@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from . import _abi, toolchain
+from . import args as _args
 from .errors import CpuKernelError, CpuKernelMemoryError
 
 CHILD = Path(__file__).resolve().parent / "_child.py"
@@ -57,7 +58,7 @@ class Launch:
     """What the parent knows about a child launch, for reading its reports."""
 
     addresses: dict = field(default_factory=dict)  # buffer id -> (address in the child, nbytes)
-    owners: dict = field(default_factory=dict)     # buffer id -> (argument index, the caller's array)
+    owners: dict = field(default_factory=dict)     # buffer id -> (how messages name it, the caller's array)
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,26 +75,37 @@ def runtime_library(filename: str, package: str) -> str:
 
 
 def _buffers(params, items):
-    """Map arrays to child buffers; identical arrays share one, overlaps are refused."""
+    """Map arrays to child buffers; identical arrays share one, overlaps are refused. A struct's pointer fields
+    (args.expand) get buffers as pointer arguments do; the child writes their addresses into the struct."""
+    params, items = _args.expand(params, items)
     ranges: list[tuple[int, int, int]] = []  # (start, end, buffer id)
-    arg_specs, arrays, writable, owners = [], {}, set(), {}
+    arrays, writable, owners, buffer_of = {}, set(), {}, {}
     for i, (p, item) in enumerate(zip(params, items)):
+        if not isinstance(item, np.ndarray):
+            continue
+        start, end = item.ctypes.data, item.ctypes.data + item.nbytes
+        bid = next((b for s, e, b in ranges if (s, e) == (start, end)), None)
+        if bid is None:
+            if any(s < end and start < e for s, e, _ in ranges):
+                raise ValueError(f"{p.name(i)}: a sanitizer launch cannot pass arrays that partly overlap "
+                                 "another argument")
+            bid = len(ranges)
+            ranges.append((start, end, bid))
+            arrays[bid] = item
+            owners[bid] = (p.name(i), item)
+        if p.code == "P":
+            writable.add(bid)
+        buffer_of[i] = bid
+    arg_specs = []
+    for i, item in enumerate(items[:len(params) - sum(p.owner is not None for p in params)]):
         if item is None:
             arg_specs.append(("null", None))
         elif isinstance(item, np.ndarray):
-            start, end = item.ctypes.data, item.ctypes.data + item.nbytes
-            bid = next((b for s, e, b in ranges if (s, e) == (start, end)), None)
-            if bid is None:
-                if any(s < end and start < e for s, e, _ in ranges):
-                    raise ValueError(f"argument {i}: a sanitizer launch cannot pass arrays that partly overlap "
-                                     "another argument")
-                bid = len(ranges)
-                ranges.append((start, end, bid))
-                arrays[bid] = item
-                owners[bid] = (i, item)
-            if p.code == "P":
-                writable.add(bid)
-            arg_specs.append(("buffer", bid))
+            arg_specs.append(("buffer", buffer_of[i]))
+        elif isinstance(item, _args.Struct):
+            field_at = {q.owner: j for j, q in enumerate(params) if q.owner is not None}
+            fields = [(offset, buffer_of.get(field_at[(i, name)])) for name, offset, _ in item.fields()]
+            arg_specs.append(("struct", (item.tobytes({}), fields)))
         else:
             arg_specs.append(("value", np.asarray(item).tobytes()))
     return arg_specs, arrays, writable, owners

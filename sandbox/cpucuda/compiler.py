@@ -166,8 +166,11 @@ class Build:
     constants: tuple = ()  # source.ConstantDecl of every __constant__ variable
 
 
+ENTRY_LINES = 4  # lines entry_code writes per kernel name (_explain maps an error's line back to its name)
+
+
 def entry_code(names: list[str]) -> str:
-    """One launcher, signature and parameter-name function per kernel name."""
+    """One launcher, signature, parameter-name and parameter-size function per kernel name."""
     lines = ["", "// ---- sandbox.cpucuda entry points (generated) ----"]
     for i, name in enumerate(names):
         label = json.dumps(name)  # a valid C string literal for these names
@@ -178,6 +181,8 @@ def entry_code(names: list[str]) -> str:
             f"CPUCUDA_EXPORT const char* cpucuda_signature_{i}(void) {{ return ::cpucuda::signature(&{name}); }}",
             f"CPUCUDA_EXPORT const char* cpucuda_param_type_{i}(int cpucuda_index)"
             f" {{ return ::cpucuda::param_type_name(&{name}, cpucuda_index); }}",
+            f"CPUCUDA_EXPORT size_t cpucuda_param_size_{i}(int cpucuda_index)"
+            f" {{ return ::cpucuda::param_size(&{name}, cpucuda_index); }}",
         ]
     return "\n".join(lines) + "\n"
 
@@ -400,7 +405,7 @@ def _explain(stderr: str, src: Path, names: list[str]) -> str:
     for m in re.finditer(re.escape(str(src)) + r":(\d+):\d+: error", stderr):
         line = int(m.group(1))
         if line >= first_entry_line:
-            bad.add(names[(line - first_entry_line) // 3])
+            bad.add(names[(line - first_entry_line) // ENTRY_LINES])
     lines = stderr.splitlines()
     refused = _ptx_refusals(lines, src)
     if refused:

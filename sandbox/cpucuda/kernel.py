@@ -168,8 +168,11 @@ class _Program:
         tname = getattr(lib, f"cpucuda_param_type_{i}")
         tname.restype = ctypes.c_char_p
         tname.argtypes = [ctypes.c_int]
+        size = getattr(lib, f"cpucuda_param_size_{i}")
+        size.restype = ctypes.c_size_t
+        size.argtypes = [ctypes.c_int]
         codes = sig().decode()
-        return [_args.Param(c, _args.parse_type_name(tname(k).decode())) for k, c in enumerate(codes)]
+        return [_args.Param(c, _args.parse_type_name(tname(k).decode()), size(k)) for k, c in enumerate(codes)]
 
 
 class CpuRawKernel:
@@ -297,9 +300,11 @@ class CpuRawKernel:
                 _last_lib[0].cpucuda_release()
             _last_lib[0] = lib
             self._program.load_constants(lib, build.so_path)
-            lib.cpucuda_set_buffers(*_args.buffer_ranges(items))
-            traffic = _traffic.Session(lib, build, self.name, items, config[0], config[1]) if mode == "traffic" else None
-            race = (_racecheck.Session(lib, build, self.name, self.params, items, config[0], config[1])
+            params, arrays = _args.expand(self.params, items)  # a struct's pointer fields: arguments of their own
+            lib.cpucuda_set_buffers(*_args.buffer_ranges(arrays))
+            traffic = (_traffic.Session(lib, build, self.name, arrays, config[0], config[1], params)
+                       if mode == "traffic" else None)
+            race = (_racecheck.Session(lib, build, self.name, params, arrays, config[0], config[1])
                     if mode == "race" else None)
             try:
                 rc = fn(packed.argv, ctypes.byref(cfg), err, len(err))

@@ -88,12 +88,21 @@ def _regions(build, params, items):
     return regions, len(arrays) + len(variables)
 
 
+class _Named(list):
+    """The launch's arrays with how messages name each (a struct's field: "argument 0 field 'k'")."""
+
+    def __init__(self, items, names):
+        super().__init__(items)
+        self.names = names
+
+
 class Session:
     """One racecheck launch: tell the checker the arrays before it, turn its report into an error after it."""
 
     def __init__(self, lib, build, kernel, params, items, grid, block):
         _prepare(lib)
         self.lib, self.build, self.kernel, self.items, self.grid, self.block = lib, build, kernel, items, grid, block
+        self.items = _Named(items, [p.name(i) for i, p in enumerate(params)])
         self._regions, count = _regions(build, params, items)  # kept alive while the launch runs
         lib.cpucuda_race_begin(ctypes.addressof(self._regions), count)
 
@@ -163,7 +172,8 @@ def _target(report: _Report, build, items, symbols, frame) -> str:
     if not report.shared:
         i = report.target
         arr = items[i]
-        return (f"argument {i} ({arr.dtype}, shape {arr.shape}, element {offset // max(arr.itemsize, 1)} of the "
+        name = items.names[i] if isinstance(items, _Named) else f"argument {i}"
+        return (f"{name} ({arr.dtype}, shape {arr.shape}, element {offset // max(arr.itemsize, 1)} of the "
                 "flattened array)")
     if report.target == -2:
         in_scope = _dynamic_names_in_scope(build, frame) or dict.fromkeys(build.dynamic_names)

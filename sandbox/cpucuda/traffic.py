@@ -130,12 +130,17 @@ def capture():
 class Session:
     """One traffic launch: tell the recorder the arrays before it, read its tables after it."""
 
-    def __init__(self, lib, build, kernel, items, grid, block):
+    def __init__(self, lib, build, kernel, items, grid, block, params=()):
         _prepare(lib)
         self.lib, self.build, self.kernel, self.grid, self.block = lib, build, kernel, grid, block
         self.capture = _captures[-1] if _captures else Capture()
         regions = (_Region * max(len(items), 1))()
-        self.names = _param_names(str(build.source_path), kernel)
+        self.names = list(_param_names(str(build.source_path), kernel))
+        fields = [p.owner for p in params if p.owner is not None]  # a struct's pointer fields (args.expand)
+        if fields:  # after the parameters, named "params.k"
+            real = len(params) - len(fields)
+            self.names = (self.names + [f"argument {i}" for i in range(len(self.names), real)])[:real]
+            self.names += [f"{self.names[i]}.{field}" for i, field in fields]
         self.arrays = {}  # target name -> (virtual base, bytes)
         for i, item in enumerate(items):
             if isinstance(item, np.ndarray) and item.nbytes:

@@ -13,7 +13,8 @@ namespace cpucuda {
 template <class T> struct by_value_code : std::integral_constant<char, 0> {};
 
 // One character per parameter, NumPy's type codes: the exact C type that
-// Python must pass. 'P' pointer, 'C' pointer to const, 'x' unsupported.
+// Python must pass. 'P' pointer, 'C' pointer to const, 'V' a struct passed by
+// value (a __grid_constant__ Params; sandbox.cpucuda.Struct), 'x' unsupported.
 // Beyond NumPy's own: 'E' __nv_bfloat16, '4' __nv_fp8_e4m3, '5' __nv_fp8_e5m2
 // (ml_dtypes' codes for bfloat16, float8_e4m3fn, float8_e5m2); 'F' float2 =
 // cuFloatComplex and 'D' double2 = cuDoubleComplex (complex64, complex128).
@@ -38,6 +39,7 @@ template <class T> constexpr char type_code() {
         case 8: return s ? 'q' : 'Q';
         }
     }
+    if (std::is_class<U>::value && std::is_trivially_copyable<U>::value) return 'V';
     return 'x';
 }
 
@@ -51,6 +53,11 @@ template <class... P> static const char* signature(void (*)(P...)) {
 template <class... P> static const char* param_type_name(void (*)(P...), int i) {
     static const char* names[] = {type_name<P>()..., nullptr};
     return (i >= 0 && i < (int)sizeof...(P)) ? names[i] : nullptr;
+}
+
+template <class... P> static size_t param_size(void (*)(P...), int i) {
+    static const size_t sizes[] = {sizeof(P)..., 0};
+    return (i >= 0 && i < (int)sizeof...(P)) ? sizes[i] : 0;
 }
 
 template <class... P, size_t... I>
