@@ -30,7 +30,7 @@ sweep: $(STAMP)
 # The JSON goes to a new results/<UTC>-bench/bench.json.
 bench: $(STAMP)
 	dir=$$($(PY) -c 'from sandbox.results import new_run_dir; print(new_run_dir("bench"))') && \
-	$(PY) -m pytest tests/test_bench_*.py --benchmark-enable --benchmark-json "$$dir/bench.json" $(ARGS) && \
+	$(PY) -m pytest tests/bench/ --benchmark-enable --benchmark-json "$$dir/bench.json" $(ARGS) && \
 	echo "benchmark JSON: $$dir/bench.json"
 
 # The layers contract (pyproject.toml's [tool.importlinter]), then the whole test suite (hypothesis profile

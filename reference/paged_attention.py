@@ -79,7 +79,7 @@ def paged_attention(query, key_cache, value_cache, block_tables, context_lens, s
     [num_query_tokens, num_heads] = log sum_t exp(s_t) over the tokens only (natural log, no sink).
     Tokens after a query token's position, before its window, and slots past context_lens[s] are never read.
     score_modifiers: further rules f(s_t, p, t, h, kv_head) -> s_t applied after ALiBi, in order: the reference
-    line of a score modifier tried without editing this loop (tests/test_score_modifier.py); a shipped option
+    line of a score modifier tried without editing this loop (tests/kernels/test_score_modifier.py); a shipped option
     writes its line here.
     """
     num_seqs = len(context_lens)

@@ -6,7 +6,7 @@ The points are the default model-check table's gh200 micro.read rows at 2 blocks
 256 / 512 / 1024 / 2048 threads per SM). Each is modelled as the model models it (sandbox.analysis.model.predict on
 the counts micro.read's kernel produces: one 8-byte load per thread, 8 sectors per warp request, every byte from
 DRAM), with candidate figures in place of the table's; the pair with the least squared relative error wins (a
-grid, refined three times). tests/test_model_check.py holds the table's figures equal to this fit.
+grid, refined three times). tests/analysis/test_model_check.py holds the table's figures equal to this fit.
 """
 from __future__ import annotations
 

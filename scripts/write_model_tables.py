@@ -17,7 +17,7 @@ The peer families' variants (Family.peer: flashinfer.decode) are counted into do
 goal shape on the H200 and at the shapes of their project's published measurements (published(): the peers' rows
 of model_check.csv) on its device;
 without the peer's wheel (or nvcc for its census) the stored peer counts stay as they are, and the script says so.
-tests/test_model_tables.py holds every marked table equal to the model applied to the stored counts (and the
+tests/analysis/test_model_tables.py holds every marked table equal to the model applied to the stored counts (and the
 device table, and model-check's rows), and the stored censuses equal to what the kernels compile to now, so a
 change to the model or to a kernel's code shows as a failing test until this runs.
 """

@@ -1,4 +1,4 @@
-"""Rewrite the template blocks of docs/adding-a-variant.md from tests/templates/ (tests/test_templates.py holds
+"""Rewrite the template blocks of docs/adding-a-variant.md from tests/templates/ (tests/kernels/test_templates.py holds
 them equal, so the page can never drift from the templates the tests run).
 
     .venv/bin/python scripts/write_template_docs.py

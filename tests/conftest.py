@@ -38,37 +38,37 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Node ids (fnmatch patterns) of the deep tier, each beside the ci test that covers the same ground.
 DEEP = (
-    "tests/test_numba_family.py::test_every_numba_kernel_compiles_for_real_gpus[[]sm_80-*",   # sm_90 in ci
-    "tests/test_numba_family.py::test_numba_nvfp4_and_per_token_writer_kernels_compile_at_sm_90",  # bf16/e4m3 in ci
-    "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.naive]",     # split, multi
-    "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.block]",
-    "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.gqa]",
+    "tests/kernels/test_numba_family.py::test_every_numba_kernel_compiles_for_real_gpus[[]sm_80-*",   # sm_90 in ci
+    "tests/kernels/test_numba_family.py::test_numba_nvfp4_and_per_token_writer_kernels_compile_at_sm_90",  # bf16/e4m3 in ci
+    "tests/kernels/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.naive]",     # split, multi
+    "tests/kernels/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.block]",
+    "tests/kernels/test_variants.py::test_variant_matches_reference_on_edge_cases[[]numba.gqa]",
     # Triton's interpreter: split and unified walk the fixed cases in ci, naive (a step per block) here
-    "tests/test_variants.py::test_variant_matches_reference_on_edge_cases[[]triton.naive]",
+    "tests/kernels/test_variants.py::test_variant_matches_reference_on_edge_cases[[]triton.naive]",
     # The Numba family walks: split and multi in every one, the three simpler variants in turns (each in two
     # or more of them in ci), the rest here.
-    "tests/test_numba_family.py::test_every_block_size_with_context_traps[[]numba.block]",
-    "tests/test_numba_family.py::test_every_block_size_with_context_traps[[]numba.gqa]",
-    "tests/test_numba_options.py::test_block_sizes_that_are_not_powers_of_two[[]numba.naive]",
-    "tests/test_numba_options.py::test_block_sizes_that_are_not_powers_of_two[[]numba.gqa]",
-    "tests/test_numba_options.py::test_head_dim_512[[]numba.block]",
-    # split and multi: their option edge cases (tests/test_variants.py) and property tests in ci
-    "tests/test_numba_family.py::test_each_option_matches_the_reference[[]*-numba.split]",
-    "tests/test_numba_family.py::test_each_option_matches_the_reference[[]*-numba.multi]",
-    "tests/test_numba_family.py::test_every_numba_kernel_compiles_for_real_gpus[[]sm_90-*",  # bf16/e4m3/options at sm_90
+    "tests/kernels/test_numba_family.py::test_every_block_size_with_context_traps[[]numba.block]",
+    "tests/kernels/test_numba_family.py::test_every_block_size_with_context_traps[[]numba.gqa]",
+    "tests/kernels/test_numba_options.py::test_block_sizes_that_are_not_powers_of_two[[]numba.naive]",
+    "tests/kernels/test_numba_options.py::test_block_sizes_that_are_not_powers_of_two[[]numba.gqa]",
+    "tests/kernels/test_numba_options.py::test_head_dim_512[[]numba.block]",
+    # split and multi: their option edge cases (tests/kernels/test_variants.py) and property tests in ci
+    "tests/kernels/test_numba_family.py::test_each_option_matches_the_reference[[]*-numba.split]",
+    "tests/kernels/test_numba_family.py::test_each_option_matches_the_reference[[]*-numba.multi]",
+    "tests/kernels/test_numba_family.py::test_every_numba_kernel_compiles_for_real_gpus[[]sm_90-*",  # bf16/e4m3/options at sm_90
     # the negative controls' clean runs under the executor's modes (the property tests reject them in ci)
-    "tests/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]wrong.*",
+    "tests/kernels/test_cupy_family.py::test_cuda_c_variant_under_each_executor_mode[[]wrong.*",
     # FlashInfer's headers: a g++ run per head dim (the shared suite runs head dim 64 in both dtypes in ci)
-    "tests/test_flashinfer_peer.py::test_head_dims_128_and_256*",
-    "tests/test_flashinfer_peer.py::test_clean_and_right_under_the_executor_modes[[]asan-split]",  # asan in ci
+    "tests/kernels/test_flashinfer_peer.py::test_head_dims_128_and_256*",
+    "tests/kernels/test_flashinfer_peer.py::test_clean_and_right_under_the_executor_modes[[]asan-split]",  # asan in ci
     # two nvcc compiles; `python -m sandbox resources flashinfer.decode` runs the same census
-    "tests/test_flashinfer_peer.py::test_compile_report_is_nvccs_census_of_both_kernels",
+    "tests/kernels/test_flashinfer_peer.py::test_compile_report_is_nvccs_census_of_both_kernels",
     # every default micro row of model-check (two of them in ci: test_model_check_writes_points_json...)
-    "tests/test_model_check.py::test_the_default_micro_rows_are_within_15_percent",
+    "tests/analysis/test_model_check.py::test_the_default_micro_rows_are_within_15_percent",
     # every model-check row re-modelled against the docs' tables (two micro rows in ci: ...quotes_the_default_rows)
-    "tests/test_model_tables.py::test_the_model_check_tables_are_the_model_now",
+    "tests/analysis/test_model_tables.py::test_the_model_check_tables_are_the_model_now",
     # --kernel through the public sandbox.traffic (three new hd-64 builds); ci: the table on a fake counter
-    "tests/test_serving_model.py::test_the_kernel_table_asks_the_public_traffic_model",
+    "tests/serving/test_serving_model.py::test_the_kernel_table_asks_the_public_traffic_model",
 )
 
 

@@ -1,4 +1,4 @@
-"""A score modifier the project does not ship, as one option-table row (tests/test_score_modifier.py loads it
+"""A score modifier the project does not ship, as one option-table row (tests/kernels/test_score_modifier.py loads it
 through SANDBOX_EXTRA_OPTION_ROWS): a per-head bias on the first token, s_t += first_token_bias[h] when t == 0
 (an attention-sink-like boost that, unlike a bias on every token, changes the softmax)."""
 from __future__ import annotations

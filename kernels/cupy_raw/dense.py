@@ -24,7 +24,7 @@ from . import common, gqa, rows
 PATH = common.KERNEL_DIR / "dense.cu"
 NAME = "cupy.dense"
 LIMITS = rows.LIMITS
-TWIN = rows  # the paged design this baseline mirrors (bit for bit: tests/test_cupy_family.py)
+TWIN = rows  # the paged design this baseline mirrors (bit for bit: tests/kernels/test_cupy_family.py)
 ROW_MAPPED = TWIN is rows
 TUNABLES = gqa.TUNABLES
 

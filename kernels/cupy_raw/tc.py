@@ -18,7 +18,7 @@ kv_scales (common.SUPPORT's: every option of the other CUDA C variants; NVFP4 ca
 query length.
 Template: paged_attention_tc<HEAD_DIM, T, C = T, OPTS = 0> in tc.cu; merge paged_attention_merge.
 Accuracy: Q, K and V are exact in the MMA's inputs and S, O accumulate in float; P = P_hi + P_lo keeps ~22
-(fp16) or 16 (bf16) bits. P rounded once to 16 bits put 48 of 6144 outputs of tests/test_tc_variants.py's
+(fp16) or 16 (bf16) bits. P rounded once to 16 bits put 48 of 6144 outputs of tests/kernels/test_tc_variants.py's
 every-option problem outside compare.py's fp16 tolerance; with the pair none (docs/tensor-cores.md).
 Verdict: not measured on a GPU; its modelled time at the goal shape is in docs/performance-model.md's
 generated table, and docs/tensor-cores.md names the commands for the other shapes.

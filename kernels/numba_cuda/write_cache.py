@@ -13,8 +13,8 @@ the row and the codes fp8(x / scale); an NVFP4 cache (WRITES "nvfp4") takes one 
 group of 16): block scale e4m3(amax / 6) of y = x / tensor scale, codes e2m1(y / block scale), both
 nearest even and saturating, two codes a byte (element 2i low). One kernel per (input dtype, cache
 format, per-token scales), made on first use; the per-tensor scales are runtime arguments.
-Verdict: exact against reference.write_cache on every case tests/test_cache_write.py and
-tests/test_numba_write_cache.py draw (simulator).
+Verdict: exact against reference.write_cache on every case tests/kernels/test_cache_write.py and
+tests/kernels/test_numba_write_cache.py draw (simulator).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """wrong.cupy.cascade_partial_block: cupy.cascade whose plan also counts the partly shared block after the
 shared full blocks as prefix.
 
-Negative control: the property tests must reject it (tests/test_variants.py), and
-tests/test_cupy_multi.py rejects it directly on forked groups. The bug: after the full blocks every
+Negative control: the property tests must reject it (tests/kernels/test_variants.py), and
+tests/kernels/test_cupy_multi.py rejects it directly on forked groups. The bug: after the full blocks every
 member shares, the plan counts the next block as a full shared block (prefix += block_size), as if the
 prompt's partly full last block were shared by all; but copy-on-write has given each member that
 appended a copy of it holding its own tokens (with prefix caching, or a donor sharing only some full

@@ -1,5 +1,5 @@
 """The CUDA C negative controls built on a shipped variant, one row each (the registry names them
-"kernels.wrong.cupy_controls:<flaw>", variant wrong.cupy.<flaw>); tests/test_variants.py proves the checker
+"kernels.wrong.cupy_controls:<flaw>", variant wrong.cupy.<flaw>); tests/kernels/test_variants.py proves the checker
 rejects every one.
 
     v1_control     cupy.v1 with one bug: kernels/wrong/cupy_<flaw>.cu, whose kernel paged_attention_<flaw> is the
@@ -82,19 +82,19 @@ CONTROLS = (
     v1_control("ignores_table", """
         wrong.cupy.ignores_table: cupy.v1 that never reads the block table (physical block = logical block mod num_blocks).
 
-        Negative control: the property tests must reject it (tests/test_variants.py). Realistic: the bug of a
+        Negative control: the property tests must reject it (tests/kernels/test_variants.py). Realistic: the bug of a
         kernel first written for a contiguous cache. Stays in bounds. Limits: as cupy.v1 (every precision and option).
         """, table_width="num_blocks"),
     v1_control("off_by_one", """
         wrong.cupy.off_by_one: cupy.v1 that counts one token too few in the last block ((len - 1) % block_size).
 
-        Negative control: the property tests must reject it (tests/test_variants.py). Realistic: the classic
+        Negative control: the property tests must reject it (tests/kernels/test_variants.py). Realistic: the classic
         last-block off-by-one. Stays in bounds. Limits: as cupy.v1 (every precision and option).
         """),
     multi_control("causal_off_by_one", """
         wrong.cupy.causal_off_by_one: cupy.multi whose causal mask lets a query token see the token after it.
 
-        Negative control: the property tests must reject it (tests/test_variants.py). Realistic: `t <= p + 1`
+        Negative control: the property tests must reject it (tests/kernels/test_variants.py). Realistic: `t <= p + 1`
         (or a position computed from a 1-based index) in a multi-token mask, with the tile's token range
         extended to match; decode problems stay right, so only multi-token queries catch it. Stays in bounds
         (the range is clipped to the context). Limits: as cupy.multi.
@@ -102,21 +102,21 @@ CONTROLS = (
     v1_control("window_off_by_one", """
         wrong.cupy.window_off_by_one: cupy.v1 whose sliding window starts one token early (reads one token too many).
 
-        Negative control: the property tests must reject it (tests/test_variants.py). Realistic: `L - window_left - 1`
+        Negative control: the property tests must reject it (tests/kernels/test_variants.py). Realistic: `L - window_left - 1`
         written as the first token and then decremented again (or `>` for `>=`). A freed block (-1) it opens is read as
         block 0, so it stays in bounds. Limits: as cupy.v1 (every precision and option).
         """, extra_tokens=1),
     v1_control("softcap_before_scale", """
         wrong.cupy.softcap_before_scale: cupy.v1 that soft-caps the raw dot product and scales after (scale * cap * tanh(q.k / cap)).
 
-        Negative control: the property tests must reject it (tests/test_variants.py). Realistic: Gemma 2's cap applied
+        Negative control: the property tests must reject it (tests/kernels/test_variants.py). Realistic: Gemma 2's cap applied
         where the logits are first formed, before the 1/sqrt(d) scale. Stays in bounds. Limits: as cupy.v1 (every
         precision and option).
         """),
     v1_control("alibi_flipped", """
         wrong.cupy.alibi_flipped: cupy.v1 whose ALiBi bias has the wrong sign (slope * (position - t)).
 
-        Negative control: the property tests must reject it (tests/test_variants.py). Realistic: the relative distance
+        Negative control: the property tests must reject it (tests/kernels/test_variants.py). Realistic: the relative distance
         taken as query minus key instead of key minus query. Stays in bounds. Limits: as cupy.v1 (every precision and
         option).
         """),
@@ -126,21 +126,21 @@ CONTROLS = (
         Negative control twice over (kernels/wrong/cupy_uncoalesced_k.cu): the property tests must reject it (the
         logits are never scaled), and the traffic count must flag its K loads: the 32 lanes of a warp read 32
         different token rows, so each warp-level K load touches 32 sectors for 64 bytes (fp16) where a coalesced
-        one touches 16 for 512 (tests/test_traffic_variants.py). Realistic: the first port of a CPU loop.
+        one touches 16 for 512 (tests/analysis/test_traffic_variants.py). Realistic: the first port of a CPU loop.
         Limits: plain decode (no options, no fp8 cache), block sizes 1..256, v1's head dims and context bound.
         Loads in flight: read from its SASS by the traffic model, like every CUDA C kernel.
         """, limits=PLAIN_V1, options=False),
     v1_control("lse_base2", """
         wrong.cupy.lse_base2: cupy.v1 returning the log-sum-exp in base 2 (log2 sum_t exp(s_t)) instead of the natural log.
 
-        Negative control: the property tests must reject it (tests/test_variants.py) on any problem with return_lse.
+        Negative control: the property tests must reject it (tests/kernels/test_variants.py) on any problem with return_lse.
         Realistic: FlashInfer and FlashMLA return lse in base 2; vLLM's merge_attn_states takes natural logs, so a
         kernel ported from one to the other merges with the wrong weights. Stays in bounds. Limits: as cupy.v1.
         """),
     v1_control("neighbour_head_scale", """
         wrong.cupy.neighbour_head_scale: cupy.v1 reading each token's K scale from the neighbouring KV head's entry.
 
-        Negative control: the property tests must reject it (tests/test_variants.py) on problems with per-token
+        Negative control: the property tests must reject it (tests/kernels/test_variants.py) on problems with per-token
         scales (k_scales). Realistic: an off-by-one in the flattened [slot, KV head] scale index (the entry before
         its own: the neighbouring KV head's; for KV head 0 the previous slot's last head). Stays in bounds.
         Limits: as cupy.v1.
@@ -148,7 +148,7 @@ CONTROLS = (
     mla_control("mla_v_from_rope", """
         wrong.cupy.mla_v_from_rope: cupy.mla whose values are the latent row's dims 64..575 instead of 0..511.
 
-        Negative control: the MLA property tests must reject it (tests/test_mla_variants.py). Realistic: a value
+        Negative control: the MLA property tests must reject it (tests/kernels/test_mla_variants.py). Realistic: a value
         view taken at the wrong end of the 576-wide row (`row[-512:]`), so the 64 RoPE dims leak into the output
         and the first 64 latent dims are dropped; keys, softmax and lse stay right. Stays in bounds (the shifted
         view ends at dim 575). Built through cupy.mla's own template (FLAW_V_FROM_ROPE). Limits: cupy.mla's
@@ -158,7 +158,7 @@ CONTROLS = (
     mla_control("mla_invalid_as_slot0", """
         wrong.cupy.mla_invalid_as_slot0: cupy.mla whose sparse rows read an index of -1 as slot 0 (block 0, offset 0).
 
-        Negative control: the MLA property tests must reject it (tests/test_mla_variants.py). Realistic: the
+        Negative control: the MLA property tests must reject it (tests/kernels/test_mla_variants.py). Realistic: the
         clamp `max(index, 0)` that keeps a gather in bounds, without the mask that should drop the clamped
         entries (the bug FlashMLA's reference guards against), so every -1 adds the token at slot 0. Reads a
         slot inside the cache, never out of bounds. Built through cupy.mla's own template

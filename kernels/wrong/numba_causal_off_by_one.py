@@ -7,7 +7,7 @@ right: only several query tokens per sequence expose it. Everything else is numb
 (multi.make_body with causal_slip=1), every precision and option included; it declares numba.multi's
 limits before sinks, lse, per-token scales, NVFP4 and any block size (powers of two, fp8, the logit
 options), which the flaw does not involve, so the shared property test's draws go to query lengths.
-Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_control.
+Must be rejected by tests/kernels/test_variants.py::test_property_test_rejects_negative_control.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The flaw: `physical = block` instead of `block_tables[seq, block]`, as if the ca
 per sequence (clamped only to stay in bounds). Right only when the table is the identity, which
 the shared strategy never draws. Everything else is numba.naive's body (naive.make_body), every
 precision and option included.
-Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_control.
+Must be rejected by tests/kernels/test_variants.py::test_property_test_rejects_negative_control.
 """
 from __future__ import annotations
 

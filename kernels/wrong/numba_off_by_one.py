@@ -4,7 +4,7 @@ The flaw: the token count of a block is `context_len - block * block_size - 1` w
 than block_size, a classic fencepost slip; every other block is whole. A context of one token
 gets no token at all (0/0 = NaN). Everything else is numba.naive's body (naive.make_body), every
 precision and option included.
-Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_control.
+Must be rejected by tests/kernels/test_variants.py::test_property_test_rejects_negative_control.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ denominator, so the merged denominator holds the sink once per partition instead
 partition, wrong with two or more; the partitions here are one cache block each (at least 2 tokens), so any
 problem with sinks and a context longer than that exposes it. Everything else is numba.split's (its partition
 body with sink_per_partition, its merge built without the sink), every precision and option included.
-Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_control.
+Must be rejected by tests/kernels/test_variants.py::test_property_test_rejects_negative_control.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The flaw: the window's start (and, without a window, token 0) is `first_token(..
 in the helper that moves the first token; a context of one token gets no token at all (0/0 = NaN).
 Everything else is triton.naive's kernel: the same source, compiled with this module's helper in its
 globals, every precision and option included.
-Must be rejected by tests/test_variants.py::test_property_test_rejects_negative_control.
+Must be rejected by tests/kernels/test_variants.py::test_property_test_rejects_negative_control.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ parent block, so a hash collision can never alias two prefixes).
 
 Every public mutator checks first and then acts: ``OutOfBlocks``, ``KeyError``, ``ValueError`` and
 ``TypeError`` (a token id that is not an integer >= 0, a bad count or window) leave all tables, counts,
-free blocks and the cache exactly as they were (tests/test_paging.py's stateful machine throws bad
+free blocks and the cache exactly as they were (tests/paging/test_paging.py's stateful machine throws bad
 requests at every step and compares the whole state).
 """
 from __future__ import annotations

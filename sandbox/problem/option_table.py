@@ -506,7 +506,7 @@ OPTIONS: tuple[Option, ...] = (WINDOW, SOFTCAP, ALIBI, KV_SCALE, SINKS, LSE, KV_
 
 # Rows tried without editing this file: EXTRA_ROWS_VARIABLE="package.module:NAME[,...]" names tuples of rows
 # appended to OPTIONS at import (before anything derives from it), e.g. a score modifier under test
-# (tests/test_score_modifier.py). Unset in every shipped run.
+# (tests/kernels/test_score_modifier.py). Unset in every shipped run.
 EXTRA_ROWS_VARIABLE = "SANDBOX_EXTRA_OPTION_ROWS"
 
 
