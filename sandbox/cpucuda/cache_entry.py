@@ -64,7 +64,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_small(path: Path, data: bytes) -> None:
+def replace_file(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in its folder and a rename (no digest): readers see all
+    or nothing."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -78,7 +80,7 @@ def _write_small(path: Path, data: bytes) -> None:
 def install(tmp, path: Path) -> None:
     """Rename the finished temporary file `tmp` (in `path`'s folder) to `path`, its digest written first."""
     path = Path(path)
-    _write_small(digest_path(path), (_sha256(Path(tmp)) + "\n").encode())
+    replace_file(digest_path(path), (_sha256(Path(tmp)) + "\n").encode())
     os.replace(tmp, path)
 
 

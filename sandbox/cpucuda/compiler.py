@@ -252,7 +252,7 @@ def build(code: str, options, names: list[str], mode: str = "normal") -> Build:
     overlay = root / f"{key}.include"
     overlay_flags = _write_overlay(headers, opts.include_dirs, overlay, shared_names, dynamic_names)
     if not cache_entry.verified(so_path, "compiled kernel"):
-        _atomic_write(src_path, full.encode())
+        cache_entry.replace_file(src_path, full.encode())
         include_flags = pch_flags(flags, defines) + ["-I", str(INCLUDE_DIR)] + overlay_flags
         for d in opts.include_dirs:
             include_flags += ["-I", str(d)]
@@ -308,7 +308,7 @@ def _write_overlay(headers, include_dirs, overlay: Path, shared_names: dict, dyn
         # #line keeps g++ and the sanitizers pointing at the user's file.
         first = overlay / rels[0]
         first.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(first, f'#line 1 "{path}"\n{text}'.encode())
+        cache_entry.replace_file(first, f'#line 1 "{path}"\n{text}'.encode())
         for rel in rels[1:]:
             _atomic_link(first, overlay / rel)
         folders.append(path.parent)  # includes the scan could not resolve: after all else
@@ -326,17 +326,6 @@ def _atomic_link(source: Path, target: Path) -> None:
     except OSError:  # no hard links here: a copy (#pragma once may then see two files)
         tmp.write_bytes(source.read_bytes())
     os.replace(tmp, target)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _recorder(mode: str):
