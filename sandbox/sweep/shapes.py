@@ -311,7 +311,7 @@ def expand(shapes: list[Shape], query_lens=(), shared_prefix: int | None = None,
         if shape not in out:
             out.append(shape)
 
-    decode = [s for s in shapes if getattr(s, "kind", "decode") != "mla"]
+    decode = [s for s in shapes if s.kind == Shape.kind]  # query lengths apply to decode shapes
     longest = max((s.context_len for s in decode if not s.group_size), default=None)
     too_long = [q for q in query_lens if longest is not None and q > longest and not any(s.group_size for s in decode)]
     if too_long:  # a point no shape can hold would be dropped silently

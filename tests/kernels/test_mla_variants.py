@@ -105,7 +105,7 @@ def test_mla_variant_propagates_nan_to_exactly_the_rows_that_read_it(name):
     n = NAN_EXAMPLES[variant.family]
 
     @settings(max_examples=max(1, round(n * settings.default.max_examples / settings.get_profile("ci").max_examples)))
-    @given(problem=mla_problems_for(variant.limits, **FAMILY_SHAPES[variant.family]), data=st.data())
+    @given(problem=variant.kind.strategies(variant.limits, **FAMILY_SHAPES[variant.family]), data=st.data())
     def nan_is_data(problem, data):
         planted = draw_planted_nan(data.draw, problem)
         assert np.isnan(expected_mla(planted)[0]).any(), "the planted NaN reaches no row: the case tests nothing"

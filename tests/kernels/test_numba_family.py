@@ -21,7 +21,7 @@ from sandbox.problem import dtypes
 from sandbox.variant import registry
 from sandbox.analysis import resources, sass
 from sandbox import run_problem
-from sandbox.devices.backends import numba_simulated, resolve
+from sandbox.devices.backends import numba_simulated
 from sandbox.checking.check import expected_output
 from sandbox.checking.compare import assert_close
 from sandbox.analysis.occupancy import occupancy
@@ -78,7 +78,7 @@ def test_split_results_do_not_depend_on_partition_size():
     expected = expected_output(problem)
     outputs = {}
     for size in (4, 12, 64, None):
-        prepared = split.prepare(problem, resolve("auto", "numba"), partition_size=size)
+        prepared = split.prepare(problem, registry.family("numba").resolve("auto"), partition_size=size)
         prepared.launch()
         outputs[size] = prepared.result()
         assert_close(outputs[size], expected, problem.dtype, f"partition_size={size}")
@@ -95,7 +95,7 @@ def test_split_refuses_a_partition_that_is_not_a_multiple_of_the_block_size():
 
     problem = DecodeProblem.random(3, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=8, max_context_len=20)
     with pytest.raises(Unsupported, match=r"numba.split: partition_size must be a positive multiple of block_size \(8\)"):
-        split.prepare(problem, resolve("auto", "numba"), partition_size=12)
+        split.prepare(problem, registry.family("numba").resolve("auto"), partition_size=12)
     assert split.default_partition_size(16) == 512 and split.default_partition_size(1024) == 1024
 
 
@@ -550,7 +550,7 @@ def test_split_refuses_more_partitions_than_the_grid_takes_before_launch(monkeyp
         run_problem("numba.split", problem)
     windowed = DecodeProblem.random(2, num_seqs=1, num_heads=1, num_kv_heads=1, head_dim=32, block_size=1,
                                     context_lens=[65536], nan_fill=False, spare_blocks=1, window_left=99)
-    assert split.prepare(windowed, resolve("auto", "numba")).num_partitions == 100
+    assert split.prepare(windowed, registry.family("numba").resolve("auto")).num_partitions == 100
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 from kernels.numba_cuda import multi
-from sandbox.devices.backends import resolve
 from sandbox.checking.check import check_problem, expected_output
 from sandbox.checking.compare import assert_close
 from sandbox.problem import DecodeProblem
-from sandbox.variant import Unsupported
+from sandbox.variant import Unsupported, registry
 
 SHAPE = dict(head_dim=32, num_heads=4, num_kv_heads=2)
 
@@ -65,7 +64,7 @@ def test_results_do_not_depend_on_the_tile_of_query_tokens(monkeypatch):
     outputs = {}
     for target in (2, 8, 32):  # group 2: 1, 4 and 16 query tokens per tile
         monkeypatch.setattr(multi, "TARGET_ROWS", target)
-        prepared = multi.prepare(problem, resolve("auto", "numba"))
+        prepared = multi.prepare(problem, registry.family("numba").resolve("auto"))
         assert prepared.tile_tokens == target // 2
         prepared.launch()
         outputs[target] = prepared.result()
@@ -92,7 +91,7 @@ def test_each_kv_element_is_loaded_once_per_tile(window_left):
     problem = DecodeProblem.random(9, num_seqs=3, num_heads=4, num_kv_heads=1, head_dim=32, block_size=4,
                                    context_lens=[30, 11, 5], query_lens=[10, 1, 5], window_left=window_left,
                                    share_prefix=False)
-    prepared = multi.prepare(problem, resolve("auto", "numba"), count_loads=True)
+    prepared = multi.prepare(problem, registry.family("numba").resolve("auto"), count_loads=True)
     assert prepared.tile_tokens == 4 and len(prepared.tiles) == 3 + 1 + 2
     prepared.launch()
     assert_close(prepared.result(), expected_output(problem), problem.dtype, "with the load counter")

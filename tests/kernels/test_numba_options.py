@@ -14,7 +14,6 @@ import reference
 from kernels.numba_cuda import options
 from sandbox import run_problem
 from sandbox.checking.compare import assert_close
-from sandbox.devices.backends import resolve
 from sandbox.problem import DecodeProblem
 from sandbox.variant import registry
 
@@ -63,7 +62,7 @@ def test_split_adds_the_sink_once_whatever_the_partitions():
                                    context_lens=[1, 60, 23], sinks=[2.0, -1.0], return_lse=True, extreme_logits=True)
     expected, expected_lse = reference.paged_attention(*problem.arrays(), **problem.kwargs())
     for size in (4, 12, 64, None):
-        prepared = split.prepare(problem, resolve("auto", "numba"), partition_size=size)
+        prepared = split.prepare(problem, registry.family("numba").resolve("auto"), partition_size=size)
         prepared.launch()
         out, lse = prepared.result(), prepared.lse()
         assert_close(out, expected, problem.dtype, f"partition_size={size}")
