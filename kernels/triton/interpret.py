@@ -34,6 +34,10 @@ if triton.__version__ != TESTED_TRITON:
                       f"Triton {triton.__version__} is installed (pip install triton=={TESTED_TRITON})")
 
 
+class AdapterRefusal(RuntimeError):
+    """An interpreter operation the NumPy-backed adapter does not route (atomics): refused, never run on raw memory."""
+
+
 class _HostArgsExecutor(GridExecutor):
     """GridExecutor whose arguments already live on the host: nothing to copy there or back."""
 
@@ -110,7 +114,8 @@ def _memory_ops(memory: Memory):
         store = staticmethod(memory.store)
 
         def __getattr__(self, name):  # atomics would touch raw addresses: none of our kernels uses them
-            raise NotImplementedError(f"{memory.variant}: the CPU adapter has no {name} (only loads and stores)")
+            raise AdapterRefusal(f"{memory.variant}: the CPU adapter routes loads and stores only; {name} would touch "
+                                 "raw addresses, so it is refused")
 
     interpreter._interpreter = Backend()
     interpreter_builder.set_grid_idx = set_grid_idx
