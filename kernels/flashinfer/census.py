@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sandbox.analysis import compile_cache
 from sandbox.analysis.cuda_wheels import in_nvidia_wheels
-from sandbox.analysis.nvrtc import parse_ptxas_log
+from sandbox.analysis.nvrtc import Resources, parse_ptxas_log
 
 from . import wheel
 from .dispatch import MERGE_THREADS, kernel_name, merge_launch, merge_name
@@ -57,7 +57,7 @@ def compile_one(code: str, expression: str, arch: str, include_dirs) -> tuple:
     arch = arch if str(arch).startswith("sm_") else f"sm_{arch}"
     flags = list(FLAGS) + [f"-arch={arch}"] + [f"-I{d}" for d in include_dirs]
     parts = ["nvcc", _version(), code, expression, flags]
-    return compile_cache.cached("nvcc", parts, lambda: _compile(code, expression, flags))
+    return compile_cache.cached("nvcc", parts, lambda: _compile(code, expression, flags), types=(Resources,))
 
 
 def kernel_census(kernel, arch: str) -> tuple:
