@@ -10,7 +10,7 @@ from . import dtypes
 from .option_schema import Context
 from .options import FIELDS, OPTIONS, PLAIN, PROBLEM_KEYWORDS, AttentionOptions
 from .tables import grouped_allocation, private_tables, shuffled_blocks  # noqa: F401 (shuffled_blocks: re-exported)
-from .random_args import check_random_arguments
+from .random_args import check_random_arguments, rebuild_call
 from .validate import check_block_size, first_read_tokens, validate_decode_inputs
 from ..errors import RefusedRequest
 
@@ -181,10 +181,7 @@ class DecodeProblem:
 
     def __repr__(self) -> str:
         """The call that rebuilds this exact problem (hypothesis prints it for a falsifying example)."""
-        if self.recipe is None:
-            return self.describe()
-        args = ", ".join(f"{k}={v!r}" for k, v in self.recipe.items() if k != "_constructor")
-        return f"DecodeProblem.{self.recipe.get('_constructor', 'random')}({args})"
+        return self.describe() if self.recipe is None else rebuild_call("DecodeProblem", self.recipe)
 
     def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis/IPython pretty printers: same compact call
         printer.text(repr(self))

@@ -54,3 +54,10 @@ def check_random_arguments(seed, num_seqs, num_heads, num_kv_heads, head_dim, bl
                              f"num_seqs={num_seqs} and {source}); the bound is "
                              f"{MAX_RANDOM_BYTES / 2**30:g} GiB (sandbox.problem.random_args.MAX_RANDOM_BYTES): lower "
                              f"{'max_context_len' if context_lens is None else 'context_lens'} or num_seqs")
+
+
+def rebuild_call(class_name: str, recipe: dict) -> str:
+    """The call that rebuilds a problem from its recipe, e.g. "DecodeProblem.random(seed=0, ...)" (the recipe's
+    `_constructor`, "random" by default): what a problem's repr prints, so hypothesis shows a pasteable call."""
+    args = ", ".join(f"{k}={v!r}" for k, v in recipe.items() if k != "_constructor")
+    return f"{class_name}.{recipe.get('_constructor', 'random')}({args})"

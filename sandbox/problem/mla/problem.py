@@ -30,6 +30,7 @@ from . import record as rec
 from ..decode import EXTREME_QUERY_GAIN, _query_lengths, _uniform
 from .paging import allocator_tables, draw_indices
 from ..tables import private_tables
+from ..random_args import rebuild_call
 from .validate import row_positions, token_slots, validate_mla_inputs
 from ...errors import RefusedRequest
 
@@ -146,10 +147,7 @@ class MLAProblem:
 
     def __repr__(self) -> str:
         """The call that rebuilds this exact problem (hypothesis prints it for a falsifying example)."""
-        if self.recipe is None:
-            return self.describe()
-        args = ", ".join(f"{k}={v!r}" for k, v in self.recipe.items() if k != "_constructor")
-        return f"MLAProblem.{self.recipe.get('_constructor', 'random')}({args})"
+        return self.describe() if self.recipe is None else rebuild_call("MLAProblem", self.recipe)
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(repr(self))
