@@ -22,7 +22,7 @@ import numpy as np
 from ...problem.mla import record as rec
 from ...problem.kinds import MLA
 from ...problem.mla.validate import MLA_QUERY_DTYPES
-from ..limits import Unsupported
+from ..limits import Limits, Unsupported
 
 MODES = ("dense", "sparse")
 
@@ -85,12 +85,7 @@ class MLALimits:
         return (f"MLA; block sizes {bs}; dtypes {','.join(self.dtypes)}; kv {','.join(['same', *self.kv_formats])}; "
                 f"modes {','.join(self.modes)}; query_len {q}; backends {','.join(self.backends)}")
 
-    def supports(self, problem, backend: str | None = None) -> bool:
-        try:
-            self.check("variant", problem, backend)
-        except Unsupported:
-            return False
-        return True
+    supports = Limits.supports  # check() answered as a bool, as for decode
 
 
 MLA.attach(limits=MLALimits)  # kinds.MLA.limits: the variant layer's part of the MLA kind
